@@ -1,0 +1,13 @@
+"""dxgemm — fused GEMM kernels for NVIDIA GPUs, written in Python.
+
+``dxgemm.gemm(a, b, c=None, *, alpha=1.0, beta=0.0, epilogue=None, backend="auto", stream=None)``
+computes ``epilogue(alpha * a @ b + beta * c)`` in one kernel.  Backends are the rungs of
+the handwritten Numba ladder (:mod:`dxgemm.kernels`); importing dxgemm needs no GPU.
+"""
+
+from . import epilogues
+from ._gemm import BACKENDS, gemm
+
+__version__ = "0.1.0"
+
+__all__ = ["gemm", "BACKENDS", "epilogues", "__version__"]

@@ -1,0 +1,205 @@
+"""Turning the caller's arrays into kernel operands.
+
+Accepted: anything exposing ``__cuda_array_interface__`` (CuPy arrays, PyTorch CUDA
+tensors, Numba device arrays), anything exposing DLPack on a CUDA device (through
+CuPy), and — under ``NUMBA_ENABLE_CUDASIM=1`` — Numba's simulated device arrays, so the
+whole path runs on a machine without a GPU.
+
+Kernels see every operand as a flat 1-D array plus a leading dimension and a
+:class:`~dxgemm.kernels.Layout`: element ``(i, j)`` at ``i * ld + j`` (row-major) or
+``i + j * ld`` (column-major).  That covers contiguous matrices in either order, slices of
+a bigger matrix and transposed views without a copy.  An *input* with no unit stride in
+either dimension (``x[::2, ::3]``, a negative or zero stride) is first copied to a
+contiguous buffer; such an *output* is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .kernels._device import SIMULATOR
+from .kernels._spec import Layout
+
+SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+ACCEPTED = (
+    "CuPy arrays, PyTorch CUDA tensors, Numba device arrays, or any object with "
+    "__cuda_array_interface__ or a CUDA DLPack capsule"
+)
+
+
+def _library_of(obj: Any) -> str:
+    module = type(obj).__module__.split(".")[0]
+    return module if module in ("cupy", "torch", "numba") else "other"
+
+
+@dataclass
+class Operand:
+    """One validated matrix argument: where it lives and how it is laid out."""
+
+    obj: Any
+    name: str
+    shape: tuple[int, int]
+    dtype: np.dtype
+    ptr: int
+    strides: tuple[int, int]  # in elements
+    library: str
+    layout: Layout | None
+    ld: int
+
+    @property
+    def extent(self) -> int:
+        """Elements from the first to one past the last element the matrix touches."""
+        rows, cols = self.shape
+        if rows == 0 or cols == 0:
+            return 0
+        if self.layout == Layout.ROW:
+            return (rows - 1) * self.ld + cols
+        return (cols - 1) * self.ld + rows
+
+    @property
+    def nbytes_span(self) -> tuple[int, int]:
+        return self.ptr, self.ptr + self.extent * self.dtype.itemsize
+
+    def flat(self):
+        """A 1-D device array over the matrix's memory (no copy), for a kernel argument."""
+        from numba import cuda
+
+        extent = self.extent
+        if SIMULATOR:
+            from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+            host = self.obj._ary
+            if extent == 0:
+                return FakeCUDAArray(np.zeros(1, self.dtype))
+            view = np.lib.stride_tricks.as_strided(host, shape=(extent,), strides=(self.dtype.itemsize,))
+            return FakeCUDAArray(view)
+        if extent == 0:
+            return cuda.device_array(1, self.dtype)
+        desc = {"shape": (extent,), "strides": None, "typestr": self.dtype.str, "data": (self.ptr, False), "version": 3}
+        return cuda.from_cuda_array_interface(desc, owner=self.obj, sync=False)
+
+
+def _layout_of(shape: tuple[int, int], strides: tuple[int, int]) -> tuple[Layout | None, int]:
+    """The layout and leading dimension under which ``strides`` can be addressed, if any."""
+    rows, cols = shape
+    s0, s1 = strides
+    if rows <= 1 and cols <= 1:
+        return Layout.ROW, 1
+    if (s1 == 1 or cols == 1) and (rows == 1 or s0 >= max(cols, 1)):
+        return Layout.ROW, (s0 if rows > 1 else max(cols, 1))
+    if (s0 == 1 or rows == 1) and (cols == 1 or s1 >= max(rows, 1)):
+        return Layout.COL, (s1 if cols > 1 else max(rows, 1))
+    return None, 0
+
+
+def _describe(obj: Any, name: str) -> tuple[tuple, np.dtype, int, tuple | None, str, Any]:
+    """Shape, dtype, data pointer, byte strides, library and the object to keep alive."""
+    if SIMULATOR and type(obj).__name__ == "FakeCUDAArray":
+        host = obj._ary
+        return host.shape, host.dtype, host.__array_interface__["data"][0], host.strides, "numba", obj
+    if isinstance(obj, np.ndarray):
+        raise TypeError(
+            f"{name} is a NumPy array in host memory; dxgemm computes on the GPU and needs "
+            f"device arrays ({ACCEPTED}). Move it first, e.g. cupy.asarray({name})."
+        )
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    if cai is None and hasattr(obj, "__dlpack_device__"):
+        device_type, _ = obj.__dlpack_device__()
+        if device_type != 2:  # kDLCUDA
+            raise TypeError(f"{name} lives on DLPack device type {device_type}, not a CUDA GPU; {ACCEPTED} are accepted")
+        import cupy
+
+        obj = cupy.from_dlpack(obj)
+        cai = obj.__cuda_array_interface__
+    if cai is None:
+        raise TypeError(f"{name} of type {type(obj).__name__} is not a GPU array; {ACCEPTED} are accepted")
+    shape = tuple(cai["shape"])
+    dtype = np.dtype(cai["typestr"])
+    strides = cai.get("strides")
+    return shape, dtype, cai["data"][0], (tuple(strides) if strides is not None else None), _library_of(obj), obj
+
+
+def as_operand(obj: Any, name: str, *, output: bool = False) -> Operand:
+    """Validate one matrix argument and describe it; copy an input that has no unit stride."""
+    shape, dtype, ptr, byte_strides, library, keep = _describe(obj, name)
+    if len(shape) != 2:
+        raise ValueError(f"{name} must be a 2-D matrix, got {len(shape)}-D with shape {shape}")
+    if dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"{name} has dtype {dtype}; dxgemm supports float32 and float64")
+    if byte_strides is None:
+        byte_strides = (shape[1] * dtype.itemsize, dtype.itemsize)
+    if any(s % dtype.itemsize for s in byte_strides):
+        layout, ld = None, 0
+        strides = (0, 0)
+    else:
+        strides = tuple(s // dtype.itemsize for s in byte_strides)
+        layout, ld = _layout_of(shape, strides)
+    if layout is None:
+        if output:
+            raise ValueError(
+                f"{name} has strides {byte_strides} bytes; the output must have unit stride in one "
+                "dimension (row-major, column-major, or a slice of such a matrix)"
+            )
+        keep = _contiguous_copy(keep)
+        shape, dtype, ptr, byte_strides, library, keep = _describe(keep, name)
+        strides = (shape[1], 1)
+        layout, ld = _layout_of(shape, strides)
+    return Operand(keep, name, shape, dtype, ptr, strides, library, layout, ld)
+
+
+def _contiguous_copy(obj: Any) -> Any:
+    if SIMULATOR:
+        from numba import cuda
+
+        return cuda.to_device(np.ascontiguousarray(obj._ary))
+    if _library_of(obj) == "torch":
+        return obj.contiguous()
+    import cupy
+
+    return cupy.ascontiguousarray(cupy.asarray(obj))
+
+
+def device_of(op: Operand) -> int:
+    """CUDA device ordinal owning ``op``'s memory (0 under the simulator or for empty arrays)."""
+    if SIMULATOR or op.ptr == 0:
+        return 0
+    if op.library == "torch":
+        return op.obj.device.index
+    if op.library == "cupy":
+        return op.obj.device.id
+    from cuda.bindings import driver
+
+    err, ordinal = driver.cuPointerGetAttribute(driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, op.ptr)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise ValueError(f"{op.name} does not point to CUDA device memory ({err.name})")
+    return int(ordinal)
+
+
+def empty_like_library(like: Operand, shape: tuple[int, int]):
+    """A new row-major matrix of ``like``'s dtype, device and array library."""
+    if SIMULATOR:
+        from numba import cuda
+
+        return cuda.device_array(shape, like.dtype)
+    if like.library == "torch":
+        import torch
+
+        return torch.empty(shape, dtype=getattr(torch, like.dtype.name), device=like.obj.device)
+    if like.library == "numba":
+        from numba import cuda
+
+        return cuda.device_array(shape, like.dtype)
+    import cupy
+
+    with cupy.cuda.Device(device_of(like)):
+        return cupy.empty(shape, like.dtype)
+
+
+def overlaps(x: Operand, y: Operand) -> bool:
+    """True when the byte ranges of ``x`` and ``y`` intersect."""
+    (x0, x1), (y0, y1) = x.nbytes_span, y.nbytes_span
+    return x0 < y1 and y0 < x1 and x1 > x0 and y1 > y0

@@ -1,0 +1,141 @@
+"""``dxgemm.gemm``: validate -> choose a backend -> get the (cached) kernel -> launch."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+
+from . import _arrays
+from ._arrays import Operand, as_operand
+from ._streams import numba_stream, stream_handle
+from .epilogues._base import AlphaBeta, Chain, Epilogue, EpilogueContext
+from .kernels import FLAG_VEC_A, FLAG_VEC_B, RUNGS, KernelSpec, get_kernel
+
+BACKENDS: tuple[str, ...] = RUNGS
+"""Names ``backend=`` accepts besides ``"auto"``, slowest rung first."""
+
+
+def gemm(
+    a: Any,
+    b: Any,
+    c: Any = None,
+    *,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    epilogue: Epilogue | None = None,
+    backend: str = "auto",
+    stream: Any = None,
+) -> Any:
+    """``D = epilogue(alpha * A @ B + beta * C)`` on the GPU, in one kernel.
+
+    Args:
+        a: ``(m, k)`` device matrix (CuPy array, PyTorch CUDA tensor, Numba device array,
+            or anything with ``__cuda_array_interface__`` / CUDA DLPack), float32 or float64,
+            row-major, column-major or a strided view of either.
+        b: ``(k, n)`` device matrix of the same dtype and device.
+        c: optional ``(m, n)`` matrix.  When given, the result is written into ``c`` and
+            ``c`` is returned; it is read only when ``beta != 0`` (BLAS semantics: with
+            ``beta == 0`` NaN in ``c`` does not leak).  It must have unit stride in one
+            dimension and must not overlap ``a`` or ``b``.
+        alpha, beta: real scalars, applied in the matrices' dtype.
+        epilogue: an :class:`~dxgemm.epilogues.Epilogue` (or a chain ``e1 | e2``) applied
+            to every element in registers after alpha/beta, before the single store.
+        backend: ``"auto"`` (the fastest available for the dtype and shape) or one of
+            :data:`BACKENDS`.
+        stream: the stream to launch on; default the current stream of ``a``'s library.
+
+    Returns:
+        ``c`` when given, otherwise a new row-major ``(m, n)`` matrix of ``a``'s library.
+
+    Raises:
+        TypeError: host arrays, unsupported or mixed dtypes, a non-epilogue ``epilogue``.
+        ValueError: non-2-D inputs, mismatched shapes, arrays on different devices, an
+            output overlapping an input, an unknown backend.
+    """
+    op_a = as_operand(a, "a")
+    op_b = as_operand(b, "b")
+    if op_a.dtype != op_b.dtype:
+        raise TypeError(f"a and b must have the same dtype, got a: {op_a.dtype} and b: {op_b.dtype}")
+    dtype = op_a.dtype
+    (m, k), (k_b, n) = op_a.shape, op_b.shape
+    if k != k_b:
+        raise ValueError(f"inner dimensions differ: a is {m}x{k}, b is {k_b}x{n} (a.shape[1] must equal b.shape[0])")
+    _check_scalar(alpha, "alpha")
+    _check_scalar(beta, "beta")
+    if epilogue is not None and not isinstance(epilogue, Epilogue):
+        raise TypeError(
+            f"epilogue must be a dxgemm.epilogues.Epilogue (e.g. epilogues.relu()), got {type(epilogue).__name__}"
+        )
+    backend = _check_backend(backend)
+
+    device = _arrays.device_of(op_a)
+    if _arrays.device_of(op_b) != device:
+        raise ValueError(f"a is on GPU {device} but b is on GPU {_arrays.device_of(op_b)}; put both on one device")
+    if c is None:
+        out = _arrays.empty_like_library(op_a, (m, n))
+        op_d = as_operand(out, "c", output=True)
+    else:
+        op_d = as_operand(c, "c", output=True)
+        if op_d.shape != (m, n):
+            raise ValueError(f"c has shape {op_d.shape}; a {m}x{k} times b {k}x{n} needs c of shape ({m}, {n})")
+        if op_d.dtype != dtype:
+            raise TypeError(f"c has dtype {op_d.dtype}, but a and b are {dtype}; c must match them")
+        if _arrays.device_of(op_d) != device:
+            raise ValueError(f"c is on GPU {_arrays.device_of(op_d)} but a and b are on GPU {device}")
+        for op in (op_a, op_b):
+            if _arrays.overlaps(op_d, op):
+                raise ValueError(f"c overlaps {op.name} in memory; the output must not share memory with an input")
+        out = c
+    if m == 0 or n == 0:
+        return out
+
+    ctx = EpilogueContext(m, n, dtype, adapt=lambda arr, name: _adapt_extra(arr, name, dtype, device, (m, n)))
+    chain = Chain((AlphaBeta(alpha, beta, c if c is not None else None),) + (epilogue.stages if epilogue else ()))
+    bound = chain.bind(ctx)
+    if backend == "auto":
+        backend = choose_backend(dtype, m, n, k)
+    spec = KernelSpec(dtype, op_a.layout, op_b.layout, op_d.layout, bound.key, None)
+    compiled = get_kernel(backend, spec, bound.args, bound.make)
+    flags = (FLAG_VEC_A if _vector_ok(op_a) else 0) | (FLAG_VEC_B if _vector_ok(op_b) else 0)
+    handle = stream_handle(stream, op_a.library)
+    compiled.launch(
+        numba_stream(handle), op_a.flat(), op_b.flat(), op_d.flat(),
+        m, n, k, op_a.ld, op_b.ld, op_d.ld, flags, bound.args,
+    )
+    return out
+
+
+def choose_backend(dtype: np.dtype, m: int, n: int, k: int) -> str:
+    """The backend ``"auto"`` runs: the fastest rung measured on the H100 for this dtype.
+
+    ``warptile`` was the fastest at every size in benchmarks/results/h100.json.
+    """
+    return "warptile"
+
+
+def _vector_ok(op: Operand) -> bool:
+    """16-byte vector loads need a 16-byte aligned base and a leading dimension that keeps rows aligned."""
+    width = 16 // op.dtype.itemsize
+    return op.ptr % 16 == 0 and op.ld % width == 0
+
+
+def _adapt_extra(arr: Any, name: str, dtype: np.dtype, device: int, shape: tuple[int, int] | None) -> Operand:
+    op = as_operand(arr, name, output=True)
+    if op.dtype != dtype:
+        raise TypeError(f"{name} has dtype {op.dtype}; it must match a and b ({dtype})")
+    if _arrays.device_of(op) != device:
+        raise ValueError(f"{name} is on GPU {_arrays.device_of(op)} but a and b are on GPU {device}")
+    return op
+
+
+def _check_scalar(value: Any, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+
+
+def _check_backend(backend: Any) -> str:
+    if backend != "auto" and backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose 'auto' or one of {', '.join(BACKENDS)}")
+    return backend

@@ -1,0 +1,163 @@
+"""The epilogue protocol: how a function of the accumulator gets fused into every kernel.
+
+An epilogue is a *value object* describing what to do with each accumulated element
+``acc[row, col]`` before the kernel's single store of D.  Binding it to a problem
+(:meth:`Epilogue.bind`) splits it in two:
+
+* a **key** — its structure: which stages, in which order, and every compile-time fact
+  they depend on (the dtype, the layout of an array they read).  The key, together with
+  the Numba types of the run-time arguments, is part of the compiled kernel's cache key;
+* **run-time arguments** — the values (scalars cast to the accumulator's dtype, device
+  arrays, leading dimensions), passed to the kernel as one nested tuple.  New values run
+  the cached kernel; they never recompile.
+
+The device function a bound epilogue builds has the signature
+``f(value, row, col, args) -> value``: ``value`` is the accumulator element (in the
+accumulator's dtype), ``row``/``col`` its global indices (``int64``), ``args`` this
+epilogue's run-time tuple.  Kernels call it once per output element, in registers.
+
+Stages compose with ``|`` left to right: ``first | second`` applies ``first`` and then
+``second``.  ``alpha``/``beta`` scaling is itself the first stage of every chain
+(:class:`AlphaBeta`), so the kernels know only this one hook.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable
+
+import numpy as np
+from numba import cuda
+
+
+@dataclass(frozen=True)
+class EpilogueContext:
+    """What an epilogue may know about the problem it is bound to.
+
+    ``adapt(array, name)`` turns a user's device array into a kernel operand (it checks
+    the library, device and dtype, and raises a clear error naming ``name``).
+    """
+
+    m: int
+    n: int
+    dtype: np.dtype
+    adapt: Callable[..., Any] = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class BoundEpilogue:
+    """An epilogue bound to one problem: cache key, run-time arguments, device-function builder."""
+
+    key: Hashable
+    args: tuple
+    make: Callable[[], Callable] = field(repr=False, compare=False)
+
+
+class Epilogue(abc.ABC):
+    """Base class of every epilogue stage and chain.  See the module docstring."""
+
+    @abc.abstractmethod
+    def bind(self, ctx: EpilogueContext) -> BoundEpilogue:
+        """Validate against the problem and split into key, arguments and builder."""
+
+    @property
+    def stages(self) -> tuple["Epilogue", ...]:
+        """The single stages this epilogue applies, in order."""
+        return (self,)
+
+    @property
+    def name(self) -> str:
+        """Short name used in benchmark records (``"bias|gelu"``)."""
+        return type(self).__name__.lower()
+
+    def __or__(self, other: "Epilogue") -> "Chain":
+        if not isinstance(other, Epilogue):
+            return NotImplemented
+        return Chain(self.stages + other.stages)
+
+    def __ror__(self, other: object):
+        return NotImplemented
+
+
+class Chain(Epilogue):
+    """Stages applied left to right, compiled into one device function."""
+
+    def __init__(self, stages: tuple[Epilogue, ...]):
+        self._stages = tuple(stages)
+
+    @property
+    def stages(self) -> tuple[Epilogue, ...]:
+        return self._stages
+
+    @property
+    def name(self) -> str:
+        return "|".join(s.name for s in self._stages)
+
+    def __repr__(self) -> str:
+        return " | ".join(repr(s) for s in self._stages)
+
+    def bind(self, ctx: EpilogueContext) -> BoundEpilogue:
+        bound = [s.bind(ctx) for s in self._stages]
+        key = ("chain",) + tuple(b.key for b in bound)
+        args = tuple(b.args for b in bound)
+        return BoundEpilogue(key, args, lambda: compose([b.make() for b in bound]))
+
+
+def compose(functions: list[Callable]) -> Callable:
+    """One device function applying ``functions`` in order, each with its own argument tuple."""
+    if not functions:
+        @cuda.jit(device=True)
+        def identity(value, row, col, args):
+            return value
+
+        return identity
+    names = [f"_f{i}" for i in range(len(functions))]
+    body = "".join(f"    value = {name}(value, row, col, args[{i}])\n" for i, name in enumerate(names))
+    source = f"def chained(value, row, col, args):\n{body}    return value\n"
+    namespace: dict = dict(zip(names, functions))
+    exec(compile(source, "<dxgemm epilogue chain>", "exec"), namespace)
+    return cuda.jit(device=True)(namespace["chained"])
+
+
+class AlphaBeta(Epilogue):
+    """BLAS scaling ``alpha * acc + beta * C``: the first stage of every GEMM.
+
+    With ``beta == 0`` the kernel is built without a read of C (a separate key), so NaN or
+    Inf in an uninitialised C never reaches the result, as BLAS requires.
+    """
+
+    def __init__(self, alpha: float, beta: float, c: Any = None):
+        self.alpha = alpha
+        self.beta = beta
+        self.c = c
+
+    def __repr__(self) -> str:
+        return f"AlphaBeta(alpha={self.alpha!r}, beta={self.beta!r})"
+
+    def bind(self, ctx: EpilogueContext) -> BoundEpilogue:
+        from ..kernels._device import make_offset  # device helpers live with the kernels
+
+        scalar = ctx.dtype.type
+        if self.beta == 0 or self.c is None:
+            def make():
+                @cuda.jit(device=True)
+                def scale(value, row, col, args):
+                    return args[0] * value
+
+                return scale
+
+            return BoundEpilogue(("alphabeta", "no-c"), (scalar(self.alpha),), make)
+
+        c = ctx.adapt(self.c, "c")
+        c_off = make_offset(c.layout)
+
+        def make():
+            @cuda.jit(device=True)
+            def scale_add(value, row, col, args):
+                return args[0] * value + args[1] * args[2][c_off(row, col, args[3])]
+
+            return scale_add
+
+        args = (scalar(self.alpha), scalar(self.beta), c.flat(), np.int64(c.ld))
+        return BoundEpilogue(("alphabeta", "c", c.layout.value), args, make)

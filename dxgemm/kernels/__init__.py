@@ -1,0 +1,99 @@
+"""The handwritten GEMM ladder, one rung per module, in the order it was climbed.
+
+=============  ==================================================================
+``naive``       one thread per output, straight from global memory
+``coalesced``   the warp laid along the output's contiguous dimension
+``smem``        32x32 tiles of A and B staged in shared memory
+``blocktile1d`` each thread computes a column of 8 outputs (register reuse of B)
+``blocktile2d`` each thread computes an 8x8 patch (outer products in registers)
+``vectorized``  128-bit global loads and a transposed A tile for 128-bit shared loads
+``warptile``    a warp-level tile between the block tile and the thread tile
+=============  ==================================================================
+
+Each rung module exposes ``build(spec) -> BuiltKernel``; this package compiles it with an
+explicit signature (one specialisation per :class:`KernelSpec`) and caches the result for
+the process, so new arrays or new sizes never recompile.  Every kernel takes the same
+arguments::
+
+    kernel(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args)
+
+``a``, ``b``, ``d`` are flat 1-D views, ``flags`` bit 0/1 say A/B may use 16-byte vector
+loads, ``epi_args`` is the bound epilogue's argument tuple.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import threading
+from dataclasses import dataclass
+
+from numba import cuda, typeof, types
+
+from ._device import SIMULATOR
+from ._spec import BuiltKernel, KernelSpec, Layout
+
+RUNGS: tuple[str, ...] = ("naive", "coalesced", "smem", "blocktile1d", "blocktile2d", "vectorized", "warptile")
+
+FLAG_VEC_A = 1
+FLAG_VEC_B = 2
+
+__all__ = ["RUNGS", "KernelSpec", "Layout", "CompiledKernel", "get_kernel", "compile_count", "FLAG_VEC_A", "FLAG_VEC_B"]
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    """A rung compiled for one spec and one epilogue argument type."""
+
+    backend: str
+    built: BuiltKernel
+    kernel: object  # numba.cuda dispatcher with exactly one signature
+
+    def launch(self, stream, a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args) -> None:
+        grid = self.built.grid(m, n)
+        self.kernel[grid, self.built.block, stream](a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args)
+
+
+_cache: dict[tuple, CompiledKernel] = {}
+_lock = threading.Lock()
+_compiles = 0
+
+
+def compile_count() -> int:
+    """How many kernels this process has compiled (tests use it to prove cache hits)."""
+    return _compiles
+
+
+def get_kernel(backend: str, spec: KernelSpec, epi_args: tuple, make_epilogue) -> CompiledKernel:
+    """The compiled kernel of ``backend`` for ``spec``, compiling it on first use.
+
+    ``make_epilogue()`` builds the epilogue device function; it is called only on a miss.
+    """
+    arg_type = typeof(epi_args)
+    key = (backend, spec, arg_type)
+    hit = _cache.get(key)
+    if hit is not None:
+        return hit
+    with _lock:
+        hit = _cache.get(key)
+        if hit is None:
+            hit = _compile(backend, dataclasses.replace(spec, epilogue_fn=make_epilogue()), arg_type)
+            _cache[key] = hit
+    return hit
+
+
+def _compile(backend: str, spec: KernelSpec, epi_type) -> CompiledKernel:
+    global _compiles
+    module = importlib.import_module(f".{backend}", __name__)
+    built: BuiltKernel = module.build(spec)
+    elem = typeof(spec.dtype.type(0))
+    flat = types.Array(elem, 1, "C")
+    i64 = types.int64
+    sig = types.void(flat, flat, flat, i64, i64, i64, i64, i64, i64, i64, epi_type)
+    threads = 1
+    for extent in built.block:
+        threads *= extent
+    options = {} if SIMULATOR else {"launch_bounds": threads}
+    kernel = cuda.jit(sig, **options)(built.pyfunc)
+    _compiles += 1
+    return CompiledKernel(backend, built, kernel)

@@ -1,0 +1,69 @@
+"""What a compiled handwritten kernel depends on, and nothing else.
+
+A kernel is specialised on the element type, on how each operand is laid out in memory
+and on the epilogue's *structure*.  Sizes, leading dimensions, pointers, alpha, beta and
+bias values are run-time arguments, so a new problem size never compiles a new kernel.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+
+class Layout(str, enum.Enum):
+    """How a 2-D operand sits in memory: which index has unit stride.
+
+    ``ROW``: element (i, j) lives at ``i * ld + j`` (C order, a row is contiguous).
+    ``COL``: element (i, j) lives at ``i + j * ld`` (Fortran order, a column is contiguous).
+    """
+
+    ROW = "row"
+    COL = "col"
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """The compile-time part of one GEMM launch.
+
+    ``epilogue_fn`` is the device function ``f(value, row, col, args)`` built from the
+    epilogue chain; ``epilogue_key`` identifies it (its structure and argument types) and
+    is what the in-process kernel cache hashes, never the function object itself.
+    """
+
+    dtype: np.dtype
+    layout_a: Layout
+    layout_b: Layout
+    layout_d: Layout
+    epilogue_key: tuple
+    epilogue_fn: Callable = None  # excluded from hashing below
+
+    def __hash__(self) -> int:
+        return hash((self.dtype.str, self.layout_a, self.layout_b, self.layout_d, self.epilogue_key))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, KernelSpec) and hash(self) == hash(other) and (
+            self.dtype, self.layout_a, self.layout_b, self.layout_d, self.epilogue_key
+        ) == (other.dtype, other.layout_a, other.layout_b, other.layout_d, other.epilogue_key)
+
+
+@dataclass(frozen=True)
+class BuiltKernel:
+    """A rung specialised for one :class:`KernelSpec`: the kernel's Python function (compiled
+    by :mod:`dxgemm.kernels` with an explicit signature), its block shape, and the output
+    tile one block covers.
+
+    The grid is ``(ceil(n / tile_n), ceil(m / tile_m))``: ``blockIdx.x`` walks output
+    columns, ``blockIdx.y`` output rows.
+    """
+
+    pyfunc: Callable
+    block: tuple[int, ...]
+    tile_m: int
+    tile_n: int
+
+    def grid(self, m: int, n: int) -> tuple[int, int]:
+        return (-(-n // self.tile_n), -(-m // self.tile_m))
