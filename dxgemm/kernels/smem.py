@@ -37,10 +37,11 @@ def build(spec: KernelSpec) -> BuiltKernel:
     zero = dt.type(0)
     T = U(TILE)
     nb = dt.type
+    tile_elems = TILE * TILE
 
     def smem_gemm(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args):
-        a_tile = cuda.shared.array(TILE * TILE, nb, alignment=SMEM_ALIGN)
-        b_tile = cuda.shared.array(TILE * TILE, nb, alignment=SMEM_ALIGN)
+        a_tile = cuda.shared.array(tile_elems, nb, alignment=SMEM_ALIGN)
+        b_tile = cuda.shared.array(tile_elems, nb, alignment=SMEM_ALIGN)
         tid = U(cuda.threadIdx.y) * T + U(cuda.threadIdx.x)
         if x_walks_cols:
             tr = U(cuda.threadIdx.y)
