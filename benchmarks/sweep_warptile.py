@@ -1,0 +1,83 @@
+"""Time warptile configurations at 4096^3 against cuBLAS (used to choose warptile.CONFIGS).
+
+    python benchmarks/sweep_warptile.py [--size 4096]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+CANDIDATES = {
+    "float32": [
+        dict(threads=128, BM=128, BN=128, BK=16, WM=64, WN=64, WNITER=4, TM=8, TN=4),
+        dict(threads=128, BM=128, BN=128, BK=8, WM=64, WN=64, WNITER=4, TM=8, TN=4),
+        dict(threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, WNITER=2, TM=8, TN=4),
+        dict(threads=256, BM=128, BN=256, BK=8, WM=64, WN=64, WNITER=4, TM=8, TN=4),
+        dict(threads=128, BM=64, BN=128, BK=16, WM=32, WN=64, WNITER=4, TM=4, TN=4),
+    ],
+    "float64": [
+        dict(threads=256, BM=128, BN=128, BK=8, WM=64, WN=32, WNITER=2, TM=8, TN=4),
+        dict(threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, WNITER=2, TM=8, TN=4),
+        dict(threads=128, BM=128, BN=64, BK=8, WM=64, WN=32, WNITER=2, TM=8, TN=4),
+        dict(threads=128, BM=64, BN=64, BK=16, WM=32, WN=32, WNITER=2, TM=4, TN=4),
+        dict(threads=128, BM=128, BN=128, BK=8, WM=64, WN=64, WNITER=4, TM=8, TN=4),
+        dict(threads=256, BM=128, BN=128, BK=8, WM=32, WN=64, WNITER=4, TM=4, TN=4),
+    ],
+}
+
+
+def main() -> None:
+    import cupy
+    from numba import cuda, typeof, types
+
+    import dxgemm
+    from dxgemm.bench import time_ms
+    from dxgemm.epilogues._base import AlphaBeta, EpilogueContext
+    from dxgemm.kernels import warptile
+    from dxgemm.kernels._spec import KernelSpec, Layout
+    from dxgemm.testing import check
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--size", type=int, default=4096)
+    n = parser.parse_args().size
+    rng = cupy.random.default_rng(0)
+    for dtype_name, configs in CANDIDATES.items():
+        dtype = np.dtype(dtype_name)
+        a = rng.standard_normal((n, n), dtype=np.float64).astype(dtype)
+        b = rng.standard_normal((n, n), dtype=np.float64).astype(dtype)
+        d = cupy.empty((n, n), dtype)
+        base = time_ms(lambda: cupy.matmul(a, b, out=d), warmup=2, reps=10)
+        print(f"{dtype_name} cuBLAS {2 * n**3 / base / 1e9:.2f} TFLOP/s", flush=True)
+        bound = AlphaBeta(1.0, 0.0).bind(EpilogueContext(n, n, dtype, adapt=None))
+        spec = KernelSpec(dtype, Layout.ROW, Layout.ROW, Layout.ROW, bound.key, bound.make())
+        flat = types.Array(typeof(dtype.type(0)), 1, "C")
+        i64 = types.int64
+        sig = types.void(flat, flat, flat, i64, i64, i64, i64, i64, i64, i64, typeof(bound.args))
+        fa, fb, fd = (cuda.as_cuda_array(x.ravel()) for x in (a, b, d))
+        for cfg in configs:
+            try:
+                built = warptile.build(spec, **cfg)
+                kernel = cuda.jit(sig, launch_bounds=cfg["threads"])(built.pyfunc)
+                grid = built.grid(n, n)
+                stream = cuda.external_stream(cupy.cuda.get_current_stream().ptr)
+                launch = lambda: kernel[grid, built.block, stream](fa, fb, fd, n, n, n, n, n, n, 3, bound.args)  # noqa
+                d.fill(np.nan)
+                ms = time_ms(launch, warmup=2, reps=10)
+                err = check(d, a.astype(np.float64), b.astype(np.float64), dtype)
+                regs = kernel.get_regs_per_thread()
+                local = kernel.get_local_mem_per_thread()
+                print(f"  {cfg} -> {2 * n**3 / ms / 1e9:6.2f} TFLOP/s ({base / ms:.3f}x) regs={regs} "
+                      f"local={local} err={err:.3f}", flush=True)
+            except Exception as exc:  # report and go on: this is a sweep
+                print(f"  {cfg} -> failed: {type(exc).__name__}: {exc}", flush=True)
+    del dxgemm
+
+
+if __name__ == "__main__":
+    main()

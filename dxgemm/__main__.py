@@ -1,0 +1,147 @@
+"""Command line: ``python -m dxgemm {demo,bench,info}``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+def _has_gpu() -> bool:
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        return False
+    from numba import cuda
+
+    try:
+        return bool(cuda.is_available())
+    except Exception:
+        return False
+
+
+def _parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    shapes = []
+    for item in text.split(","):
+        parts = [int(p) for p in item.lower().split("x")]
+        if len(parts) == 1:
+            parts = parts * 3
+        if len(parts) != 3 or min(parts) < 1:
+            raise argparse.ArgumentTypeError(f"size {item!r} must be N or MxNxK with positive integers")
+        shapes.append(tuple(parts))
+    return shapes
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from . import _info
+
+    gpu = _info.gpu()
+    if gpu:
+        print(f"GPU: {gpu['name']}  compute capability {gpu['compute_capability']}  {gpu['sm_count']} SMs")
+    else:
+        print("GPU: none found (CPU-only machine; kernels can still run under NUMBA_ENABLE_CUDASIM=1)")
+    for name, version in _info.versions().items():
+        print(f"  {name:24} {version or '-'}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from . import BACKENDS, gemm
+    from .testing import check
+
+    if not _has_gpu():
+        if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+            print("No CUDA GPU found: running the ladder at a small size under Numba's CUDA simulator instead.",
+                  flush=True)
+            env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+            return subprocess.call([sys.executable, "-m", "dxgemm", "demo", "--size", str(min(args.size, 40))], env=env)
+        from numba import cuda
+
+        size = args.size
+        rng = np.random.default_rng(0)
+        print(f"{'backend':12} {'dtype':8} {'size':>5} {'correct':>8} {'seconds (simulated)':>20}")
+        for dtype in (np.float32, np.float64):
+            a = rng.standard_normal((size, size + 3)).astype(dtype)
+            b = rng.standard_normal((size + 3, size - 1)).astype(dtype)
+            for backend in BACKENDS:
+                start = time.perf_counter()
+                d = gemm(cuda.to_device(a), cuda.to_device(b), backend=backend).copy_to_host()
+                ok = check(d, a.astype(np.float64), b.astype(np.float64), np.dtype(dtype)) <= 1
+                print(f"{backend:12} {np.dtype(dtype).name:8} {size:5d} {str(ok):>8} {time.perf_counter() - start:20.2f}")
+        return 0
+
+    import cupy
+
+    from .bench import time_ms
+
+    n = args.size
+    rng = cupy.random.default_rng(0)
+    print(f"{'backend':12} {'dtype':8} {'size':>5} {'correct':>8} {'ms':>9} {'TFLOP/s':>8}")
+    for dtype in (np.float32, np.float64):
+        a = rng.standard_normal((n, n), dtype=np.float64).astype(dtype)
+        b = rng.standard_normal((n, n), dtype=np.float64).astype(dtype)
+        d = cupy.empty((n, n), dtype)
+        for backend in list(BACKENDS) + ["cublas"]:
+            if backend == "cublas":
+                launch = lambda: cupy.matmul(a, b, out=d)  # noqa: E731
+            else:
+                launch = lambda: gemm(a, b, d, backend=backend)  # noqa: E731
+            d.fill(np.nan)
+            ms = time_ms(launch, warmup=1, reps=5)
+            ok = check(d, a.astype(np.float64), b.astype(np.float64), np.dtype(dtype)) <= 1
+            print(f"{backend:12} {np.dtype(dtype).name:8} {n:5d} {str(ok):>8} {ms:9.3f} {2 * n**3 / ms / 1e9:8.2f}",
+                  flush=True)
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    if not _has_gpu():
+        print("python -m dxgemm bench needs a CUDA GPU; none was found.", file=sys.stderr)
+        return 2
+    from . import BACKENDS, bench
+
+    backends = args.backends.split(",") if args.backends else list(BACKENDS)
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown:
+        print(f"unknown backend(s) {unknown}; choose from {', '.join(BACKENDS)}", file=sys.stderr)
+        return 2
+    dtypes = [np.dtype(d) for d in args.dtypes.split(",")]
+    peaks = bench.measure_peaks(dtypes)
+    records = bench.run(args.sizes, dtypes, backends, warmup=args.warmup, reps=args.reps, progress=not args.quiet)
+    print(bench.table(records))
+    print("peaks: " + ", ".join(f"{k}={v:.1f}" for k, v in peaks.items()))
+    if args.json:
+        bench.save(args.json, records, peaks)
+        png = args.png or os.path.splitext(args.json)[0] + ".png"
+        bench.plot(args.json, png)
+        print(f"wrote {args.json} and {png}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dxgemm", description="Fused GEMM kernels for NVIDIA GPUs.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("info", help="GPU, compute capability and versions of the stack")
+    p.set_defaults(func=cmd_info)
+    p = sub.add_parser("demo", help="run every backend once, check it and time it")
+    p.add_argument("--size", type=int, default=2048, help="square size on a GPU (default 2048)")
+    p.set_defaults(func=cmd_demo)
+    p = sub.add_parser("bench", help="time every backend against cuBLAS")
+    p.add_argument("--sizes", type=_parse_shapes, default=_parse_shapes("1024,2048,4096"),
+                   help="comma-separated N or MxNxK (default 1024,2048,4096)")
+    p.add_argument("--dtypes", default="float32,float64")
+    p.add_argument("--backends", default=None, help="comma-separated subset of the backends")
+    p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--json", help="write the result file here (and a PNG plot beside it)")
+    p.add_argument("--png", help="where to draw the plot (default: the JSON path with .png)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_bench)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""Test set-up: CPU tests run the real kernels under Numba's CUDA simulator.
+
+``pytest -m gpu`` selects the GPU tests and runs on the real device; any other selection
+sets ``NUMBA_ENABLE_CUDASIM=1`` before Numba is imported, so CI needs no GPU.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+
+def _gpu_run(config) -> bool:
+    expr = config.getoption("-m") or ""
+    return "gpu" in expr and "not gpu" not in expr
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (run with -m gpu on a GPU machine)")
+    if not _gpu_run(config):
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+
+
+def pytest_collection_modifyitems(config, items):
+    if _gpu_run(config):
+        return
+    skip = pytest.mark.skip(reason="GPU test: run `python -m pytest -m gpu` on a GPU machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(20261122)

@@ -1,0 +1,127 @@
+"""The same checks on a real GPU, at real sizes: ``python -m pytest -m gpu``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dxgemm
+from dxgemm.testing import assert_close
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [(1, 1, 1), (17, 17, 17), (1000, 1000, 1000), (4096, 4096, 4096), (4096, 64, 4096), (1, 4096, 4096),
+          (333, 1, 77)]
+DTYPES = [np.float32, np.float64]
+
+
+@pytest.fixture(scope="module")
+def cp():
+    return pytest.importorskip("cupy")
+
+
+def _operands(cp, m, n, k, dtype, seed=0):
+    rng = cp.random.default_rng(seed)
+    a = rng.standard_normal((m, k), dtype=np.float64).astype(dtype)
+    b = rng.standard_normal((k, n), dtype=np.float64).astype(dtype)
+    return a, b
+
+
+@pytest.mark.parametrize("backend", dxgemm.BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_shapes(cp, backend, dtype, shape):
+    m, n, k = shape
+    if backend in ("naive", "coalesced") and m * n * k > 2**34:
+        pytest.skip("the first rungs are too slow for this size to be worth the device time")
+    a, b = _operands(cp, m, n, k, dtype)
+    c = cp.full((m, n), cp.nan, dtype)
+    out = dxgemm.gemm(a, b, c, backend=backend)
+    assert out is c
+    assert_close(c, a.astype(np.float64), b.astype(np.float64), np.dtype(dtype))
+
+
+@pytest.mark.parametrize("backend", dxgemm.BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_views_alpha_beta(cp, backend, dtype):
+    m, n, k = 1000, 777, 513
+    rng = cp.random.default_rng(7)
+    big_a = rng.standard_normal((m + 9, k + 11), dtype=np.float64).astype(dtype)
+    a = big_a[4:4 + m, 3:3 + k]                      # strided view (unaligned, odd leading dimension)
+    b = rng.standard_normal((n, k), dtype=np.float64).astype(dtype).T  # transposed view
+    c0 = rng.standard_normal((m, n), dtype=np.float64).astype(dtype)
+    c = cp.asfortranarray(c0)
+    dxgemm.gemm(a, b, c, alpha=0.5, beta=-2.0, backend=backend)
+    assert_close(c, a.astype(np.float64), b.astype(np.float64), np.dtype(dtype), alpha=0.5, beta=-2.0,
+                 c=c0.astype(np.float64))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_torch_tensors_and_streams(cp, dtype):
+    torch = pytest.importorskip("torch")
+    m, n, k = 1000, 1000, 1000
+    tdt = getattr(torch, np.dtype(dtype).name)
+    a = torch.randn(m, k, device="cuda", dtype=tdt)
+    b = torch.randn(k, n, device="cuda", dtype=tdt)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        out = dxgemm.gemm(a, b)
+    stream.synchronize()
+    assert isinstance(out, torch.Tensor) and out.device == a.device and out.dtype == tdt
+    a64, b64, d = (cp.asarray(x).astype(np.float64) for x in (a, b, out))
+    assert_close(d, a64, b64, np.dtype(dtype))
+    out2 = dxgemm.gemm(a, b, stream=stream)  # explicit PyTorch stream
+    stream.synchronize()
+    assert_close(cp.asarray(out2).astype(np.float64), a64, b64, np.dtype(dtype))
+
+
+def test_numba_device_arrays(cp):
+    from numba import cuda
+
+    a, b = _operands(cp, 300, 200, 100, np.float64)
+    out = dxgemm.gemm(cuda.as_cuda_array(a), cuda.as_cuda_array(b))
+    assert isinstance(out, cuda.devicearray.DeviceNDArray)
+    cuda.synchronize()
+    assert_close(cp.asarray(out), a, b, np.dtype(np.float64))
+
+
+def test_cupy_stream_and_raw_handle(cp):
+    a, b = _operands(cp, 512, 384, 256, np.float32)
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        a2, b2 = a.copy(), b.copy()
+        out = dxgemm.gemm(a2, b2)  # CuPy's current stream is s
+        out2 = dxgemm.gemm(a2, b2, stream=s.ptr)
+    s.synchronize()
+    for d in (out, out2):
+        assert_close(d, a.astype(np.float64), b.astype(np.float64), np.dtype(np.float32))
+
+
+def test_nan_in_c_does_not_leak_with_beta_zero(cp):
+    a, b = _operands(cp, 129, 131, 67, np.float64)
+    c = cp.full((129, 131), cp.nan)
+    dxgemm.gemm(a, b, c, beta=0.0)
+    assert not bool(cp.isnan(c).any())
+
+
+def test_no_recompilation_across_sizes(cp):
+    from dxgemm.kernels import compile_count
+
+    a, b = _operands(cp, 256, 256, 256, np.float32)
+    dxgemm.gemm(a, b, backend="warptile")
+    before = compile_count()
+    for m, n, k in [(100, 200, 300), (4096, 64, 4096), (3, 5, 7)]:
+        a, b = _operands(cp, m, n, k, np.float32)
+        dxgemm.gemm(a, b, backend="warptile")
+    assert compile_count() == before
+
+
+def test_devices_must_match(cp):
+    if cp.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("needs two GPUs")
+    a, _ = _operands(cp, 8, 8, 8, np.float64)
+    with cp.cuda.Device(1):
+        b = cp.ones((8, 8))
+    with pytest.raises(ValueError, match="a is on GPU 0 but b is on GPU 1"):
+        dxgemm.gemm(a, b)

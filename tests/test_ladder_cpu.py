@@ -1,0 +1,110 @@
+"""Every rung x both dtypes x layouts, under the CUDA simulator, against a float64 reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import dxgemm
+from dxgemm.testing import assert_close
+
+from ._sim import device_matrix, poisoned
+
+M, N, K = 33, 47, 29  # odd, and not a multiple of any tile
+DTYPES = [np.float32, np.float64]
+LAYOUTS = [("row", "row", "row"), ("col", "col", "col"), ("row", "col", "col"), ("col", "row", "row")]
+
+
+@pytest.mark.parametrize("backend", dxgemm.BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layouts", LAYOUTS, ids=lambda t: "-".join(t))
+def test_rung_matches_reference(backend, dtype, layouts, rng):
+    la, lb, lc = layouts
+    a = rng.standard_normal((M, K)).astype(dtype)
+    b = rng.standard_normal((K, N)).astype(dtype)
+    c = rng.standard_normal((M, N)).astype(dtype)
+    d_c = device_matrix(c, lc)
+    out = dxgemm.gemm(device_matrix(a, la), device_matrix(b, lb), d_c, alpha=-0.75, beta=1.5, backend=backend)
+    assert out is d_c
+    assert_close(out.copy_to_host(), a.astype(np.float64), b.astype(np.float64), np.dtype(dtype),
+                 alpha=-0.75, beta=1.5, c=c.astype(np.float64))
+
+
+@pytest.mark.parametrize("backend", dxgemm.BACKENDS)
+def test_beta_zero_never_reads_c(backend, rng):
+    a = rng.standard_normal((M, K))
+    b = rng.standard_normal((K, N))
+    c = poisoned((M, N), np.float64, "col")
+    out = dxgemm.gemm(device_matrix(a, "row"), device_matrix(b, "row"), c, backend=backend)
+    assert_close(out.copy_to_host(), a, b, np.dtype(np.float64))
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    backend=st.sampled_from(dxgemm.BACKENDS),
+    dtype=st.sampled_from(DTYPES),
+    m=st.integers(1, 40), n=st.integers(1, 40), k=st.integers(1, 40),
+    la=st.sampled_from(["row", "col", "view", "T"]),
+    lb=st.sampled_from(["row", "col", "view", "T"]),
+    lc=st.sampled_from(["row", "col", "view"]),
+    seed=st.integers(0, 2**31),
+)
+def test_random_shapes_layouts_views(backend, dtype, m, n, k, la, lb, lc, seed):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    c = poisoned((m, n), dtype, lc)
+    out = dxgemm.gemm(device_matrix(a, la), device_matrix(b, lb), c, backend=backend)
+    assert_close(out.copy_to_host(), a.astype(np.float64), b.astype(np.float64), np.dtype(dtype))
+
+
+def test_new_array_returned_with_a_library(rng):
+    from numba import cuda
+
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    b = rng.standard_normal((K, N)).astype(np.float32)
+    out = dxgemm.gemm(cuda.to_device(a), cuda.to_device(b))
+    assert out.shape == (M, N) and out.dtype == np.float32
+    assert_close(out.copy_to_host(), a.astype(np.float64), b.astype(np.float64), np.dtype(np.float32))
+
+
+def test_zero_sizes_follow_blas(rng):
+    from numba import cuda
+
+    c = rng.standard_normal((5, 4))
+    out = dxgemm.gemm(cuda.to_device(np.empty((5, 0))), cuda.to_device(np.empty((0, 4))), cuda.to_device(c),
+                      beta=2.0, backend="smem")
+    np.testing.assert_array_equal(out.copy_to_host(), 2.0 * c)
+    empty = dxgemm.gemm(cuda.to_device(np.ones((0, 3))), cuda.to_device(np.ones((3, 4))))
+    assert empty.shape == (0, 4)
+
+
+def test_nan_and_inf_in_inputs_propagate(rng):
+    from numba import cuda
+
+    a = rng.standard_normal((9, 6))
+    b = rng.standard_normal((6, 7))
+    a[2, 3] = np.nan
+    b[1, 5] = np.inf
+    out = dxgemm.gemm(cuda.to_device(a), cuda.to_device(b), backend="warptile").copy_to_host()
+    assert np.isnan(out[2]).all()
+    assert np.isinf(out[:, 5]).sum() + np.isnan(out[:, 5]).sum() == 9
+
+
+def test_no_recompile_for_new_arrays_or_sizes(rng):
+    from numba import cuda
+
+    from dxgemm.kernels import compile_count
+
+    def run(m, n, k):
+        a = cuda.to_device(rng.standard_normal((m, k)))
+        b = cuda.to_device(rng.standard_normal((k, n)))
+        return dxgemm.gemm(a, b, backend="blocktile1d", alpha=0.5)
+
+    run(7, 9, 5)
+    before = compile_count()
+    run(7, 9, 5)
+    run(13, 3, 21)
+    assert compile_count() == before
