@@ -76,7 +76,7 @@ def measure_peaks(dtypes: Iterable[np.dtype]) -> dict:
     """Measured ceilings: copy bandwidth (GB/s) and SIMT FMA TFLOP/s per dtype."""
     import cupy
 
-    from .kernels._peak import CHAINS, ITERATIONS, fma_peak_kernel
+    from .kernels._peak import CHAINS, ITERATIONS, UNROLL, fma_peak_kernel
 
     nbytes = 1 << 30
     src = cupy.ones(nbytes // 4, np.float32)
@@ -91,7 +91,7 @@ def measure_peaks(dtypes: Iterable[np.dtype]) -> dict:
         seed = np.dtype(dtype).type(1.0)
         out = cupy.zeros(1, dtype)
         ms = time_ms(lambda: kernel[blocks, threads, stream](out, seed), warmup=2, reps=5)
-        flops = 2 * CHAINS * ITERATIONS * blocks * threads
+        flops = 2 * CHAINS * UNROLL * ITERATIONS * blocks * threads
         peaks[f"fma_tflops_{np.dtype(dtype).name}"] = flops / ms / 1e9
     return peaks
 

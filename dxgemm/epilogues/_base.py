@@ -13,8 +13,8 @@ An epilogue is a *value object* describing what to do with each accumulated elem
 
 The device function a bound epilogue builds has the signature
 ``f(value, row, col, args) -> value``: ``value`` is the accumulator element (in the
-accumulator's dtype), ``row``/``col`` its global indices (``int64``), ``args`` this
-epilogue's run-time tuple.  Kernels call it once per output element, in registers.
+accumulator's dtype), ``row``/``col`` its global indices (``int64``: a chain converts the
+kernel's unsigned indices once), ``args`` this epilogue's run-time tuple.  Kernels call it once per output element, in registers.
 
 Stages compose with ``|`` left to right: ``first | second`` applies ``first`` and then
 ``second``.  ``alpha``/``beta`` scaling is itself the first stage of every chain
@@ -106,16 +106,11 @@ class Chain(Epilogue):
 
 def compose(functions: list[Callable]) -> Callable:
     """One device function applying ``functions`` in order, each with its own argument tuple."""
-    if not functions:
-        @cuda.jit(device=True)
-        def identity(value, row, col, args):
-            return value
-
-        return identity
     names = [f"_f{i}" for i in range(len(functions))]
     body = "".join(f"    value = {name}(value, row, col, args[{i}])\n" for i, name in enumerate(names))
-    source = f"def chained(value, row, col, args):\n{body}    return value\n"
-    namespace: dict = dict(zip(names, functions))
+    # Kernels index with uint64; stages get int64 so user code can mix indices with literals.
+    source = f"def chained(value, row, col, args):\n    row = int64(row)\n    col = int64(col)\n{body}    return value\n"
+    namespace: dict = dict(zip(names, functions), int64=np.int64)
     exec(compile(source, "<dxgemm epilogue chain>", "exec"), namespace)
     return cuda.jit(device=True)(namespace["chained"])
 

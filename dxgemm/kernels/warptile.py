@@ -26,11 +26,15 @@ from ._spec import BuiltKernel, KernelSpec, Layout
 WARP = 32
 
 # Per dtype: threads, block tile (BM, BN, BK), warp tile (WM, WN), sub-tiles across a warp
-# tile (WNITER) and thread tile (TM, TN).  float64 keeps 64 accumulators per thread (128
-# registers) where float32 keeps 128, so both stay clear of the 255-register limit.
+# tile (WNITER) and thread tile (TM, TN).  Chosen by benchmarks/sweep_warptile.py on the
+# H100 (benchmarks/results/h100_run1_sweep.log, 4096^3): for float32, 8 warps with 32x
+# (8x8) accumulators each (104 registers, two blocks per SM) beat siboehm's 4-warp
+# 64-accumulator layout (201 registers, 0.42x vs 0.55x cuBLAS); for float64, a 64x64
+# block tile with 4x8 accumulators per thread (96 registers) beat every larger tile
+# (0.215x vs <= 0.19x) — larger float64 tiles run out of registers and occupancy.
 CONFIGS = {
-    "float32": dict(threads=128, BM=128, BN=128, BK=16, WM=64, WN=64, WNITER=4, TM=8, TN=4),
-    "float64": dict(threads=256, BM=128, BN=128, BK=8, WM=64, WN=32, WNITER=2, TM=8, TN=4),
+    "float32": dict(threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, WNITER=2, TM=8, TN=4),
+    "float64": dict(threads=128, BM=64, BN=64, BK=16, WM=32, WN=32, WNITER=2, TM=4, TN=4),
 }
 
 

@@ -1,8 +1,21 @@
-"""GEMM on nvmath-python's cuBLASDx device pipelines (tensor cores, multi-stage TMA pipeline).
+"""GEMM on cuBLASDx device pipelines (tensor cores, multi-stage shared-memory pipeline).
 
-Not available yet: this package is filled by the pipeline-layer issue.  Nothing here may
-import ``nvmath.device`` at module import time, because it cannot be imported on a
-machine without a CUDA driver and ``import dxgemm`` must work there.
+Groundwork of the pipeline backend (issue 4), in layers:
+
+* :mod:`.config` — :class:`PipelineConfig` and :func:`suggest`: the host-side choice among
+  a small fixed set of configurations (pure Python, no GPU);
+* :mod:`.cache` — the on-disk cache of compiled cubins (atomic, locked, checksummed);
+* :mod:`._build` — compiles a kernel whose global shapes and leading dimensions are
+  *run-time* values (one cubin per configuration, not per size), on a GPU or, through
+  :mod:`._standin`, on a machine without one;
+* :mod:`._launch` — loads a cached cubin with cuda.core and launches it (no compiler);
+* :mod:`.kernels` — memo -> disk cache -> compile.
+
+Nothing here imports ``nvmath`` at import time: it needs a CUDA driver to import, and
+``import dxgemm`` must work without one.  Only a cache miss (a compile) imports it.
 """
 
-__all__: list[str] = []
+from .cache import CacheInfo, KernelCache, clear, info
+from .config import CONFIGS, DeviceInfo, PipelineConfig, suggest
+
+__all__ = ["PipelineConfig", "DeviceInfo", "CONFIGS", "suggest", "KernelCache", "CacheInfo", "clear", "info"]

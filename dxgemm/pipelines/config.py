@@ -1,0 +1,208 @@
+"""Pipeline configurations and the host-side choice among them.
+
+A configuration is what a pipeline kernel is compiled for besides dtype, arrangement and
+epilogue: the block tile ``tile_m x tile_n x tile_k``, the threads per block and the
+pipeline depth (shared-memory stages in flight).  Every distinct configuration is a
+separate cubin of several MB and a cold compile of minutes, so dxgemm keeps a *small,
+fixed* set of them (:data:`CONFIGS`) and :func:`suggest` only ever picks from that set —
+a new shape never means a new configuration, and the on-disk cache stays small.
+
+The set comes from the measured table in ``shared/notes/cublasdx-pipeline.md`` (H100,
+run-time-shape cubins, init + GEMM per call, against cuBLAS in the same run):
+
+=========  ===================  ======  =====  =====================================
+dtype      tile (m x n x k)     threads depth  measured
+=========  ===================  ======  =====  =====================================
+float64    128 x 128 x 32       256     2      0.82x @4096^3, 0.83x @8192^3 (best)
+float64    128 x 64 x 32        128     2      0.79-0.84x @4096^3, 0.80x @8192x8192x512
+float32    128 x 128 x 16       256     3      0.44x (best fp32 tried)
+float32    64 x 64 x 32         128     2      0.29x (small problems only)
+=========  ===================  ======  =====  =====================================
+
+Configurations that collapsed (fp64 128x128x32 with 128 threads, 256x128x16: ~0.2x,
+likely register spills) are deliberately absent.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["PipelineConfig", "DeviceInfo", "CONFIGS", "H100", "suggest", "waves", "wave_efficiency"]
+
+
+@dataclass(frozen=True, order=True)
+class PipelineConfig:
+    """One compiled pipeline kernel's shape: block tile, threads per block, pipeline depth."""
+
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    block_size: int
+    depth: int
+
+    def __post_init__(self) -> None:
+        for name in ("tile_m", "tile_n", "tile_k", "block_size", "depth"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.block_size % 32:
+            raise ValueError(f"block_size must be a multiple of 32 (whole warps), got {self.block_size}")
+
+    @property
+    def name(self) -> str:
+        """``"128x128x32_t256_d2"``: how records and cache listings name it."""
+        return f"{self.tile_m}x{self.tile_n}x{self.tile_k}_t{self.block_size}_d{self.depth}"
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    def smem_bytes(self, itemsize: int) -> int:
+        """Shared memory the A/B stages need: ``depth * (tile_m + tile_n) * tile_k * itemsize``.
+
+        An estimate (the pipeline's own ``buffer_size`` adds a little for its barriers);
+        used to reject configurations a device cannot hold.
+        """
+        return self.depth * (self.tile_m + self.tile_n) * self.tile_k * itemsize
+
+    def min_k(self) -> int:
+        """The pipeline prefetches ``depth`` K-tiles before computing: K must cover them."""
+        return self.tile_k * self.depth
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """The device properties :func:`suggest` reasons about."""
+
+    cc: tuple[int, int]
+    sm_count: int
+    smem_per_block: int  # opt-in maximum dynamic shared memory per block, bytes
+
+    @classmethod
+    def from_device(cls, device: Any = None) -> "DeviceInfo":
+        """Read the properties of ``device`` (an ordinal, default the current device) via cuda.core."""
+        from cuda.core import Device
+
+        dev = Device(device)
+        props = dev.properties
+        return cls(
+            cc=tuple(dev.compute_capability),
+            sm_count=int(props.multiprocessor_count),
+            smem_per_block=int(props.max_shared_memory_per_block_optin),
+        )
+
+
+H100 = DeviceInfo(cc=(9, 0), sm_count=132, smem_per_block=227 * 1024)
+"""H100 SXM (the measured host): 132 SMs, 227 KiB opt-in shared memory per block."""
+
+_F64 = np.dtype(np.float64)
+_F32 = np.dtype(np.float32)
+
+# The fixed set, best first for each dtype.  "large" is the default for big problems,
+# "small" the one for skinny or shallow problems (more blocks, shorter pipeline fill).
+CONFIGS: dict[np.dtype, dict[str, PipelineConfig]] = {
+    _F64: {
+        "large": PipelineConfig(128, 128, 32, 256, 2),
+        "small": PipelineConfig(128, 64, 32, 128, 2),
+    },
+    _F32: {
+        "large": PipelineConfig(128, 128, 16, 256, 3),
+        "small": PipelineConfig(64, 64, 32, 128, 2),
+    },
+}
+
+
+_SHALLOW_K_TILES = 16
+"""K of at most this many large-configuration K-tiles counts as shallow (see :func:`suggest`)."""
+
+
+def waves(m: int, n: int, config: PipelineConfig, sm_count: int) -> float:
+    """Output tiles divided by SM count (one resident block per SM for these configurations)."""
+    tiles = math.ceil(m / config.tile_m) * math.ceil(n / config.tile_n)
+    return tiles / sm_count
+
+
+def wave_efficiency(m: int, n: int, config: PipelineConfig, sm_count: int) -> float:
+    """Fraction of the SM-time of the launched waves that does useful work.
+
+    ``tiles / (ceil(tiles / SMs) * SMs)``: 1.0 when the tiles fill every wave, ~0.5 when the
+    last of two waves holds one tile.  Padding inside edge tiles counts as waste too.
+    """
+    tiles_m = math.ceil(m / config.tile_m)
+    tiles_n = math.ceil(n / config.tile_n)
+    tiles = tiles_m * tiles_n
+    full_waves = math.ceil(tiles / sm_count)
+    occupancy = tiles / (full_waves * sm_count)
+    useful = (m * n) / (tiles_m * config.tile_m * tiles_n * config.tile_n)
+    return occupancy * useful
+
+
+def suggest(m: int, n: int, k: int, dtype: Any, *, device: Any = None) -> PipelineConfig:
+    """The pipeline configuration for an ``m x n x k`` GEMM in ``dtype`` — one of :data:`CONFIGS`.
+
+    Reasoning, in order:
+
+    1. **Only a fixed set.**  Each configuration is a separate multi-MB cubin and minutes of
+       cold compile; choosing among two per dtype keeps the cache small and makes a new
+       shape free once both are compiled.
+    2. **Big problems take the large tile.**  A 128x128 tile reuses each loaded A/B element
+       128 times; on the H100 it was the fastest fp64 configuration measured (0.82-0.83x
+       cuBLAS at 4096^3 / 8192^3).  For fp32 the 128x128x16, depth 3 tile was the best
+       measured (0.44x; fp32 pipeline speed is an open problem, see the notes).
+    3. **Wave quantization.**  With one resident block per SM, a kernel runs in
+       ``ceil(tiles / SMs)`` waves; a problem with few tiles leaves SMs idle.  When the
+       large tile yields less than one full wave of work, or when the small tile's wave
+       efficiency (:func:`wave_efficiency`, which also counts tile padding) is clearly
+       better (by 15 %), the small tile wins: half the tile, twice the blocks.
+       Skinny outputs (``m`` or ``n`` below the large tile) are the extreme case.
+    4. **K depth.**  A pipeline of depth ``d`` prefetches ``d`` K-tiles; a K shorter than
+       ``tile_k * depth`` cannot fill it, and a short K (a few K-tiles) spends most of its
+       time filling and draining.  When K holds at most 16 of the large configuration's
+       K-tiles (512 for fp64, 256 for fp32) the small configuration is preferred: its
+       blocks are cheaper to fill and twice as many share the SMs.  The measured
+       8192x8192x512 fp64 case agrees (128x64x32: 0.80x cuBLAS against 0.73-0.77x for the
+       deeper 128x128 configurations).
+    5. **Fits the device.**  A configuration whose shared memory exceeds the device's
+       per-block opt-in limit is skipped.
+
+    ``device``: a :class:`DeviceInfo`, a device ordinal, or None — None means the current
+    device when a GPU is present and the H100's figures otherwise, so the choice can be
+    made (and tested) on a machine without a GPU.
+    """
+    for name, value in (("m", m), ("n", n), ("k", k)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    dt = np.dtype(dtype)
+    if dt not in CONFIGS:
+        raise TypeError(f"pipeline GEMM supports float32 and float64, not {dt}")
+    info = _device_info(device)
+    large, small = CONFIGS[dt]["large"], CONFIGS[dt]["small"]
+    fits = [c for c in (large, small) if c.smem_bytes(dt.itemsize) <= info.smem_per_block]
+    if not fits:
+        raise ValueError(f"no pipeline configuration fits {info.smem_per_block} bytes of shared memory per block")
+    if len(fits) == 1:
+        return fits[0]
+
+    if m < large.tile_m or n < large.tile_n:
+        return small  # skinny: the large tile would be mostly padding
+    if waves(m, n, large, info.sm_count) < 1.0:
+        return small  # not even one wave with the large tile
+    if k <= _SHALLOW_K_TILES * large.tile_k:
+        return small  # shallow K: pipeline fill/drain is a large share of the loop
+    if wave_efficiency(m, n, small, info.sm_count) > 1.15 * wave_efficiency(m, n, large, info.sm_count):
+        return small
+    return large
+
+
+def _device_info(device: Any) -> DeviceInfo:
+    if isinstance(device, DeviceInfo):
+        return device
+    if device is None:
+        try:
+            return DeviceInfo.from_device(None)
+        except Exception:  # no GPU or no driver: reason with the H100's figures
+            return H100
+    return DeviceInfo.from_device(device)

@@ -1,0 +1,128 @@
+"""Get a pipeline GEMM kernel: process memo -> on-disk cache -> compile.
+
+The warm path (``get_kernel`` with the entry on disk) reads one cache file and loads two
+cubins with cuda.core; it imports neither nvmath nor Numba.  Only a miss imports
+:mod:`._build` (and with it nvmath, libmathdx, Numba) and compiles, under the cache's
+per-key inter-process lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Hashable
+
+import numpy as np
+
+from .cache import CacheEntry, KernelCache, key_fields
+from .config import PipelineConfig
+
+__all__ = ["IDENTITY_EPILOGUE", "entry_fields", "get_entry", "get_kernel", "compile_count"]
+
+IDENTITY_EPILOGUE: Hashable = ("identity",)
+"""The epilogue key of a kernel built without an epilogue: it stores ``A @ B`` as is."""
+
+_memo: dict[tuple, Any] = {}
+_lock = threading.Lock()
+_compiles = 0
+
+
+def compile_count() -> int:
+    """How many pipeline kernels this process compiled (tests use it to prove cache hits)."""
+    return _compiles
+
+
+def entry_fields(
+    config: PipelineConfig,
+    dtype: Any,
+    arrangement: tuple[str, str, str],
+    epilogue_key: Hashable = IDENTITY_EPILOGUE,
+    *,
+    epi_arg_types: str = "()",
+    cc: tuple[int, int] = (9, 0),
+) -> dict:
+    """The cache-key fields of one kernel.  ``epi_arg_types``: the Numba type of the epilogue's arguments, as text."""
+    return key_fields(
+        cc=cc,
+        config=config,
+        dtype=np.dtype(dtype).name,
+        arrangement=tuple(arrangement),
+        epilogue_key=(epilogue_key, epi_arg_types),
+    )
+
+
+def get_entry(
+    config: PipelineConfig,
+    dtype: Any,
+    arrangement: tuple[str, str, str] = ("row_major", "row_major", "row_major"),
+    *,
+    epilogue_key: Hashable = IDENTITY_EPILOGUE,
+    make_epilogue: Callable[[], Callable] | None = None,
+    epi_args: tuple = (),
+    cc: tuple[int, int] = (9, 0),
+    cache: KernelCache | None = None,
+    log: Callable[[str], None] | None = None,
+) -> CacheEntry:
+    """The cache entry (cubins + launch metadata) of one kernel, compiling it on a miss."""
+    global _compiles
+    cache = cache or KernelCache()
+    arg_types = _numba_type_text(epi_args)
+    fields = entry_fields(config, dtype, arrangement, epilogue_key, epi_arg_types=arg_types, cc=cc)
+
+    def build():
+        global _compiles
+        from ._build import build as compile_kernel
+
+        epilogue = make_epilogue() if make_epilogue is not None else None
+        meta, blobs = compile_kernel(config, dtype, tuple(arrangement), epilogue, epi_args, cc=cc, log=log)
+        _compiles += 1
+        return meta, blobs
+
+    return cache.get_or_build(fields, build)
+
+
+def get_kernel(
+    config: PipelineConfig,
+    dtype: Any,
+    arrangement: tuple[str, str, str] = ("row_major", "row_major", "row_major"),
+    *,
+    device: int | None = None,
+    **kwargs: Any,
+):
+    """A loaded :class:`~._launch.PipelineKernel`, memoized per process and device."""
+    from ._launch import PipelineKernel
+
+    key = (config, np.dtype(dtype).name, tuple(arrangement), kwargs.get("epilogue_key", IDENTITY_EPILOGUE),
+           _numba_type_text(kwargs.get("epi_args", ())), device)
+    hit = _memo.get(key)
+    if hit is not None:
+        return hit
+    with _lock:
+        hit = _memo.get(key)
+        if hit is None:
+            hit = PipelineKernel(get_entry(config, dtype, arrangement, **kwargs), device)
+            _memo[key] = hit
+    return hit
+
+
+def _numba_type_text(epi_args: tuple) -> str:
+    """A stable description of the epilogue arguments' types without importing Numba.
+
+    Only what changes the compiled code counts: scalar dtypes and array dtype/ndim.
+    """
+    def describe(value: Any) -> str:
+        if isinstance(value, tuple):
+            return "(" + ",".join(describe(v) for v in value) + ")"
+        cai = getattr(value, "__cuda_array_interface__", None)
+        if cai is not None:
+            return f"array({np.dtype(cai['typestr']).name},{len(cai['shape'])})"
+        if isinstance(value, np.generic):
+            return value.dtype.name
+        if isinstance(value, bool):
+            return "bool"
+        if isinstance(value, int):
+            return "int64"
+        if isinstance(value, float):
+            return "float64"
+        return type(value).__name__
+
+    return describe(tuple(epi_args))

@@ -1,0 +1,307 @@
+"""Host-side tests of the pipeline layer: suggestion, cache keys, cache robustness.
+
+No GPU, no nvmath, no compiler: these run in CI on any machine.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dxgemm.pipelines import cache as cache_mod
+from dxgemm.pipelines.cache import CacheWarning, KernelCache, cache_key, key_fields
+from dxgemm.pipelines.config import CONFIGS, H100, DeviceInfo, PipelineConfig, suggest, wave_efficiency
+
+F64, F32 = np.dtype(np.float64), np.dtype(np.float32)
+VERSIONS = {"nvmath-python": "1.0.0", "libmathdx": "0.3.2.6", "numba-cuda": "0.30.4", "driver": 13000, "nvrtc": "13.5"}
+
+
+# --------------------------------------------------------------------------- suggest
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+def test_large_square_takes_large_tile(dtype):
+    for size in (2048, 4096, 8192):
+        assert suggest(size, size, size, dtype, device=H100) == CONFIGS[dtype]["large"]
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+@pytest.mark.parametrize("shape", [(1, 4096, 4096), (4096, 64, 4096), (64, 64, 64), (100, 8192, 1024)])
+def test_skinny_or_small_takes_small_tile(dtype, shape):
+    assert suggest(*shape, dtype, device=H100) == CONFIGS[dtype]["small"]
+
+
+def test_shallow_k_takes_small_tile():
+    # 8192x8192x512: the measured case where the shallower fp64 config won
+    assert suggest(8192, 8192, 512, F64, device=H100) == CONFIGS[F64]["small"]
+    assert suggest(8192, 8192, 8192, F64, device=H100) == CONFIGS[F64]["large"]
+
+
+def test_less_than_one_wave_takes_small_tile():
+    # 1024^2 with 128x128 tiles = 64 tiles < 132 SMs
+    assert suggest(1024, 1024, 4096, F64, device=H100) == CONFIGS[F64]["small"]
+
+
+def test_suggest_only_returns_known_configs():
+    known = {c for d in CONFIGS.values() for c in d.values()}
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        m, n, k = (int(x) for x in rng.integers(1, 20000, 3))
+        for dt in (F64, F32):
+            assert suggest(m, n, k, dt, device=H100) in known
+
+
+def test_suggest_respects_shared_memory():
+    tiny = DeviceInfo(cc=(9, 0), sm_count=132, smem_per_block=100 * 1024)
+    cfg = suggest(8192, 8192, 8192, F64, device=tiny)  # large needs 128 KiB, small 96 KiB
+    assert cfg == CONFIGS[F64]["small"] and cfg.smem_bytes(8) <= tiny.smem_per_block
+    with pytest.raises(ValueError):
+        suggest(8192, 8192, 8192, F64, device=DeviceInfo((9, 0), 132, 1024))
+
+
+def test_suggest_without_gpu_uses_h100_figures():
+    assert suggest(4096, 4096, 4096, F64) == suggest(4096, 4096, 4096, F64, device=H100)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, None])
+def test_suggest_rejects_bad_sizes(bad):
+    with pytest.raises(ValueError):
+        suggest(bad, 64, 64, F64, device=H100)
+
+
+def test_suggest_rejects_other_dtypes():
+    with pytest.raises(TypeError):
+        suggest(64, 64, 64, np.float16, device=H100)
+
+
+def test_wave_efficiency_bounds():
+    cfg = CONFIGS[F64]["large"]
+    assert wave_efficiency(128 * 12, 128 * 11, cfg, 132) == pytest.approx(1.0)
+    assert wave_efficiency(128 * 12, 128 * 11 + 128, cfg, 132) < 0.6  # 144 tiles: 2 waves, 12 in the 2nd
+
+
+def test_config_validation_and_name():
+    cfg = PipelineConfig(128, 128, 32, 256, 2)
+    assert cfg.name == "128x128x32_t256_d2"
+    assert cfg.min_k() == 64
+    with pytest.raises(ValueError):
+        PipelineConfig(128, 128, 32, 100, 2)
+    with pytest.raises(ValueError):
+        PipelineConfig(0, 128, 32, 256, 2)
+
+
+# --------------------------------------------------------------------------- keys
+
+
+def _fields(**over):
+    base = dict(
+        cc=(9, 0), config=CONFIGS[F64]["large"], dtype="float64",
+        arrangement=("row_major", "row_major", "row_major"), epilogue_key=("chain", ("alphabeta", "no-c")),
+        versions=VERSIONS,
+    )
+    base.update(over)
+    return key_fields(**base)
+
+
+def test_key_is_stable_and_order_independent():
+    assert cache_key(_fields()) == cache_key(_fields())
+    f = _fields()
+    assert cache_key(dict(reversed(list(f.items())))) == cache_key(f)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        dict(cc=(10, 0)),
+        dict(config=CONFIGS[F64]["small"]),
+        dict(dtype="float32"),
+        dict(arrangement=("col_major", "row_major", "row_major")),
+        dict(epilogue_key=("chain", ("alphabeta", "c", "row"))),
+        dict(versions={**VERSIONS, "nvmath-python": "1.0.1"}),
+        dict(versions={**VERSIONS, "libmathdx": "0.3.3"}),
+        dict(versions={**VERSIONS, "numba-cuda": "0.31.0"}),
+        dict(versions={**VERSIONS, "driver": 13010}),
+        dict(versions={**VERSIONS, "nvrtc": "13.0"}),
+    ],
+)
+def test_key_changes_with_everything_that_changes_code(change):
+    assert cache_key(_fields(**change)) != cache_key(_fields())
+
+
+def test_default_versions_need_no_nvmath_import():
+    code = (
+        "import sys; from dxgemm.pipelines.cache import toolchain_versions; v = toolchain_versions(); "
+        "assert 'nvmath' not in sys.modules, 'nvmath imported'; print(v)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env())
+    assert out.returncode == 0, out.stderr
+
+
+def test_import_dxgemm_does_not_import_nvmath():
+    code = "import sys, dxgemm, dxgemm.pipelines; assert 'nvmath' not in sys.modules"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env())
+    assert out.returncode == 0, out.stderr
+
+
+def _env(**extra):
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.update(extra)
+    return env
+
+
+# --------------------------------------------------------------------------- cache
+
+
+def _build_counter(calls: list, payload: bytes = b"\x7fELF" + b"x" * 1000):
+    def build():
+        calls.append(1)
+        return {"gemm_entry": "_Z4gemm", "dynamic_smem": 131104}, {"gemm": payload, "init": b"init-cubin"}
+
+    return build
+
+
+def test_roundtrip_and_hit(tmp_path):
+    cache = KernelCache(tmp_path)
+    calls: list = []
+    first = cache.get_or_build(_fields(), _build_counter(calls))
+    second = cache.get_or_build(_fields(), _build_counter(calls))
+    assert calls == [1]
+    assert second.blobs == first.blobs
+    assert second.meta["dynamic_smem"] == 131104
+    info = cache.info()
+    assert info.entries == 1 and info.size_bytes > 1000 and info.place == tmp_path
+
+
+def test_env_var_overrides_place(tmp_path, monkeypatch):
+    monkeypatch.setenv("DXGEMM_CACHE_DIR", str(tmp_path / "here"))
+    assert cache_mod.default_cache_dir() == tmp_path / "here"
+    assert KernelCache().root == tmp_path / "here"
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda raw: raw[: len(raw) // 2],  # truncated
+        lambda raw: raw[:-1] + bytes([raw[-1] ^ 0xFF]),  # flipped payload byte
+        lambda raw: b"garbage" + raw,  # bad magic
+        lambda raw: raw + b"extra",  # trailing bytes
+        lambda raw: raw.replace(b'"format": 1', b'"format": 0', 1),  # other format version
+        lambda raw: b"",  # empty file
+    ],
+    ids=["truncated", "bitflip", "magic", "trailing", "format", "empty"],
+)
+def test_corrupt_entry_is_warned_and_rebuilt(tmp_path, damage):
+    cache = KernelCache(tmp_path)
+    calls: list = []
+    entry = cache.get_or_build(_fields(), _build_counter(calls))
+    entry.path.write_bytes(damage(entry.path.read_bytes()))
+    with pytest.warns(CacheWarning):
+        again = cache.get_or_build(_fields(), _build_counter(calls))
+    assert calls == [1, 1]
+    assert again.blobs == entry.blobs
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cache.get_or_build(_fields(), _build_counter(calls))  # healthy again, silent
+    assert calls == [1, 1]
+
+
+def test_stale_entry_is_warned_and_rebuilt(tmp_path):
+    cache = KernelCache(tmp_path)
+    calls: list = []
+    other = cache.get_or_build(_fields(dtype="float32"), _build_counter(calls))
+    # an entry whose stored fields differ from the key it sits under (copied by hand, collision)
+    os.replace(other.path, cache.path(cache_key(_fields())))
+    with pytest.warns(CacheWarning, match="stale"):
+        cache.get_or_build(_fields(), _build_counter(calls))
+    assert calls == [1, 1]
+
+
+def test_clear(tmp_path):
+    cache = KernelCache(tmp_path)
+    calls: list = []
+    cache.get_or_build(_fields(), _build_counter(calls))
+    cache.get_or_build(_fields(dtype="float32"), _build_counter(calls))
+    assert cache.info().entries == 2
+    assert cache.clear() == 2
+    assert cache.info().entries == 0
+    assert cache_mod.clear(tmp_path) == 0
+
+
+def test_unwritable_cache_still_builds(tmp_path):
+    root = tmp_path / "ro"
+    root.mkdir()
+    (root / "kernels").write_text("a file where the folder should be")
+    cache = KernelCache(root)
+    calls: list = []
+    with pytest.warns(CacheWarning):
+        entry = cache.get_or_build(_fields(), _build_counter(calls))
+    assert calls == [1] and entry.blobs["init"] == b"init-cubin"
+
+
+def _writer(root: str, barrier, results, index: int) -> None:
+    import time
+
+    from dxgemm.pipelines.cache import KernelCache
+
+    def build():
+        time.sleep(0.5)  # long enough that the other process arrives while this one builds
+        results.append(index)
+        blob = bytes([index]) * 200_000
+        return {"writer": index}, {"gemm": blob, "init": blob[:10]}
+
+    barrier.wait()
+    entry = KernelCache(root).get_or_build(_fields(), build)
+    assert len(entry.blobs["gemm"]) == 200_000
+
+
+def test_two_processes_fill_the_cache_once(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Manager() as manager:
+        barrier = manager.Barrier(2)
+        results = manager.list()
+        procs = [ctx.Process(target=_writer, args=(str(tmp_path), barrier, results, i)) for i in (1, 2)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+            assert p.exitcode == 0
+        built = list(results)
+    assert len(built) == 1, f"both processes built the kernel: {built}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        entry = KernelCache(tmp_path).load(cache_key(_fields()), expect=_fields())
+    assert entry is not None and entry.meta["writer"] == built[0]
+    assert entry.blobs["gemm"] == bytes([built[0]]) * 200_000
+    leftovers = [p.name for p in (tmp_path / "kernels").iterdir() if p.name.endswith(".tmp")]
+    assert leftovers == []
+
+
+def test_concurrent_store_never_exposes_partial_entries(tmp_path):
+    """Two processes overwrite the same key repeatedly while a third reads: no reader sees a torn entry."""
+    script = (
+        "import sys; from dxgemm.pipelines.cache import KernelCache\n"
+        "c = KernelCache(sys.argv[1]); b = bytes([int(sys.argv[2])]) * 300_000\n"
+        "for _ in range(30): c.store('k' * 32, {'f': 1}, {'m': 1}, {'gemm': b})\n"
+    )
+    env = _env()
+    writers = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path), str(i)], env=env) for i in (3, 4)]
+    cache = KernelCache(tmp_path)
+    seen = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a torn read would warn (and fail the test)
+        while any(w.poll() is None for w in writers):
+            entry = cache.load("k" * 32)
+            if entry is not None:
+                assert len(set(entry.blobs["gemm"])) == 1
+                seen += 1
+    assert all(w.returncode == 0 for w in writers)
+    assert cache.load("k" * 32) is not None
