@@ -173,12 +173,12 @@ def plot(path_json: str, path_png: str) -> None:
         itemsize = np.dtype(dtype).itemsize
         intensity = 2 * sizes**3 / (3 * sizes**2 * itemsize)  # flop per byte, each matrix moved once
         roof = np.minimum(peaks[f"fma_tflops_{dtype}"], intensity * peaks["copy_gbps"] / 1e3)
-        ax.plot(sizes, roof, color="grey", lw=3, alpha=0.5, label="roofline (measured SIMT FMA, copy BW)")
+        ax.plot(sizes, roof, color="grey", lw=3, alpha=0.5, label="SIMT roofline (measured FMA rate, copy BW)")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("m = n = k")
         ax.set_ylabel("TFLOP/s")
         ax.set_title(f"{dtype} GEMM on {doc['gpu']['name']}")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="center right")
     fig.tight_layout()
     fig.savefig(path_png, dpi=120)

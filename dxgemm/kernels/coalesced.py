@@ -10,7 +10,8 @@ Memory traffic saved over naive: the operand loads per output are still ``2k``, 
 warp-wide access now uses whole cache lines instead of one element per 32-byte sector —
 up to 8x fewer bytes through the memory system for float32 (4x for float64).
 
-Reached on the H100: see the README's table (benchmarks/results/h100.json).
+Reached on the H100 (benchmarks/results/h100.json, 4096^3): 2.09 TFLOP/s float32
+(0.040x cuBLAS), 1.91 TFLOP/s float64 (0.032x cuBLAS).
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ Memory traffic saved over vectorized: global traffic is the same per output; per
 a warp reads ``WM + WN`` distinct shared values for ``WM * WN`` multiply-adds, and the
 larger K step (16) halves the barriers per multiply-add.
 
-Reached on the H100: see the README's table (benchmarks/results/h100.json).
+Reached on the H100 (benchmarks/results/h100.json, 4096^3): 28.83 TFLOP/s float32
+(0.554x cuBLAS), 13.09 TFLOP/s float64 (0.218x cuBLAS).
 """
 
 from __future__ import annotations
