@@ -4,8 +4,9 @@ Run from the repository root on the GPU host::
 
     . .whl/activate.sh && python benchmarks/pipeline_gpu_check.py
 
-(``.whl`` is not even needed: this script imports only CuPy, cuda.core, cuda.bindings and
-dxgemm's cache/launcher, never nvmath or Numba.)  It reads every entry of the kernel
+(``.whl`` provides numpy 2.4 for Numba, which ``import dxgemm`` loads; the pipeline part
+of this script uses only CuPy, cuda.core, cuda.bindings and dxgemm's cache/launcher —
+never nvmath, libmathdx or a compiler.)  It reads every entry of the kernel
 cache at ``$DXGEMM_CACHE_DIR``, by default ``devcarry/pipeline_cache`` — the cubins
 compiled on the CPU-only machine — and for each entry prints one row per shape: relative
 error against CuPy's matmul (cuBLAS), the pipeline's time per call (init kernel + GEMM,
@@ -42,7 +43,7 @@ SHAPES = [
     (4097, 4096, 4096),
     (128, 128, 32),  # K shorter than depth x tile_k for depth 2: refused
 ]
-TOLERANCE = {"float64": 1e-12, "float32": 1e-5}
+TOLERANCE = {"float64": 1e-12, "float32": 5e-5}  # error relative to max|ref|
 
 
 def _time_ms(fn, reps: int, stream) -> float:
@@ -86,7 +87,9 @@ def main() -> int:
     if not entries:
         print("no pipeline GEMM entries in the cache", file=sys.stderr)
         return 2
-    assert "nvmath" not in sys.modules and "numba" not in sys.modules, "the warm path imported a compiler"
+    # dxgemm/__init__ imports Numba (the handwritten ladder); the pipeline warm path itself
+    # must not pull in nvmath/libmathdx, whose import alone costs seconds.
+    assert "nvmath" not in sys.modules, "the warm path imported nvmath"
 
     rng = np.random.default_rng(0)
     stream = cp.cuda.Stream(non_blocking=True)

@@ -87,6 +87,8 @@ def _layout_of(shape: tuple[int, int], strides: tuple[int, int]) -> tuple[Layout
     """The layout and leading dimension under which ``strides`` can be addressed, if any."""
     rows, cols = shape
     s0, s1 = strides
+    if rows == 0 or cols == 0:  # an empty matrix is never addressed
+        return Layout.ROW, max(cols, 1)
     if rows <= 1 and cols <= 1:
         return Layout.ROW, 1
     if (s1 == 1 or cols == 1) and (rows == 1 or s0 >= max(cols, 1)):
@@ -132,7 +134,10 @@ def as_operand(obj: Any, name: str, *, output: bool = False) -> Operand:
         raise TypeError(f"{name} has dtype {dtype}; dxgemm supports float32 and float64")
     if byte_strides is None:
         byte_strides = (shape[1] * dtype.itemsize, dtype.itemsize)
-    if any(s % dtype.itemsize for s in byte_strides):
+    if 0 in shape:
+        strides = (0, 0)
+        layout, ld = _layout_of(shape, strides)
+    elif any(s % dtype.itemsize for s in byte_strides):
         layout, ld = None, 0
         strides = (0, 0)
     else:

@@ -19,6 +19,9 @@ def _gpu_run(config) -> bool:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (run with -m gpu on a GPU machine)")
+    # Small test grids trip Numba's occupancy warning; matched by message so that no Numba
+    # module is imported before the simulator switch below is set.
+    config.addinivalue_line("filterwarnings", "ignore:Grid size")
     if not _gpu_run(config):
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
 

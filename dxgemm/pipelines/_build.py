@@ -165,7 +165,7 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, layout_d: str, fra
 _INIT_SOURCE = """
 // dxgemm: fill a cuBLASDx device pipeline's storage for run-time-shape A and B.
 // The tensor struct is libcublasdx.h's device representation of a global tensor with two
-// run-time extents and one run-time stride: { ptr, shape[2], stride[1] }.
+// run-time extents and one run-time stride: {{ ptr, shape[2], stride[1] }}.
 struct dxgemm_tensor {{ void* ptr; long long shape[2]; long long stride[1]; }};
 struct dxgemm_pipeline {{ void* ptr; }};
 extern "C" __device__ void {create}(dxgemm_pipeline, dxgemm_tensor, dxgemm_tensor);
@@ -264,6 +264,55 @@ def kernel_entries(cubin: bytes) -> list[str]:
     return names
 
 
+def _elf_sections(cubin: bytes) -> dict[str, bytes]:
+    shoff, = struct.unpack_from("<Q", cubin, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
+    names_off = headers[shstrndx][4]
+    out = {}
+    for h in headers:
+        start = names_off + h[0]
+        name = cubin[start:cubin.index(b"\0", start)].decode()
+        out[name] = cubin[h[4]:h[4] + h[5]] if h[1] != 8 else b""  # SHT_NOBITS has no bytes
+    return out
+
+
+def kernel_param_sizes(cubin: bytes, entry: str) -> list[int]:
+    """Each parameter's size in bytes, in order, from the cubin's ``.nv.info.<entry>`` section.
+
+    The section is a list of attributes ``(format u8, attribute u8, u16, payload)``;
+    ``EIATTR_KPARAM_INFO`` (0x17) records (index, ordinal, offset, flags) with the size in
+    bits 18-31 of the flags.  Lets a build check, without a GPU, that the parameter list
+    recorded for the launcher matches the compiled kernel.
+    """
+    info = _elf_sections(cubin).get(f".nv.info.{entry}")
+    if info is None:
+        raise ValueError(f"no .nv.info section for {entry}")
+    params: dict[int, int] = {}
+    pos = 0
+    while pos + 4 <= len(info):
+        fmt, attr, value = struct.unpack_from("<BBH", info, pos)
+        pos += 4
+        if fmt == 0x04:  # EIFMT_SVAL: value is the payload size
+            payload = info[pos:pos + value]
+            pos += value
+            if attr == 0x17 and len(payload) >= 12:
+                _index, ordinal, _offset, flags = struct.unpack_from("<IHHI", payload)
+                params[ordinal] = (flags >> 18) & 0x3FFF
+    return [params[i] for i in sorted(params)]
+
+
+_KIND_SIZES = {"ptr": 8, "i64": 8, "u64": 8, "f64": 8, "i32": 4, "u32": 4, "f32": 4, "i16": 2, "i8": 1, "u8": 1}
+
+
+def _check_param_sizes(cubin: bytes, entry: str, kinds: list[str]) -> None:
+    """Refuse to cache a kernel whose compiled parameters differ from the recorded layout."""
+    sizes = kernel_param_sizes(cubin, entry)
+    expected = [_KIND_SIZES[k] for k in kinds]
+    if sizes != expected:
+        raise RuntimeError(f"{entry[:50]}: compiled parameter sizes {sizes} differ from the recorded layout {expected}")
+
+
 def build(
     config: PipelineConfig,
     dtype: Any,
@@ -338,7 +387,11 @@ def build(
         raise RuntimeError(f"expected one kernel in the linked cubin, found {entries}")
     say(f"nvJitLink in {times['link']:.1f} s: {len(gemm_cubin) / 2**20:.1f} MiB, entry {entries[0][:60]}...")
 
+    gemm_params = _param_layout(arg_types)
+    _check_param_sizes(gemm_cubin, entries[0], gemm_params)
+
     init_cubin, times["init_create"], times["init_link"] = _build_init(mm_handle, pipeline_handle, cc)
+    _check_param_sizes(init_cubin, INIT_ENTRY, ["ptr", *INIT_PARAMS])
     if INIT_ENTRY not in kernel_entries(init_cubin):
         raise RuntimeError("init kernel entry missing from its cubin")
     times["total"] = time.perf_counter() - t_start
@@ -351,7 +404,7 @@ def build(
         "cc": list(cc),
         "arch": arch,
         "gemm_entry": entries[0],
-        "gemm_params": _param_layout(arg_types),
+        "gemm_params": gemm_params,
         "init_entry": INIT_ENTRY,
         "init_params": ["ptr", *INIT_PARAMS],
         "dynamic_smem": dp._buffer_size,
