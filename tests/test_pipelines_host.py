@@ -305,3 +305,36 @@ def test_concurrent_store_never_exposes_partial_entries(tmp_path):
                 seen += 1
     assert all(w.returncode == 0 for w in writers)
     assert cache.load("k" * 32) is not None
+
+
+# --------------------------------------------------------------------------- launcher arguments
+
+
+class _FakeDeviceArray:
+    def __init__(self, shape, typestr="<f8", ptr=0x7F0000001000, strides=None):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (ptr, False), "strides": strides, "version": 3}
+
+
+def test_flatten_matches_numba_layout():
+    from dxgemm.pipelines._launch import flatten
+
+    kinds = ["ptr", "ptr", "i64", "i64", "ptr", "i64", "i64", "i64", "i64", "i64", "f64", "ptr"]
+    d = _FakeDeviceArray((4096 * 4096,))
+    flat = flatten((d, 4096, 4096, 4096, (np.float64(2.0),), 0xABC), kinds)
+    assert [int(x) for x in flat[:7]] == [0, 0, 4096 * 4096, 8, 0x7F0000001000, 4096 * 4096, 8]
+    assert flat[10].dtype == np.float64 and float(flat[10]) == 2.0 and int(flat[11]) == 0xABC
+    with pytest.raises(TypeError):
+        flatten((d, 1, 2), kinds)
+
+
+def test_param_layout_of_numba_types():
+    from numba import types
+
+    from dxgemm.pipelines._build import _param_layout
+
+    arr = types.Array(types.float32, 1, "C")
+    tup = types.Tuple((types.float32, types.float32, arr, types.int64))
+    assert _param_layout([arr, types.int64, tup]) == (
+        ["ptr", "ptr", "i64", "i64", "ptr", "i64", "i64", "i64", "f32", "f32"]
+        + ["ptr", "ptr", "i64", "i64", "ptr", "i64", "i64", "i64"]
+    )

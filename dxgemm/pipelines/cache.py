@@ -329,6 +329,7 @@ class KernelCache:
                     f.write(_encode(fields, meta, blobs))
                     f.flush()
                     os.fsync(f.fileno())
+                os.chmod(tmp, 0o644)  # mkstemp makes 0600; a shared cache should be readable
                 os.replace(tmp, path)
             finally:
                 if os.path.exists(tmp):
