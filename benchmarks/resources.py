@@ -18,12 +18,12 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from numba import cuda, typeof, types
+from numba import cuda, typeof
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dxgemm.epilogues._base import AlphaBeta, EpilogueContext  # noqa: E402
-from dxgemm.kernels import RUNGS, KernelSpec, Layout  # noqa: E402
+from dxgemm.kernels import RUNGS, KernelSpec, Layout, kernel_signature  # noqa: E402
 
 
 def _pretend_sm90() -> None:
@@ -42,10 +42,7 @@ def compile_rung(rung: str, dtype: np.dtype, layout: Layout = Layout.ROW):
     bound = AlphaBeta(1.0, 0.0).bind(EpilogueContext(1, 1, dtype, adapt=None))
     spec = KernelSpec(dtype, layout, layout, layout, bound.key, bound.make())
     built = importlib.import_module(f"dxgemm.kernels.{rung}").build(spec)
-    elem = typeof(dtype.type(0))
-    flat = types.Array(elem, 1, "C")
-    i64 = types.int64
-    sig = (flat, flat, flat, i64, i64, i64, i64, i64, i64, i64, typeof(bound.args))
+    sig = kernel_signature(dtype, typeof(bound.args)).args
     threads = int(np.prod(built.block))
     ptx, _ = cuda.compile_ptx(built.pyfunc, sig, cc=(9, 0), launch_bounds=threads)
     return ptx

@@ -34,12 +34,12 @@ CANDIDATES = {
 
 def main() -> None:
     import cupy
-    from numba import cuda, typeof, types
+    from numba import cuda, typeof
 
     import dxgemm
     from dxgemm.bench import time_ms
     from dxgemm.epilogues._base import AlphaBeta, EpilogueContext
-    from dxgemm.kernels import warptile
+    from dxgemm.kernels import kernel_signature, warptile
     from dxgemm.kernels._spec import KernelSpec, Layout
     from dxgemm.testing import check
 
@@ -56,9 +56,7 @@ def main() -> None:
         print(f"{dtype_name} cuBLAS {2 * n**3 / base / 1e9:.2f} TFLOP/s", flush=True)
         bound = AlphaBeta(1.0, 0.0).bind(EpilogueContext(n, n, dtype, adapt=None))
         spec = KernelSpec(dtype, Layout.ROW, Layout.ROW, Layout.ROW, bound.key, bound.make())
-        flat = types.Array(typeof(dtype.type(0)), 1, "C")
-        i64 = types.int64
-        sig = types.void(flat, flat, flat, i64, i64, i64, i64, i64, i64, i64, typeof(bound.args))
+        sig = kernel_signature(dtype, typeof(bound.args))
         fa, fb, fd = (cuda.as_cuda_array(x.ravel()) for x in (a, b, d))
         for cfg in configs:
             try:

@@ -38,7 +38,7 @@ RUNGS: tuple[str, ...] = ("naive", "coalesced", "smem", "blocktile1d", "blocktil
 FLAG_VEC_A = 1
 FLAG_VEC_B = 2
 
-__all__ = ["RUNGS", "KernelSpec", "Layout", "CompiledKernel", "get_kernel", "compile_count", "FLAG_VEC_A", "FLAG_VEC_B"]
+__all__ = ["RUNGS", "KernelSpec", "Layout", "CompiledKernel", "get_kernel", "kernel_signature", "compile_count", "FLAG_VEC_A", "FLAG_VEC_B"]
 
 
 @dataclass(frozen=True)
@@ -82,14 +82,18 @@ def get_kernel(backend: str, spec: KernelSpec, epi_args: tuple, make_epilogue) -
     return hit
 
 
+def kernel_signature(dtype, epi_type) -> types.Type:
+    """The one Numba signature every rung is compiled with (see the module docstring)."""
+    flat = types.Array(typeof(dtype.type(0)), 1, "C")
+    i64 = types.int64
+    return types.void(flat, flat, flat, i64, i64, i64, i64, i64, i64, i64, epi_type)
+
+
 def _compile(backend: str, spec: KernelSpec, epi_type) -> CompiledKernel:
     global _compiles
     module = importlib.import_module(f".{backend}", __name__)
     built: BuiltKernel = module.build(spec)
-    elem = typeof(spec.dtype.type(0))
-    flat = types.Array(elem, 1, "C")
-    i64 = types.int64
-    sig = types.void(flat, flat, flat, i64, i64, i64, i64, i64, i64, i64, epi_type)
+    sig = kernel_signature(spec.dtype, epi_type)
     threads = 1
     for extent in built.block:
         threads *= extent
