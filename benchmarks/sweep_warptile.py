@@ -15,19 +15,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 CANDIDATES = {
     "float32": [
-        dict(threads=128, BM=128, BN=128, BK=16, WM=64, WN=64, WNITER=4, TM=8, TN=4),
-        dict(threads=128, BM=128, BN=128, BK=8, WM=64, WN=64, WNITER=4, TM=8, TN=4),
-        dict(threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, WNITER=2, TM=8, TN=4),
-        dict(threads=256, BM=128, BN=256, BK=8, WM=64, WN=64, WNITER=4, TM=8, TN=4),
-        dict(threads=128, BM=64, BN=128, BK=16, WM=32, WN=64, WNITER=4, TM=4, TN=4),
+        dict(threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, WNITER=2, TM=8, TN=4, stages=1),
+        dict(threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, WNITER=2, TM=8, TN=4, stages=2),
+        dict(threads=256, BM=128, BN=128, BK=8, WM=64, WN=32, WNITER=2, TM=8, TN=4, stages=2),
+        dict(threads=128, BM=128, BN=128, BK=16, WM=64, WN=64, WNITER=4, TM=8, TN=4, stages=2),
+        dict(threads=128, BM=128, BN=128, BK=8, WM=64, WN=64, WNITER=4, TM=8, TN=4, stages=2),
+        dict(threads=256, BM=128, BN=256, BK=8, WM=64, WN=64, WNITER=4, TM=8, TN=4, stages=2),
+        dict(threads=128, BM=64, BN=128, BK=16, WM=32, WN=64, WNITER=4, TM=4, TN=4, stages=2),
     ],
     "float64": [
-        dict(threads=256, BM=128, BN=128, BK=8, WM=64, WN=32, WNITER=2, TM=8, TN=4),
-        dict(threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, WNITER=2, TM=8, TN=4),
-        dict(threads=128, BM=128, BN=64, BK=8, WM=64, WN=32, WNITER=2, TM=8, TN=4),
-        dict(threads=128, BM=64, BN=64, BK=16, WM=32, WN=32, WNITER=2, TM=4, TN=4),
-        dict(threads=128, BM=128, BN=128, BK=8, WM=64, WN=64, WNITER=4, TM=8, TN=4),
-        dict(threads=256, BM=128, BN=128, BK=8, WM=32, WN=64, WNITER=4, TM=4, TN=4),
+        dict(kind="simt", threads=128, BM=64, BN=64, BK=16, WM=32, WN=32, WNITER=2, TM=4, TN=4, stages=1),  # the SIMT best
+        dict(kind="dmma", threads=128, BM=64, BN=64, BK=16, WM=32, WN=32, stages=1),
+        dict(kind="dmma", threads=128, BM=64, BN=64, BK=16, WM=32, WN=32, stages=2),
+        dict(kind="dmma", threads=128, BM=64, BN=64, BK=32, WM=32, WN=32, stages=1),
+        dict(kind="dmma", threads=256, BM=128, BN=128, BK=8, WM=64, WN=32, stages=2),
+        dict(kind="dmma", threads=256, BM=128, BN=64, BK=8, WM=32, WN=32, stages=2),
+        dict(kind="dmma", threads=256, BM=128, BN=64, BK=16, WM=32, WN=32, stages=1),
+        dict(kind="dmma", threads=128, BM=128, BN=64, BK=8, WM=64, WN=32, stages=2),
+        dict(kind="dmma", threads=128, BM=64, BN=128, BK=8, WM=32, WN=64, stages=2),
+        dict(kind="dmma", threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, stages=1),
     ],
 }
 
@@ -62,6 +68,7 @@ def main() -> None:
             try:
                 built = warptile.build(spec, **cfg)
                 kernel = cuda.jit(sig, launch_bounds=cfg["threads"])(built.pyfunc)
+                print(f"  compiled {cfg}", flush=True)
                 grid = built.grid(n, n)
                 stream = cuda.external_stream(cupy.cuda.get_current_stream().ptr)
                 launch = lambda: kernel[grid, built.block, stream](fa, fb, fd, n, n, n, n, n, n, 3, bound.args)  # noqa

@@ -16,6 +16,8 @@ Two Numba-specific habits run through the ladder (see ``shared/notes/numba-gemm.
 
 from __future__ import annotations
 
+from typing import Callable, NamedTuple
+
 import numpy as np
 from numba import config, cuda
 
@@ -104,6 +106,7 @@ def make_tile_loader(
     smem_layout: Layout,
     nthreads: int,
     vectorize: bool,
+    smem_ld: int | None = None,
 ):
     """Device function that copies one ``rows x cols`` tile of a global operand into shared memory.
 
@@ -119,6 +122,10 @@ def make_tile_loader(
     sets when the base pointer is 16-byte aligned and ``ld`` a multiple of the vector
     width) and a whole chunk inside the matrix select that path, otherwise the same thread
     falls back to guarded scalar loads.
+
+    ``smem_ld`` pads the shared tile: the distance between consecutive lines of ``s``
+    (rows when ``smem_layout`` is ROW, columns when COL); default unpadded.  Padding
+    shifts each line onto other banks, which the tensor-core fragment loads need.
     """
     width = vec_width(dtype) if vectorize else 1
     along_cols = layout == Layout.ROW
@@ -132,8 +139,8 @@ def make_tile_loader(
     chunks_per_line = U(line_len // width)
     NT = U(nthreads)
     W = U(width)
-    R = U(rows)
-    C = U(cols)
+    R = U(rows if smem_ld is None else smem_ld)
+    C = U(cols if smem_ld is None else smem_ld)
     smem_row = smem_layout == Layout.ROW
     zero = np.dtype(dtype).type(0)
     g_off = make_offset(layout)
@@ -179,3 +186,160 @@ def make_tile_loader(
                         s[cc * R + rr] = val
 
     return load
+
+
+
+class TileStager(NamedTuple):
+    """A tile copy split in two halves, so the global loads can be in flight during compute.
+
+    ``fetch(g, ld, row0, col0, nrows, ncols, tid, vec_ok, regs)`` issues this thread's global
+    loads of the tile into ``regs`` (a ``cuda.local.array(nregs, dtype)``; zero outside the
+    matrix); ``put(s, tid, regs)`` stores them into the shared tile.  A kernel fetches the
+    next K tile, multiplies the current one while the loads are in flight, then puts: the
+    global latency hides behind the multiply-adds instead of stalling every warp.
+    """
+
+    fetch: Callable
+    put: Callable
+    nregs: int
+
+
+def make_tile_stager(
+    dtype: np.dtype,
+    layout: Layout,
+    rows: int,
+    cols: int,
+    smem_layout: Layout,
+    nthreads: int,
+    smem_ld: int | None = None,
+) -> TileStager:
+    """:class:`TileStager` for a tile; the same chunking and arguments as :func:`make_tile_loader`."""
+    width = vec_width(dtype)
+    along_cols = layout == Layout.ROW
+    line_len = cols if along_cols else rows
+    if line_len % width:
+        raise ValueError(f"tile dimension {line_len} is not a multiple of the vector width {width}")
+    chunks = rows * cols // width
+    if chunks % nthreads:
+        raise ValueError(f"a {rows}x{cols} tile does not split evenly over {nthreads} threads")
+    iters = chunks // nthreads
+    chunks_per_line = U(line_len // width)
+    NT = U(nthreads)
+    W = U(width)
+    R = U(rows if smem_ld is None else smem_ld)
+    C = U(cols if smem_ld is None else smem_ld)
+    smem_row = smem_layout == Layout.ROW
+    zero = np.dtype(dtype).type(0)
+    g_off = make_offset(layout)
+
+    @cuda.jit(device=True)
+    def chunk(tid, it):
+        q = tid + U(it) * NT
+        line = q // chunks_per_line
+        pos = (q % chunks_per_line) * W
+        if along_cols:
+            return line, pos
+        return pos, line
+
+    @cuda.jit(device=True)
+    def fetch(g, ld, row0, col0, nrows, ncols, tid, vec_ok, regs):
+        for it in range(iters):
+            r, c = chunk(tid, it)
+            gr = row0 + r
+            gc = col0 + c
+            full = vec_ok and gr < nrows and gc < ncols
+            if along_cols:
+                full = full and gc + W <= ncols
+            else:
+                full = full and gr + W <= nrows
+            if full:
+                vals = load_vec(g, g_off(gr, gc, ld))
+                for v in range(width):
+                    regs[it * width + v] = vals[v]
+            else:
+                for v in range(width):
+                    rr = r if along_cols else r + U(v)
+                    cc = c + U(v) if along_cols else c
+                    val = zero
+                    if row0 + rr < nrows and col0 + cc < ncols:
+                        val = g[g_off(row0 + rr, col0 + cc, ld)]
+                    regs[it * width + v] = val
+
+    @cuda.jit(device=True)
+    def put(s, tid, regs):
+        for it in range(iters):
+            r, c = chunk(tid, it)
+            for v in range(width):
+                rr = r if along_cols else r + U(v)
+                cc = c + U(v) if along_cols else c
+                if smem_row:
+                    s[rr * C + cc] = regs[it * width + v]
+                else:
+                    s[cc * R + rr] = regs[it * width + v]
+
+    return TileStager(fetch, put, iters * width)
+
+# ---------------------------------------------------------------------------------------
+# FP64 tensor cores (DMMA).  numba-cuda has no mma API, so one warp-wide
+# ``mma.sync.aligned.m8n8k4.row.col.f64`` is emitted as inline PTX.  Its fragments, per
+# lane (``g = lane // 4``, ``t = lane % 4``):
+#   A (8x4):  one element, A[g, t]        B (4x8):  one element, B[t, g]
+#   C, D (8x8): two elements, C[g, 2t] and C[g, 2t + 1]
+# Both shared tiles are stored K-major (element (k, i) at ``k * ld + i``), so one index
+# formula loads either fragment.
+#
+# Under the simulator a lane cannot see its neighbours' registers, so there a "fragment"
+# is a reference (tile, base, ld) and the multiply reads the 8x4 / 4x8 blocks straight
+# from shared memory: the same arithmetic and the same shared-memory indexing, checked
+# on the CPU; the register exchange itself is checked by the GPU tests.
+# ---------------------------------------------------------------------------------------
+if SIMULATOR:
+
+    def load_frag(tile, base, ld, lane):
+        """Simulator: the fragment is its block's position in the tile (kept in a float register array)."""
+        return float(base)
+
+    def mma_f64(a, b, c0, c1, lane, a_tile, a_ld, b_tile, b_ld):
+        """Simulator: this lane's two elements of ``C + A @ B`` for one 8x8x4 step, read from the tiles."""
+        ba, bb = int(a), int(b)
+        g, t2 = lane // 4, (lane % 4) * 2
+        for kk in range(4):
+            av = a_tile[ba + kk * a_ld + g]
+            c0 = c0 + av * b_tile[bb + kk * b_ld + t2]
+            c1 = c1 + av * b_tile[bb + kk * b_ld + t2 + 1]
+        return c0, c1
+
+else:
+
+    @cuda.jit(device=True)
+    def load_frag(tile, base, ld, lane):
+        """This lane's element of the 8x4 A (or 4x8 B) fragment whose K-major block starts at ``tile[base]``."""
+        return tile[base + (lane & U(3)) * ld + (lane >> U(2))]
+
+    @intrinsic
+    def _mma_m8n8k4_f64(typingctx, a, b, c0, c1):
+        f64 = types.float64
+        if not all(x == f64 for x in (a, b, c0, c1)):
+            return None
+        sig = types.UniTuple(f64, 2)(f64, f64, f64, f64)
+
+        def codegen(context, builder, sig, args):
+            d = ir.DoubleType()
+            fnty = ir.FunctionType(ir.LiteralStructType([d, d]), [d, d, d, d])
+            asm = ir.InlineAsm(
+                fnty,
+                "mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {$0, $1}, {$2}, {$3}, {$4, $5};",
+                "=d,=d,d,d,d,d",
+            )
+            res = builder.call(asm, args)
+            return context.make_tuple(builder, sig.return_type, [builder.extract_value(res, i) for i in range(2)])
+
+        return sig, codegen
+
+    @cuda.jit(device=True)
+    def mma_f64(a, b, c0, c1, lane, a_tile, a_ld, b_tile, b_ld):
+        """One warp-wide 8x8x4 FP64 tensor-core step on register fragments; returns this lane's two C elements.
+
+        The tile arguments are unused here (the simulator version reads them).
+        """
+        return _mma_m8n8k4_f64(a, b, c0, c1)

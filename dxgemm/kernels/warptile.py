@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from numba import cuda
 
-from ._device import SMEM_ALIGN, U, make_offset, make_tile_loader
+from ._device import SMEM_ALIGN, U, load_frag, make_offset, make_tile_loader, make_tile_stager, mma_f64
 from ._spec import BuiltKernel, KernelSpec, Layout
 
 WARP = 32
@@ -34,13 +34,15 @@ WARP = 32
 # block tile with 4x8 accumulators per thread (96 registers) beat every larger tile
 # (0.215x vs <= 0.19x) — larger float64 tiles run out of registers and occupancy.
 CONFIGS = {
-    "float32": dict(threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, WNITER=2, TM=8, TN=4),
-    "float64": dict(threads=128, BM=64, BN=64, BK=16, WM=32, WN=32, WNITER=2, TM=4, TN=4),
+    "float32": dict(threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, WNITER=2, TM=8, TN=4, stages=2),
+    "float64": dict(kind="dmma", threads=128, BM=64, BN=64, BK=16, WM=32, WN=32, stages=2),
 }
 
 
 def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     cfg = dict(CONFIGS[spec.dtype.name], **overrides)
+    if cfg.pop("kind", "simt") == "dmma":
+        return _build_dmma(spec, cfg)
     threads, BM, BN, BK = cfg["threads"], cfg["BM"], cfg["BN"], cfg["BK"]
     WM, WN, WNITER, TM, TN = cfg["WM"], cfg["WN"], cfg["WNITER"], cfg["TM"], cfg["TN"]
     WMITER = (WM * WN) // (WARP * TM * TN * WNITER)
@@ -56,7 +58,13 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     epilogue = spec.epilogue_fn
     nb = dt.type
     zero = nb(0)
-    a_elems, b_elems = BM * BK, BK * BN
+    STAGES = cfg.get("stages", 1)
+    DOUBLE = STAGES == 2
+    a_elems, b_elems = STAGES * BM * BK, STAGES * BK * BN
+    uA_STAGE, uB_STAGE = U(BM * BK), U(BK * BN)
+    stage_a = make_tile_stager(dt, spec.layout_a, BM, BK, Layout.COL, threads)
+    stage_b = make_tile_stager(dt, spec.layout_b, BK, BN, Layout.ROW, threads)
+    A_REGS, B_REGS = stage_a.nregs, stage_b.nregs
     M_REG, N_REG = WMITER * TM, WNITER * TN
     acc_elems = M_REG * N_REG
     uBM, uBN, uBK, uWM, uWN = U(BM), U(BN), U(BK), U(WM), U(WN)
@@ -65,8 +73,8 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     one, two = U(1), U(2)
 
     def warptile_gemm(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args):
-        a_tile = cuda.shared.array(a_elems, nb, alignment=SMEM_ALIGN)  # K-major
-        b_tile = cuda.shared.array(b_elems, nb, alignment=SMEM_ALIGN)
+        a_tile = cuda.shared.array(a_elems, nb, alignment=SMEM_ALIGN)  # STAGES x K-major [BK][BM]
+        b_tile = cuda.shared.array(b_elems, nb, alignment=SMEM_ALIGN)  # STAGES x [BK][BN]
         acc = cuda.local.array(acc_elems, nb)
         reg_m = cuda.local.array(M_REG, nb)
         reg_n = cuda.local.array(N_REG, nb)
@@ -84,13 +92,34 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
         um, un, uk = U(m), U(n), U(k)
         vec_a = (U(flags) & one) != U(0)
         vec_b = (U(flags) & two) != U(0)
-        for k0 in range(U(0), uk, uBK):
-            load_a(a, U(lda), row0, k0, um, uk, a_tile, tid, vec_a)
-            load_b(b, U(ldb), k0, col0, uk, un, b_tile, tid, vec_b)
+        n_tiles = (uk + uBK - one) // uBK
+        if DOUBLE:
+            regs_a = cuda.local.array(A_REGS, nb)
+            regs_b = cuda.local.array(B_REGS, nb)
+            stage_a.fetch(a, U(lda), row0, U(0), um, uk, tid, vec_a, regs_a)
+            stage_b.fetch(b, U(ldb), U(0), col0, uk, un, tid, vec_b, regs_b)
+            stage_a.put(a_tile, tid, regs_a)
+            stage_b.put(b_tile, tid, regs_b)
             cuda.syncthreads()
+        for t in range(n_tiles):
+            if DOUBLE:
+                # Next K tile's global loads go out now and land while this tile is used.
+                a_off = (t & one) * uA_STAGE
+                b_off = (t & one) * uB_STAGE
+                more = t + one < n_tiles
+                if more:
+                    k_next = (t + one) * uBK
+                    stage_a.fetch(a, U(lda), row0, k_next, um, uk, tid, vec_a, regs_a)
+                    stage_b.fetch(b, U(ldb), k_next, col0, uk, un, tid, vec_b, regs_b)
+            else:
+                a_off = U(0)
+                b_off = U(0)
+                load_a(a, U(lda), row0, t * uBK, um, uk, a_tile, tid, vec_a)
+                load_b(b, U(ldb), t * uBK, col0, uk, un, b_tile, tid, vec_b)
+                cuda.syncthreads()
             for p in range(BK):
-                a_base = U(p) * uBM + w_row + l_row
-                b_base = U(p) * uBN + w_col + l_col
+                a_base = a_off + U(p) * uBM + w_row + l_row
+                b_base = b_off + U(p) * uBN + w_col + l_col
                 for wm in range(WMITER):
                     for i in range(TM):
                         reg_m[wm * TM + i] = a_tile[a_base + U(wm) * uWSUBM + U(i)]
@@ -100,6 +129,9 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
                 for i in range(M_REG):
                     for j in range(N_REG):
                         acc[i * N_REG + j] += reg_m[i] * reg_n[j]
+            if DOUBLE and more:
+                stage_a.put(a_tile[uA_STAGE - a_off:], tid, regs_a)
+                stage_b.put(b_tile[uB_STAGE - b_off:], tid, regs_b)
             cuda.syncthreads()
         for wm in range(WMITER):
             for i in range(TM):
@@ -112,3 +144,120 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
                             d[d_off(row, col, U(ldd))] = epilogue(value, row, col, epi_args)
 
     return BuiltKernel(warptile_gemm, (threads,), BM, BN)
+
+
+MMA = 8  # an m8n8k4 tensor-core step covers an 8x8 output block, 4 deep in K
+MMA_K = 4
+PAD = 4  # doubles added to each K line of a shared tile (see _build_dmma)
+
+
+def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
+    """The float64 warp tile on the FP64 tensor cores.
+
+    Same block/warp hierarchy as the SIMT kernel, but a warp's ``WM x WN`` tile is a grid
+    of 8x8 blocks, each advanced by one warp-wide ``mma.sync.m8n8k4`` per 4-deep K slice
+    instead of 32 lanes of scalar DFMA.  A lane holds one element of each A and B
+    fragment and two of each 8x8 accumulator block.
+
+    Both shared tiles are K-major with each K line padded by ``PAD`` doubles: a fragment
+    load reads 8 consecutive doubles from each of 4 K lines, and unpadded lines
+    ``BM`` doubles apart fall on the same banks (a 4-way conflict); 4 extra doubles move
+    each line 8 banks over, so one half-warp covers all 32 banks once.
+    """
+    threads, BM, BN, BK, WM, WN = (cfg[x] for x in ("threads", "BM", "BN", "BK", "WM", "WN"))
+    if (BM // WM) * (BN // WN) * WARP != threads or WM % MMA or WN % MMA or BK % MMA_K:
+        raise ValueError(f"inconsistent DMMA warptile configuration {cfg}")
+    MI, NI, KSTEPS = WM // MMA, WN // MMA, BK // MMA_K
+    ALD, BLD = BM + PAD, BN + PAD
+
+    dt = spec.dtype
+    load_a = make_tile_loader(dt, spec.layout_a, BM, BK, Layout.COL, threads, True, smem_ld=ALD)
+    load_b = make_tile_loader(dt, spec.layout_b, BK, BN, Layout.ROW, threads, True, smem_ld=BLD)
+    d_off = make_offset(spec.layout_d)
+    epilogue = spec.epilogue_fn
+    nb = dt.type
+    zero = nb(0)
+    STAGES = cfg.get("stages", 1)
+    DOUBLE = STAGES == 2
+    a_elems, b_elems, acc_elems = STAGES * BK * ALD, STAGES * BK * BLD, MI * NI * 2
+    uA_STAGE, uB_STAGE = U(BK * ALD), U(BK * BLD)
+    stage_a = make_tile_stager(dt, spec.layout_a, BM, BK, Layout.COL, threads, smem_ld=ALD)
+    stage_b = make_tile_stager(dt, spec.layout_b, BK, BN, Layout.ROW, threads, smem_ld=BLD)
+    A_REGS, B_REGS = stage_a.nregs, stage_b.nregs
+    uBM, uBN, uBK, uWM, uWN, uALD, uBLD = U(BM), U(BN), U(BK), U(WM), U(WN), U(ALD), U(BLD)
+    uWARP, warps_across, uMMA, uMMA_K = U(WARP), U(BN // WN), U(MMA), U(MMA_K)
+    one, two, three = U(1), U(2), U(3)
+
+    def warptile_dmma_gemm(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args):
+        a_tile = cuda.shared.array(a_elems, nb, alignment=SMEM_ALIGN)  # STAGES x [BK][BM + PAD]
+        b_tile = cuda.shared.array(b_elems, nb, alignment=SMEM_ALIGN)  # STAGES x [BK][BN + PAD]
+        acc = cuda.local.array(acc_elems, nb)
+        a_frag = cuda.local.array(MI, nb)
+        b_frag = cuda.local.array(NI, nb)
+        for i in range(acc_elems):
+            acc[i] = zero
+        tid = U(cuda.threadIdx.x)
+        warp = tid // uWARP
+        lane = tid % uWARP
+        w_row = (warp // warps_across) * uWM
+        w_col = (warp % warps_across) * uWN
+        row0 = U(cuda.blockIdx.y) * uBM
+        col0 = U(cuda.blockIdx.x) * uBN
+        um, un, uk = U(m), U(n), U(k)
+        vec_a = (U(flags) & one) != U(0)
+        vec_b = (U(flags) & two) != U(0)
+        n_tiles = (uk + uBK - one) // uBK
+        if DOUBLE:
+            regs_a = cuda.local.array(A_REGS, nb)
+            regs_b = cuda.local.array(B_REGS, nb)
+            stage_a.fetch(a, U(lda), row0, U(0), um, uk, tid, vec_a, regs_a)
+            stage_b.fetch(b, U(ldb), U(0), col0, uk, un, tid, vec_b, regs_b)
+            stage_a.put(a_tile, tid, regs_a)
+            stage_b.put(b_tile, tid, regs_b)
+            cuda.syncthreads()
+        for t in range(n_tiles):
+            if DOUBLE:
+                # Issue the next K tile's global loads now; they land in registers while
+                # this tile is multiplied, and go to the other shared stage afterwards.
+                a_off = (t & one) * uA_STAGE
+                b_off = (t & one) * uB_STAGE
+                more = t + one < n_tiles
+                if more:
+                    k_next = (t + one) * uBK
+                    stage_a.fetch(a, U(lda), row0, k_next, um, uk, tid, vec_a, regs_a)
+                    stage_b.fetch(b, U(ldb), k_next, col0, uk, un, tid, vec_b, regs_b)
+            else:
+                a_off = U(0)
+                b_off = U(0)
+                load_a(a, U(lda), row0, t * uBK, um, uk, a_tile, tid, vec_a)
+                load_b(b, U(ldb), t * uBK, col0, uk, un, b_tile, tid, vec_b)
+                cuda.syncthreads()
+            for s in range(KSTEPS):
+                a_base = a_off + U(s) * uMMA_K * uALD + w_row
+                b_base = b_off + U(s) * uMMA_K * uBLD + w_col
+                for i in range(MI):
+                    a_frag[i] = load_frag(a_tile, a_base + U(i) * uMMA, uALD, lane)
+                for j in range(NI):
+                    b_frag[j] = load_frag(b_tile, b_base + U(j) * uMMA, uBLD, lane)
+                for i in range(MI):
+                    for j in range(NI):
+                        c = 2 * (i * NI + j)
+                        acc[c], acc[c + 1] = mma_f64(a_frag[i], b_frag[j], acc[c], acc[c + 1], lane,
+                                                     a_tile, uALD, b_tile, uBLD)
+            if DOUBLE and more:
+                # The previous step's closing barrier means no warp still reads this stage.
+                stage_a.put(a_tile[uA_STAGE - a_off:], tid, regs_a)
+                stage_b.put(b_tile[uB_STAGE - b_off:], tid, regs_b)
+            cuda.syncthreads()
+        g = lane >> two
+        t2 = (lane & three) * two
+        for i in range(MI):
+            row = row0 + w_row + U(i) * uMMA + g
+            for j in range(NI):
+                for h in range(2):
+                    col = col0 + w_col + U(j) * uMMA + t2 + U(h)
+                    if row < um and col < un:
+                        value = acc[2 * (i * NI + j) + h]
+                        d[d_off(row, col, U(ldd))] = epilogue(value, row, col, epi_args)
+
+    return BuiltKernel(warptile_dmma_gemm, (threads,), BM, BN)
