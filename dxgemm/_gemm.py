@@ -91,7 +91,8 @@ def gemm(
     if m == 0 or n == 0:
         return out
 
-    ctx = EpilogueContext(m, n, dtype, adapt=lambda arr, name: _adapt_extra(arr, name, dtype, device, (m, n)))
+    ctx = EpilogueContext(m, n, dtype, adapt=lambda arr, name: _adapt_extra(arr, name, dtype, device, (m, n)),
+                          device=device, inputs=(op_a, op_b), output=op_d)
     chain = Chain((AlphaBeta(alpha, beta, c if c is not None else None),) + (epilogue.stages if epilogue else ()))
     bound = chain.bind(ctx)
     if backend == "auto":

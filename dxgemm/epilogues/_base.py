@@ -32,26 +32,52 @@ from numba import cuda
 
 
 @dataclass(frozen=True)
+class Span:
+    """The byte range ``[lo, hi)`` an array touches, named for error messages."""
+
+    name: str
+    lo: int
+    hi: int
+
+    def overlaps(self, other: "Span") -> bool:
+        """True when both ranges are non-empty and intersect."""
+        return self.lo < other.hi and other.lo < self.hi and self.hi > self.lo and other.hi > other.lo
+
+
+@dataclass(frozen=True)
 class EpilogueContext:
     """What an epilogue may know about the problem it is bound to.
 
-    ``adapt(array, name)`` turns a user's device array into a kernel operand (it checks
-    the library, device and dtype, and raises a clear error naming ``name``).
+    ``adapt(array, name)`` turns a user's ``(m, n)``-style device matrix into a kernel
+    operand (it checks the library, device and dtype, and raises a clear error naming
+    ``name``).  ``device`` is the GPU ordinal of the GEMM's operands; ``inputs`` are the
+    operands the kernel reads (A and B) and ``output`` the one it writes (D), so stages can
+    refuse arrays that overlap them.
     """
 
     m: int
     n: int
     dtype: np.dtype
     adapt: Callable[..., Any] = field(repr=False, compare=False)
+    device: int = 0
+    inputs: tuple = field(default=(), repr=False, compare=False)
+    output: Any = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
 class BoundEpilogue:
-    """An epilogue bound to one problem: cache key, run-time arguments, device-function builder."""
+    """An epilogue bound to one problem: cache key, run-time arguments, device-function builder.
+
+    ``reads``/``writes`` are the :class:`Span` s of the user arrays the stage reads or
+    writes besides the GEMM's own operands; :class:`Chain` refuses a write that overlaps
+    anything else the kernel touches, because threads would then race.
+    """
 
     key: Hashable
     args: tuple
     make: Callable[[], Callable] = field(repr=False, compare=False)
+    reads: tuple = field(default=(), repr=False, compare=False)
+    writes: tuple = field(default=(), repr=False, compare=False)
 
 
 class Epilogue(abc.ABC):
@@ -71,20 +97,39 @@ class Epilogue(abc.ABC):
         """Short name used in benchmark records (``"bias|gelu"``)."""
         return type(self).__name__.lower()
 
-    def __or__(self, other: "Epilogue") -> "Chain":
-        if not isinstance(other, Epilogue):
-            return NotImplemented
-        return Chain(self.stages + other.stages)
+    def __repr__(self) -> str:
+        return f"{self.name}()"
 
-    def __ror__(self, other: object):
-        return NotImplemented
+    def __or__(self, other: "Epilogue") -> "Chain":
+        return Chain(self.stages + _require_epilogue(other, self).stages)
+
+    def __ror__(self, other: object) -> "Chain":
+        return Chain(_require_epilogue(other, self).stages + self.stages)
+
+
+def _require_epilogue(other: object, partner: Epilogue) -> Epilogue:
+    if isinstance(other, Epilogue):
+        return other
+    hint = ""
+    if callable(other) and getattr(other, "__module__", "").startswith("dxgemm.epilogues"):
+        hint = f" (did you mean {other.__name__}(...)? call the factory to get an epilogue)"
+    raise TypeError(
+        f"cannot compose {partner!r} with {other!r} of type {type(other).__name__}: both sides of | must be "
+        f"dxgemm.epilogues epilogues, e.g. bias(v) | gelu(){hint}"
+    )
 
 
 class Chain(Epilogue):
-    """Stages applied left to right, compiled into one device function."""
+    """Stages applied left to right, compiled into one device function.
+
+    Built by ``|``; ``Chain((s1, s2))`` is the same as ``s1 | s2``.
+    """
 
     def __init__(self, stages: tuple[Epilogue, ...]):
-        self._stages = tuple(stages)
+        for stage in stages:
+            if not isinstance(stage, Epilogue):
+                raise TypeError(f"Chain stages must be dxgemm.epilogues epilogues, got {type(stage).__name__}")
+        self._stages = tuple(s for stage in stages for s in stage.stages)
 
     @property
     def stages(self) -> tuple[Epilogue, ...]:
@@ -99,9 +144,37 @@ class Chain(Epilogue):
 
     def bind(self, ctx: EpilogueContext) -> BoundEpilogue:
         bound = [s.bind(ctx) for s in self._stages]
+        _check_races(ctx, bound)
         key = ("chain",) + tuple(b.key for b in bound)
         args = tuple(b.args for b in bound)
-        return BoundEpilogue(key, args, lambda: compose([b.make() for b in bound]))
+        makers = [b.make for b in bound]
+        reads = tuple(r for b in bound for r in b.reads)
+        writes = tuple(w for b in bound for w in b.writes)
+        return BoundEpilogue(key, args, lambda: compose([make() for make in makers]), reads, writes)
+
+
+def _span_of(operand: Any) -> Span:
+    lo, hi = operand.nbytes_span
+    return Span(operand.name, lo, hi)
+
+
+def _check_races(ctx: EpilogueContext, bound: list[BoundEpilogue]) -> None:
+    """Refuse an array a stage writes that shares memory with anything else the kernel touches."""
+    output = [_span_of(ctx.output)] if ctx.output is not None else []
+    reads = [_span_of(op) for op in ctx.inputs] + [r for b in bound for r in b.reads]
+    writes = [w for b in bound for w in b.writes]
+    for i, w in enumerate(writes):
+        for other in reads + output + writes[:i]:
+            if w.overlaps(other):
+                raise ValueError(
+                    f"{w.name} overlaps {other.name} in memory; an array an epilogue writes must not share "
+                    "memory with the GEMM's operands or with another epilogue array"
+                )
+    for r in reads[len(ctx.inputs):]:
+        for other in output:
+            if r.overlaps(other):
+                raise ValueError(f"{r.name} overlaps the output {other.name} in memory; the kernel would read it "
+                                 "while other threads write it")
 
 
 def compose(functions: list[Callable]) -> Callable:

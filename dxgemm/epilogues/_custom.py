@@ -1,0 +1,283 @@
+"""``custom(fn, *arrays)``: the user's own Python function, compiled by Numba into the kernel.
+
+``fn(x, row, col, *arrays)`` receives the value in the accumulator's dtype, the element's
+global indices (``int64``) and the extra device arrays, each with its own shape, dtype and
+strides, so it indexes them as it would NumPy arrays (``w[row, col]``, ``table[row]``).
+Its result is cast back to the accumulator's dtype.
+
+What identifies the compiled code is the function's *code* and the *values* it closes over
+or reads as globals (Numba freezes both into the kernel as constants): the byte code,
+constants, names and qualified name, plus closure cells, defaults and referenced globals,
+followed into helper functions.  :func:`stable_key` hashes that description with SHA-256
+into a string that is the same in every process (no ``id()``, no ``hash()`` of strings), so
+the pipeline layer's on-disk cache can use it; two functions with the same code but
+different closure constants get different keys.  The arrays are run-time arguments: only
+their Numba types enter the cache key.
+
+Numba's error for a function it cannot compile is raised before any launch, as a
+``TypeError`` naming the function, with Numba's own reason.  Under the CUDA simulator
+nothing is compiled, so that check happens only on a GPU (or a static compile).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import inspect
+import re
+import types as pytypes
+import warnings
+from typing import Any, Callable
+
+import numpy as np
+from numba import cuda
+
+from ..kernels._device import SIMULATOR
+from ._arrays import device_array
+from ._base import BoundEpilogue, Epilogue, EpilogueContext
+
+
+class PrecisionWarning(UserWarning):
+    """A float32 ``custom`` epilogue computes in float64 (usually a bare float literal)."""
+
+
+def _python_function(fn: Any) -> pytypes.FunctionType | None:
+    """The plain Python function behind ``fn`` (itself, or a Numba ``cuda.jit`` function's)."""
+    if isinstance(fn, pytypes.FunctionType):
+        return fn
+    if type(fn).__module__.startswith("numba"):
+        inner = getattr(fn, "py_func", None) or getattr(fn, "fn", None)  # device dispatcher / simulator kernel
+        if isinstance(inner, pytypes.FunctionType):
+            return inner
+    return None
+
+
+class Custom(Epilogue):
+    """The user's function ``fn(x, row, col, *arrays)``.  See :func:`custom`."""
+
+    def __init__(self, fn: Callable, *arrays: Any):
+        if not callable(fn):
+            raise TypeError(
+                f"custom: fn must be a Python function fn(x, row, col, *arrays), got {fn!r} of type {type(fn).__name__}"
+            )
+        py = _python_function(fn)
+        if py is None:
+            raise TypeError(
+                f"custom: fn must be a plain Python function (def or lambda) that Numba can compile, "
+                f"got {type(fn).__name__} {fn!r}"
+            )
+        nargs = 3 + len(arrays)
+        try:
+            inspect.signature(py).bind(*range(nargs))
+        except TypeError:
+            raise TypeError(
+                f"custom: {py.__qualname__}{inspect.signature(py)} cannot be called as "
+                f"fn(x, row, col{''.join(f', a{i}' for i in range(len(arrays)))}) with the {len(arrays)} "
+                f"array(s) passed to custom()"
+            ) from None
+        self.fn = py
+        self.arrays = arrays
+
+    @property
+    def name(self) -> str:
+        return f"custom:{self.fn.__name__}"
+
+    def __repr__(self) -> str:
+        from ._operands import _describe
+
+        extra = "".join(", " + _describe(a) for a in self.arrays)
+        return f"custom({self.fn.__qualname__}{extra})"
+
+    def stable_key(self) -> str:
+        """SHA-256 (hex) of the function's code and the values it uses; equal across processes."""
+        return stable_key(self.fn)
+
+    def bind(self, ctx: EpilogueContext) -> BoundEpilogue:
+        qualname = self.fn.__qualname__
+        arrays = [device_array(a, f"array {i} of custom({qualname})", ctx) for i, a in enumerate(self.arrays)]
+        views = tuple(a.view() for a in arrays)
+        from numba import typeof
+
+        try:
+            arg_type = typeof(views)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"custom({qualname}): Numba cannot pass these arrays to a kernel: {exc}") from None
+        fn, t = self.fn, ctx.dtype.type
+        return BoundEpilogue(("custom", qualname, stable_key(fn)), views,
+                             lambda: _device(fn, t, arg_type), reads=tuple(a.span for a in arrays))
+
+    def _reference(self, x: Any, xp: Any) -> Any:
+        """``fn`` applied in float64 Python, element by element, with host copies of the arrays."""
+        from ._reference import to_xp
+
+        host = np.asarray(x.get() if hasattr(x, "get") else x, dtype=np.float64)
+        arrays = [np.asarray(to_xp(a, np)) for a in self.arrays]
+        out = np.empty_like(host)
+        for (i, j), value in np.ndenumerate(host):
+            out[i, j] = self.fn(float(value), i, j, *arrays)
+        return xp.asarray(out)
+
+    lipschitz = None  # unknown: the caller of the reference states it
+
+
+def _device(fn: pytypes.FunctionType, t: type, arg_type) -> Callable:
+    """The stage's device function: ``fn`` called with the arrays unpacked, its result cast to ``t``."""
+    user = cuda.jit(device=True)(fn)
+    if not SIMULATOR:
+        from numba import from_dtype, types
+
+        _pretype(user, fn, (from_dtype(np.dtype(t)), types.int64, types.int64) + tuple(arg_type), t)
+    unpack = "".join(f", args[{i}]" for i in range(len(arg_type)))
+    source = f"def custom_stage(value, row, col, args):\n    return cast(user(value, row, col{unpack}))\n"
+    namespace: dict = {"user": user, "cast": t}
+    exec(compile(source, f"<dxgemm custom epilogue {fn.__qualname__}>", "exec"), namespace)
+    return cuda.jit(device=True)(namespace["custom_stage"])
+
+
+def _pretype(user, fn: pytypes.FunctionType, argtypes: tuple, t: type) -> None:
+    """Compile ``fn`` for the kernel's argument types now, turning Numba's failure into a TypeError about ``fn``."""
+    from numba import types
+    from numba.core.errors import NumbaError
+
+    code = fn.__code__
+    where = f"{fn.__qualname__} ({code.co_filename}:{code.co_firstlineno})"
+    shown = ", ".join(f"{n}: {ty}" for n, ty in zip(("x", "row", "col"), argtypes[:3]))
+    shown += "".join(f", array {i}: {ty}" for i, ty in enumerate(argtypes[3:]))
+    try:
+        cres = user.compile_device(argtypes)
+    except NumbaError as exc:
+        raise TypeError(
+            f"custom epilogue function {where} cannot be compiled by Numba for ({shown}):\n{_reason(exc)}"
+        ) from None
+    result = cres.signature.return_type
+    if not isinstance(result, (types.Number, types.Boolean)):
+        raise TypeError(f"custom epilogue function {where} must return a number; Numba typed its result as {result}")
+    if t is np.float32 and _FLOAT64_MATH.search(cres.library.get_llvm_str()):
+        warnings.warn(
+            f"custom epilogue function {where} computes in float64 on float32 data, which runs on the slow FP64 "
+            "units: in Numba a bare float literal (0.5) is float64, and float32 mixed with an integer such as row "
+            "or col gives float64; write np.float32(0.5), np.float32(row)",
+            PrecisionWarning,
+            stacklevel=2,
+        )
+
+
+# Unoptimised LLVM IR: float64 arithmetic, or a promotion to float64.  (A constant such as
+# np.float32(0.5) appears as an ``fptrunc double`` that folds away, so it is not matched.)
+_FLOAT64_MATH = re.compile(r"\b(fadd|fsub|fmul|fdiv|frem|fneg|fcmp|fpext|sitofp|uitofp)\b[^\n]*\bdouble\b")
+
+
+def _reason(exc: Exception) -> str:
+    """Numba's message without its pipeline-stage preamble."""
+    lines = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip().splitlines()  # Numba's terminal highlighting
+    if lines and lines[0].startswith("Failed in"):
+        lines = lines[1:]
+    return "\n".join(lines).strip()
+
+
+# ------------------------------------------------------------------ stable keys
+
+
+def stable_key(fn: Callable) -> str:
+    """SHA-256 (hex) of everything that determines the code Numba generates for ``fn``.
+
+    The same function in a new process gives the same string; a change to its code, to a
+    closure constant, a default or a global it reads gives another.  Values of a type with
+    no stable description (an arbitrary object) fall back to their ``repr``, which may make
+    the key differ between processes (a cache miss, never a wrong hit).
+    """
+    py = _python_function(fn)
+    if py is None:
+        raise TypeError(f"stable_key needs a Python function, got {type(fn).__name__}")
+    return hashlib.sha256(repr(_function_identity(py, set())).encode()).hexdigest()
+
+
+def _function_identity(fn: pytypes.FunctionType, seen: set) -> tuple:
+    code = fn.__code__
+    if code in seen:  # recursion: already being described higher up
+        return ("recursive", fn.__qualname__)
+    seen = seen | {code}
+    names = sorted(_global_names(code))
+    used = tuple((name, _value_identity(fn.__globals__[name], seen)) for name in names if name in fn.__globals__)
+    cells = []
+    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        try:
+            cells.append((name, _value_identity(cell.cell_contents, seen)))
+        except ValueError:  # an empty cell
+            cells.append((name, "<empty>"))
+    return ("function", fn.__qualname__, _code_identity(code), used, tuple(cells),
+            _value_identity(fn.__defaults__, seen), _value_identity(fn.__kwdefaults__, seen))
+
+
+def _global_names(code: pytypes.CodeType) -> set:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, pytypes.CodeType):
+            names |= _global_names(const)
+    return names
+
+
+def _code_identity(code: pytypes.CodeType) -> tuple:
+    consts = tuple(_code_identity(c) if isinstance(c, pytypes.CodeType) else _const_identity(c)
+                   for c in code.co_consts)
+    return ("code", code.co_code, code.co_argcount, code.co_kwonlyargcount, code.co_flags, code.co_varnames,
+            code.co_names, code.co_freevars, code.co_cellvars, consts)
+
+
+def _const_identity(value: Any) -> Any:
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__,) + tuple(_const_identity(v) for v in value)
+    if isinstance(value, (frozenset, set)):  # iteration order of strings varies between processes
+        return (type(value).__name__,) + tuple(sorted(repr(_const_identity(v)) for v in value))
+    return (type(value).__name__, repr(value))
+
+
+def _value_identity(value: Any, seen: set) -> Any:
+    if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
+        return (type(value).__name__, repr(value))
+    if isinstance(value, np.ndarray):
+        data = hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()
+        return ("ndarray", value.dtype.str, value.shape, data)
+    if isinstance(value, np.generic):
+        return ("numpy", value.dtype.str, value.tobytes().hex())
+    if isinstance(value, np.dtype):
+        return ("dtype", value.str)
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__,) + tuple(_value_identity(v, seen) for v in value)
+    if isinstance(value, (frozenset, set)):
+        return (type(value).__name__,) + tuple(sorted(repr(_value_identity(v, seen)) for v in value))
+    if isinstance(value, dict):
+        return ("dict",) + tuple(sorted((repr(k), repr(_value_identity(v, seen))) for k, v in value.items()))
+    if isinstance(value, pytypes.ModuleType):
+        return ("module", value.__name__)
+    python = _python_function(value)
+    if python is not None:
+        return _function_identity(python, seen)
+    if isinstance(value, enum.Enum):
+        return ("enum", type(value).__module__, type(value).__qualname__, value.name)
+    if isinstance(value, (type, pytypes.BuiltinFunctionType, np.ufunc)):
+        return (type(value).__name__, getattr(value, "__module__", None), getattr(value, "__qualname__", value.__name__))
+    return ("object", type(value).__module__, type(value).__qualname__, repr(value))
+
+
+def custom(fn: Callable, *arrays: Any) -> Epilogue:
+    """Your own epilogue: ``fn(x, row, col, *arrays)`` returns the new value of element ``(row, col)``.
+
+    ``fn`` is a plain Python function (def or lambda) that Numba can compile for the GPU:
+    ``x`` is the value in the GEMM's dtype, ``row``/``col`` the element's global indices,
+    ``arrays`` the device arrays given here (any dtype and shape, on the GEMM's GPU, not
+    copied), indexed as in NumPy.  Its result is cast to the GEMM's dtype.  In float32,
+    write constants as ``np.float32(0.5)``: a bare ``0.5`` makes Numba compute in float64.
+
+    The compiled kernel is cached by ``fn``'s code and the values it closes over (see
+    :func:`stable_key`); the arrays are run-time arguments.  A function Numba cannot
+    compile raises ``TypeError`` naming it, with Numba's reason, before anything runs.
+
+    Example::
+
+        def damp(x, row, col, mask, gain):
+            return x * gain[col] if mask[row, col] else np.float32(0)
+
+        gemm(a, b, epilogue=bias(v) | custom(damp, mask, gain))
+    """
+    return Custom(fn, *arrays)

@@ -1,0 +1,343 @@
+"""Stages that are a function of the value alone: activations, ``clamp`` and ``scale``.
+
+Each stage is written once as a device function factory of the accumulator's scalar type
+``t`` (``numpy.float32`` or ``numpy.float64``).  Every literal the math needs is a closure
+constant cast with ``t`` (``half = t(0.5)``): Numba types a bare ``0.5`` as float64, and a
+float32 value multiplied by it would silently run in float64 on the FP64 units, which on
+most GPUs are many times slower than the FP32 ones.  ``math.erf``/``math.exp``/``math.tanh``
+on a float32 value lower to libdevice's single-precision ``erff``/``expf``/``tanhf``.
+
+Scalar parameters (``slope``, ``lo``/``hi``, ``s``) are run-time arguments, cast to the
+accumulator's dtype at bind time, so a new value reuses the compiled kernel.  What changes
+the generated code (the stage, ``gelu``'s approximation) is the key.
+
+Every stage also states, for the accuracy checks (:mod:`dxgemm.epilogues._reference`), its
+float64 reference and a Lipschitz bound, how much it may amplify an error in its input.
+NaN passes through every stage, as in PyTorch: comparisons are written so that a NaN input
+takes the branch that returns it.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Callable
+
+import numpy as np
+from numba import cuda
+
+from ._base import BoundEpilogue, Epilogue, EpilogueContext
+
+
+def real_parameter(value: Any, name: str, stage: str) -> float:
+    """``value`` as a float, or a ``TypeError``/``ValueError`` naming the parameter."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{stage}: {name} must be a real number, got {value!r} of type {type(value).__name__}")
+    value = float(value)
+    if math.isnan(value):
+        raise ValueError(f"{stage}: {name} must not be NaN")
+    return value
+
+
+class Pointwise(Epilogue):
+    """Base of stages computing ``f(value)`` with run-time scalar parameters.
+
+    Subclasses set ``params`` (name -> float, in argument order), optionally ``variant``
+    (compile-time structure, part of the key) and implement :meth:`_device`,
+    :meth:`_reference` and :attr:`lipschitz`.
+    """
+
+    params: dict[str, float] = {}
+    variant: tuple = ()
+
+    @property
+    def name(self) -> str:
+        return type(self).stage_name
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
+        return f"{type(self).stage_name}({inner})"
+
+    def bind(self, ctx: EpilogueContext) -> BoundEpilogue:
+        t = ctx.dtype.type
+        args = tuple(t(v) for v in self.params.values())
+        variant = self.variant
+        factory = type(self)._device
+        return BoundEpilogue((self.name,) + variant + (ctx.dtype.name,), args, lambda: factory(t, *variant))
+
+    @staticmethod
+    def _device(t: type, *variant: Any) -> Callable:
+        """Device function ``f(value, row, col, args)`` for scalar type ``t``; depends only on the key."""
+        raise NotImplementedError
+
+    def _reference(self, x: Any, xp: Any) -> Any:
+        """The stage applied to the float64 array ``x`` with NumPy or CuPy (``xp``)."""
+        raise NotImplementedError
+
+    @property
+    def lipschitz(self) -> float:
+        """A bound on ``|f(x) - f(y)| / |x - y|``: how much the stage may amplify an input error."""
+        return 1.0
+
+
+class ReLU(Pointwise):
+    """``max(x, 0)``."""
+
+    stage_name = "relu"
+
+    @staticmethod
+    def _device(t):
+        zero = t(0)
+
+        @cuda.jit(device=True)
+        def relu(value, row, col, args):
+            return zero if value < zero else value
+
+        return relu
+
+    def _reference(self, x, xp):
+        return xp.where(x < 0, 0.0, x)
+
+
+class LeakyReLU(Pointwise):
+    """``x`` for ``x >= 0``, ``slope * x`` below."""
+
+    stage_name = "leaky_relu"
+
+    def __init__(self, slope: float):
+        self.params = {"slope": real_parameter(slope, "slope", "leaky_relu")}
+
+    @staticmethod
+    def _device(t):
+        zero = t(0)
+
+        @cuda.jit(device=True)
+        def leaky_relu(value, row, col, args):
+            return args[0] * value if value < zero else value
+
+        return leaky_relu
+
+    def _reference(self, x, xp):
+        return xp.where(x < 0, self.params["slope"] * x, x)
+
+    @property
+    def lipschitz(self) -> float:
+        return max(1.0, abs(self.params["slope"]))
+
+
+class GELU(Pointwise):
+    """``x * Phi(x)`` (``approximate="none"``), or PyTorch's tanh approximation (``"tanh"``)."""
+
+    stage_name = "gelu"
+
+    def __init__(self, approximate: str):
+        if approximate not in ("none", "tanh"):
+            raise ValueError(f"gelu: approximate must be 'none' (exact, erf) or 'tanh', got {approximate!r}")
+        self.params = {}
+        self.variant = (approximate,)
+
+    @property
+    def name(self) -> str:
+        return "gelu" if self.variant == ("none",) else "gelu_tanh"
+
+    def __repr__(self) -> str:
+        return "gelu()" if self.variant == ("none",) else "gelu(approximate='tanh')"
+
+    @staticmethod
+    def _device(t, approximate):
+        half, one = t(0.5), t(1)
+        if approximate == "none":
+            rsqrt2 = t(1 / math.sqrt(2))
+
+            @cuda.jit(device=True)
+            def gelu(value, row, col, args):
+                return half * value * (one + math.erf(value * rsqrt2))
+
+            return gelu
+        k0, k1 = t(math.sqrt(2 / math.pi)), t(0.044715)
+
+        @cuda.jit(device=True)
+        def gelu_tanh(value, row, col, args):
+            return half * value * (one + math.tanh(k0 * (value + k1 * value * value * value)))
+
+        return gelu_tanh
+
+    def _reference(self, x, xp):
+        if self.variant == ("none",):
+            return 0.5 * x * (1.0 + _erf(x / math.sqrt(2), xp))
+        return 0.5 * x * (1.0 + xp.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+
+    @property
+    def lipschitz(self) -> float:
+        return 1.129  # max |d/dx| of both forms, at x = +-sqrt(2)
+
+
+class SiLU(Pointwise):
+    """``x * sigmoid(x)`` (also called swish)."""
+
+    stage_name = "silu"
+
+    @staticmethod
+    def _device(t):
+        one = t(1)
+
+        @cuda.jit(device=True)
+        def silu(value, row, col, args):
+            return value / (one + math.exp(-value))
+
+        return silu
+
+    def _reference(self, x, xp):
+        with np.errstate(over="ignore"):
+            return x / (1.0 + xp.exp(-x))
+
+    @property
+    def lipschitz(self) -> float:
+        return 1.1  # max |d/dx| = 1.0998...
+
+
+class Sigmoid(Pointwise):
+    """``1 / (1 + exp(-x))``."""
+
+    stage_name = "sigmoid"
+
+    @staticmethod
+    def _device(t):
+        one = t(1)
+
+        @cuda.jit(device=True)
+        def sigmoid(value, row, col, args):
+            return one / (one + math.exp(-value))
+
+        return sigmoid
+
+    def _reference(self, x, xp):
+        with np.errstate(over="ignore"):
+            return 1.0 / (1.0 + xp.exp(-x))
+
+    @property
+    def lipschitz(self) -> float:
+        return 0.25
+
+
+class Tanh(Pointwise):
+    """``tanh(x)``."""
+
+    stage_name = "tanh"
+
+    @staticmethod
+    def _device(t):
+        @cuda.jit(device=True)
+        def tanh(value, row, col, args):
+            return math.tanh(value)
+
+        return tanh
+
+    def _reference(self, x, xp):
+        return xp.tanh(x)
+
+
+class Clamp(Pointwise):
+    """``min(max(x, lo), hi)``."""
+
+    stage_name = "clamp"
+
+    def __init__(self, lo: float, hi: float):
+        lo = real_parameter(lo, "lo", "clamp")
+        hi = real_parameter(hi, "hi", "clamp")
+        if lo > hi:
+            raise ValueError(f"clamp: lo must not exceed hi, got lo={lo!r} > hi={hi!r}")
+        self.params = {"lo": lo, "hi": hi}
+
+    @staticmethod
+    def _device(t):
+        @cuda.jit(device=True)
+        def clamp(value, row, col, args):
+            if value < args[0]:
+                return args[0]
+            if value > args[1]:
+                return args[1]
+            return value
+
+        return clamp
+
+    def _reference(self, x, xp):
+        return xp.minimum(xp.maximum(x, self.params["lo"]), self.params["hi"])
+
+
+class Scale(Pointwise):
+    """``s * x``."""
+
+    stage_name = "scale"
+
+    def __init__(self, s: float):
+        self.params = {"s": real_parameter(s, "s", "scale")}
+
+    @staticmethod
+    def _device(t):
+        @cuda.jit(device=True)
+        def scale(value, row, col, args):
+            return args[0] * value
+
+        return scale
+
+    def _reference(self, x, xp):
+        return self.params["s"] * x
+
+    @property
+    def lipschitz(self) -> float:
+        return abs(self.params["s"])
+
+
+def _erf(x: Any, xp: Any) -> Any:
+    """Exact float64 erf on NumPy (through :func:`math.erf`) or CuPy arrays."""
+    if xp is np:
+        return np.vectorize(math.erf, otypes=[np.float64])(x)
+    from cupyx.scipy.special import erf
+
+    return erf(x)
+
+
+def relu() -> Epilogue:
+    """``max(x, 0)``, applied to every element."""
+    return ReLU()
+
+
+def leaky_relu(slope: float = 0.01) -> Epilogue:
+    """``x`` where ``x >= 0``, else ``slope * x``.  ``slope`` is a run-time argument: changing it never recompiles."""
+    return LeakyReLU(slope)
+
+
+def gelu(approximate: str = "none") -> Epilogue:
+    """GELU, ``x * Phi(x)``: ``approximate="none"`` is the exact erf form, ``"tanh"`` PyTorch's tanh approximation."""
+    return GELU(approximate)
+
+
+def silu() -> Epilogue:
+    """SiLU (swish), ``x * sigmoid(x)``."""
+    return SiLU()
+
+
+def sigmoid() -> Epilogue:
+    """The logistic function ``1 / (1 + exp(-x))``."""
+    return Sigmoid()
+
+
+def tanh() -> Epilogue:
+    """``tanh(x)``."""
+    return Tanh()
+
+
+def clamp(lo: float, hi: float) -> Epilogue:
+    """``min(max(x, lo), hi)``; ``lo``/``hi`` may be infinite and are run-time arguments.
+
+    Raises:
+        TypeError: ``lo`` or ``hi`` is not a real number.
+        ValueError: ``lo > hi`` or either is NaN.
+    """
+    return Clamp(lo, hi)
+
+
+def scale(s: float) -> Epilogue:
+    """``s * x``; ``s`` is a run-time argument (``alpha`` scales before ``beta * C``, ``scale`` after it)."""
+    return Scale(s)
