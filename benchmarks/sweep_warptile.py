@@ -15,25 +15,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 CANDIDATES = {
     "float32": [
-        dict(threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, WNITER=2, TM=8, TN=4, stages=1),
         dict(threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, WNITER=2, TM=8, TN=4, stages=2),
-        dict(threads=256, BM=128, BN=128, BK=8, WM=64, WN=32, WNITER=2, TM=8, TN=4, stages=2),
+        dict(threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, WNITER=2, TM=8, TN=4, stages=2, unroll=2),
         dict(threads=128, BM=128, BN=128, BK=16, WM=64, WN=64, WNITER=4, TM=8, TN=4, stages=2),
-        dict(threads=128, BM=128, BN=128, BK=8, WM=64, WN=64, WNITER=4, TM=8, TN=4, stages=2),
+        dict(threads=128, BM=128, BN=128, BK=16, WM=64, WN=64, WNITER=4, TM=8, TN=4, stages=2, unroll=2),
         dict(threads=256, BM=128, BN=256, BK=8, WM=64, WN=64, WNITER=4, TM=8, TN=4, stages=2),
-        dict(threads=128, BM=64, BN=128, BK=16, WM=32, WN=64, WNITER=4, TM=4, TN=4, stages=2),
+        dict(threads=256, BM=128, BN=256, BK=8, WM=64, WN=64, WNITER=4, TM=8, TN=4, stages=2, unroll=2),
+        dict(threads=256, BM=256, BN=128, BK=8, WM=64, WN=64, WNITER=4, TM=8, TN=4, stages=2, unroll=2),
     ],
     "float64": [
-        dict(kind="simt", threads=128, BM=64, BN=64, BK=16, WM=32, WN=32, WNITER=2, TM=4, TN=4, stages=1),  # the SIMT best
-        dict(kind="dmma", threads=128, BM=64, BN=64, BK=16, WM=32, WN=32, stages=1),
-        dict(kind="dmma", threads=128, BM=64, BN=64, BK=16, WM=32, WN=32, stages=2),
-        dict(kind="dmma", threads=128, BM=64, BN=64, BK=32, WM=32, WN=32, stages=1),
-        dict(kind="dmma", threads=256, BM=128, BN=128, BK=8, WM=64, WN=32, stages=2),
         dict(kind="dmma", threads=256, BM=128, BN=64, BK=8, WM=32, WN=32, stages=2),
-        dict(kind="dmma", threads=256, BM=128, BN=64, BK=16, WM=32, WN=32, stages=1),
-        dict(kind="dmma", threads=128, BM=128, BN=64, BK=8, WM=64, WN=32, stages=2),
-        dict(kind="dmma", threads=128, BM=64, BN=128, BK=8, WM=32, WN=64, stages=2),
-        dict(kind="dmma", threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, stages=1),
+        dict(kind="dmma", threads=512, BM=128, BN=128, BK=8, WM=32, WN=32, stages=2),
+        dict(kind="dmma", threads=256, BM=64, BN=128, BK=8, WM=32, WN=32, stages=2),
+        dict(kind="dmma", threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=2),
+        dict(kind="dmma", threads=256, BM=64, BN=64, BK=16, WM=32, WN=16, stages=2),
+        dict(kind="dmma", threads=256, BM=128, BN=128, BK=8, WM=32, WN=64, stages=2),
+        dict(kind="dmma", threads=512, BM=128, BN=128, BK=8, WM=64, WN=16, stages=2),
     ],
 }
 
