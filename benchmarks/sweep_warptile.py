@@ -15,22 +15,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 CANDIDATES = {
     "float32": [
-        dict(threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, WNITER=2, TM=8, TN=4, stages=2),
         dict(threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, WNITER=2, TM=8, TN=4, stages=2, unroll=2),
-        dict(threads=128, BM=128, BN=128, BK=16, WM=64, WN=64, WNITER=4, TM=8, TN=4, stages=2),
-        dict(threads=128, BM=128, BN=128, BK=16, WM=64, WN=64, WNITER=4, TM=8, TN=4, stages=2, unroll=2),
-        dict(threads=256, BM=128, BN=256, BK=8, WM=64, WN=64, WNITER=4, TM=8, TN=4, stages=2),
-        dict(threads=256, BM=128, BN=256, BK=8, WM=64, WN=64, WNITER=4, TM=8, TN=4, stages=2, unroll=2),
-        dict(threads=256, BM=256, BN=128, BK=8, WM=64, WN=64, WNITER=4, TM=8, TN=4, stages=2, unroll=2),
+        dict(threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, WNITER=2, TM=8, TN=4, stages=2),
     ],
     "float64": [
-        dict(kind="dmma", threads=256, BM=128, BN=64, BK=8, WM=32, WN=32, stages=2),
-        dict(kind="dmma", threads=512, BM=128, BN=128, BK=8, WM=32, WN=32, stages=2),
-        dict(kind="dmma", threads=256, BM=64, BN=128, BK=8, WM=32, WN=32, stages=2),
         dict(kind="dmma", threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=2),
-        dict(kind="dmma", threads=256, BM=64, BN=64, BK=16, WM=32, WN=16, stages=2),
-        dict(kind="dmma", threads=256, BM=128, BN=128, BK=8, WM=32, WN=64, stages=2),
-        dict(kind="dmma", threads=512, BM=128, BN=128, BK=8, WM=64, WN=16, stages=2),
+        dict(kind="dmma", threads=256, BM=128, BN=64, BK=16, WM=64, WN=16, stages=2),
+        dict(kind="dmma", threads=256, BM=128, BN=64, BK=16, WM=64, WN=16, stages=2, min_blocks=2),
+        dict(kind="dmma", threads=256, BM=128, BN=64, BK=16, WM=32, WN=32, stages=2, min_blocks=2),
+        dict(kind="dmma", threads=256, BM=64, BN=128, BK=16, WM=32, WN=32, stages=2, min_blocks=2),
+        dict(kind="dmma", threads=256, BM=64, BN=64, BK=32, WM=32, WN=16, stages=2, min_blocks=2),
+        dict(kind="dmma", threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, stages=2),
     ],
 }
 
@@ -42,7 +37,7 @@ def main() -> None:
     import dxgemm
     from dxgemm.bench import time_ms
     from dxgemm.epilogues._base import AlphaBeta, EpilogueContext
-    from dxgemm.kernels import kernel_signature, warptile
+    from dxgemm.kernels import CompiledKernel, kernel_signature, warptile
     from dxgemm.kernels._spec import KernelSpec, Layout
     from dxgemm.testing import check
 
@@ -64,11 +59,13 @@ def main() -> None:
         for cfg in configs:
             try:
                 built = warptile.build(spec, **cfg)
-                kernel = cuda.jit(sig, launch_bounds=cfg["threads"])(built.pyfunc)
+                bounds = (cfg["threads"], built.min_blocks) if built.min_blocks else cfg["threads"]
+                kernel = cuda.jit(sig, launch_bounds=bounds)(built.pyfunc)
+                compiled = CompiledKernel("warptile", built, kernel)
                 print(f"  compiled {cfg}", flush=True)
                 grid = built.grid(n, n)
                 stream = cuda.external_stream(cupy.cuda.get_current_stream().ptr)
-                launch = lambda: kernel[grid, built.block, stream](fa, fb, fd, n, n, n, n, n, n, 3, bound.args)  # noqa
+                launch = lambda: compiled.launch(stream, fa, fb, fd, n, n, n, n, n, n, 3, bound.args)  # noqa
                 d.fill(np.nan)
                 ms = time_ms(launch, warmup=2, reps=10)
                 err = check(d, a.astype(np.float64), b.astype(np.float64), dtype)

@@ -51,7 +51,32 @@ class CompiledKernel:
 
     def launch(self, stream, a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args) -> None:
         grid = self.built.grid(m, n)
-        self.kernel[grid, self.built.block, stream](a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args)
+        smem = self.built.dynamic_smem
+        if smem > STATIC_SMEM_LIMIT:
+            _raise_smem_limit(self.kernel, smem)
+        self.kernel[grid, self.built.block, stream, smem](a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args)
+
+
+STATIC_SMEM_LIMIT = 48 * 1024
+"""Shared memory a block may use without opting in (static arrays can never exceed it)."""
+
+_smem_raised: set = set()
+
+
+def _raise_smem_limit(kernel, nbytes: int) -> None:
+    """Opt the kernel in to ``nbytes`` of dynamic shared memory on the current device (once)."""
+    if SIMULATOR:
+        return
+    from numba.cuda.cudadrv import driver as cudadrv
+
+    (overload,) = kernel.overloads.values()
+    cufunc = overload.library.get_cufunc()
+    key = (id(cufunc), cufunc.device.id, nbytes)
+    if key in _smem_raised:
+        return
+    attr = cudadrv.binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    cudadrv.driver.cuKernelSetAttribute(attr, nbytes, cufunc.handle, cufunc.device.id)
+    _smem_raised.add(key)
 
 
 _cache: dict[tuple, CompiledKernel] = {}
@@ -97,7 +122,8 @@ def _compile(backend: str, spec: KernelSpec, epi_type) -> CompiledKernel:
     threads = 1
     for extent in built.block:
         threads *= extent
-    options = {} if SIMULATOR else {"launch_bounds": threads}
+    bounds = (threads, built.min_blocks) if built.min_blocks else threads
+    options = {} if SIMULATOR else {"launch_bounds": bounds}
     kernel = cuda.jit(sig, **options)(built.pyfunc)
     _compiles += 1
     return CompiledKernel(backend, built, kernel)

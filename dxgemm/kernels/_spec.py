@@ -57,13 +57,17 @@ class BuiltKernel:
     tile one block covers.
 
     The grid is ``(ceil(n / tile_n), ceil(m / tile_m))``: ``blockIdx.x`` walks output
-    columns, ``blockIdx.y`` output rows.
+    columns, ``blockIdx.y`` output rows.  ``dynamic_smem`` is the dynamic shared memory
+    (bytes) each block needs; above 48 KiB the launcher raises the kernel's limit.
+    ``min_blocks`` (if set) asks the compiler to fit that many blocks per SM in registers.
     """
 
     pyfunc: Callable
     block: tuple[int, ...]
     tile_m: int
     tile_n: int
+    dynamic_smem: int = 0
+    min_blocks: int = 0
 
     def grid(self, m: int, n: int) -> tuple[int, int]:
         return (-(-n // self.tile_n), -(-m // self.tile_m))

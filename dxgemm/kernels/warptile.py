@@ -9,17 +9,36 @@ the register footprint per thread is chosen independently of the block tile; and
 mapping mirrors the hardware hierarchy (block -> SM, warp -> scheduler, thread -> lane)
 that tensor-core kernels use as well.
 
+Two more things make this rung fast:
+
+* **Double buffering.**  The next K tile's global loads are issued into registers
+  (:class:`~._device.TileStager`) before the current tile is multiplied and stored into
+  the other of two shared stages afterwards, so each warp's global latency hides behind
+  its own multiply-adds, and one barrier per K tile remains instead of two.  This took
+  float32 from 0.565x to 0.695x cuBLAS; unrolling the K loop by two (NVVM does not
+  unroll 16 steps of 64 FFMA on its own) took it to 0.715x.
+* **FP64 tensor cores for float64.**  A warp is exactly the unit that issues a
+  ``mma.sync.m8n8k4`` (DMMA), so the float64 kernel keeps the block/warp hierarchy and
+  replaces each warp's 32 lanes of scalar DFMA with one warp-wide 8x8x4 product per
+  8x8 block of its tile (:func:`_build_dmma`).  The SIMT version of this rung peaked at
+  12.6 TFLOP/s (0.21x cuBLAS, 38 % of the measured SIMT FP64 ceiling of 33 TFLOP/s:
+  its 128 registers leave 4 warps per scheduler, too few to hide DFMA and shared-load
+  latency); on DMMA it reaches 0.455x.  cuBLAS's own DGEMM runs on the same DMMA units.
+
 Memory traffic saved over vectorized: global traffic is the same per output; per K step
 a warp reads ``WM + WN`` distinct shared values for ``WM * WN`` multiply-adds, and the
 larger K step (16) halves the barriers per multiply-add.
 
-Reached on the H100 (benchmarks/results/h100.json, 4096^3): 28.83 TFLOP/s float32
-(0.554x cuBLAS), 13.09 TFLOP/s float64 (0.218x cuBLAS).
+Reached on the H100 (benchmarks/results/h100.json, 4096^3): 37.3 TFLOP/s float32
+(0.716x cuBLAS), 27.7 TFLOP/s float64 (0.455x cuBLAS) in the sweep
+(benchmarks/results/h100_run3_sweep.log); ncu (h100_ncu_warptile.log) shows the float32
+kernel issuing an instruction on 80 % of scheduler cycles — it is issue-bound, and 75 %
+of its inner-loop instructions are FFMA.
 """
 
 from __future__ import annotations
 
-from numba import cuda
+from numba import cuda, from_dtype
 
 from ._device import SMEM_ALIGN, U, load_frag, make_offset, make_tile_loader, make_tile_stager, mma_f64
 from ._spec import BuiltKernel, KernelSpec, Layout
@@ -27,12 +46,13 @@ from ._spec import BuiltKernel, KernelSpec, Layout
 WARP = 32
 
 # Per dtype: threads, block tile (BM, BN, BK), warp tile (WM, WN), sub-tiles across a warp
-# tile (WNITER) and thread tile (TM, TN).  Chosen by benchmarks/sweep_warptile.py on the
-# H100 (benchmarks/results/h100_run1_sweep.log, 4096^3): for float32, 8 warps with 32x
-# (8x8) accumulators each (104 registers, two blocks per SM) beat siboehm's 4-warp
-# 64-accumulator layout (201 registers, 0.42x vs 0.55x cuBLAS); for float64, a 64x64
-# block tile with 4x8 accumulators per thread (96 registers) beat every larger tile
-# (0.215x vs <= 0.19x) — larger float64 tiles run out of registers and occupancy.
+# tile (WNITER), thread tile (TM, TN), shared stages, K-loop unroll.  Chosen by
+# benchmarks/sweep_warptile.py on the H100 at 4096^3 (benchmarks/results/h100_run*_sweep*.log):
+# float32: 8 warps with 32 (8x4 twice) accumulators each, two blocks per SM (126 registers),
+# 0.716x; siboehm's 4-warp 64-accumulator layout reached 0.707x with 239 registers.
+# float64 (DMMA): 8 warps with a 64x16 warp tile (8x2 blocks of 8x8), BK = 8, two stages:
+# 0.455x; BK = 16 (dynamic shared memory above 48 KiB) was slower (0.34-0.41x), as were
+# 512-thread and 128x128 tiles (0.36-0.40x).
 CONFIGS = {
     "float32": dict(threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, WNITER=2, TM=8, TN=4, stages=2, unroll=2),
     "float64": dict(kind="dmma", threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=2),
@@ -184,6 +204,7 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
     DOUBLE = STAGES == 2
     a_elems, b_elems, acc_elems = STAGES * BK * ALD, STAGES * BK * BLD, MI * NI * 2
     uA_STAGE, uB_STAGE = U(BK * ALD), U(BK * BLD)
+    smem_type = from_dtype(dt)
     stage_a = make_tile_stager(dt, spec.layout_a, BM, BK, Layout.COL, threads, smem_ld=ALD)
     stage_b = make_tile_stager(dt, spec.layout_b, BK, BN, Layout.ROW, threads, smem_ld=BLD)
     A_REGS, B_REGS = stage_a.nregs, stage_b.nregs
@@ -192,8 +213,10 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
     one, two, three = U(1), U(2), U(3)
 
     def warptile_dmma_gemm(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args):
-        a_tile = cuda.shared.array(a_elems, nb, alignment=SMEM_ALIGN)  # STAGES x [BK][BM + PAD]
-        b_tile = cuda.shared.array(b_elems, nb, alignment=SMEM_ALIGN)  # STAGES x [BK][BN + PAD]
+        # Dynamic shared memory: two stages of a 16-deep tile pass the 48 KiB static limit.
+        smem = cuda.shared.array(0, smem_type)
+        a_tile = smem[:a_elems]  # STAGES x [BK][BM + PAD]
+        b_tile = smem[a_elems:]  # STAGES x [BK][BN + PAD]
         acc = cuda.local.array(acc_elems, nb)
         a_frag = cuda.local.array(MI, nb)
         b_frag = cuda.local.array(NI, nb)
@@ -263,4 +286,5 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
                         value = acc[2 * (i * NI + j) + h]
                         d[d_off(row, col, U(ldd))] = epilogue(value, row, col, epi_args)
 
-    return BuiltKernel(warptile_dmma_gemm, (threads,), BM, BN)
+    return BuiltKernel(warptile_dmma_gemm, (threads,), BM, BN, dynamic_smem=(a_elems + b_elems) * dt.itemsize,
+                       min_blocks=cfg.get("min_blocks", 0))
