@@ -1,4 +1,8 @@
-"""Command line: ``python -m dxgemm {demo,bench,info}``."""
+"""Command line: ``python -m dxgemm {demo,bench,info,cache,warmup}``.
+
+``info`` also shows the pipeline kernel cache (place, entries, size); ``cache clear``
+empties it; ``warmup`` pre-compiles the pipeline's default configurations into it.
+"""
 
 from __future__ import annotations
 
@@ -44,6 +48,72 @@ def cmd_info(args: argparse.Namespace) -> int:
         print("GPU: none found (CPU-only machine; kernels can still run under NUMBA_ENABLE_CUDASIM=1)")
     for name, version in _info.versions().items():
         print(f"  {name:24} {version or '-'}")
+    _print_cache(verbose=getattr(args, "verbose", False))
+    return 0
+
+
+def _print_cache(verbose: bool = False) -> None:
+    """The pipeline kernel cache: place, entries, size (and, verbose, one line per kernel)."""
+    from .pipelines.cache import KernelCache
+
+    cache = KernelCache()
+    info = cache.info()
+    print(f"pipeline kernel cache: {info.place}")
+    print(f"  entries {info.entries}, {info.size_bytes / 2**20:.1f} MiB"
+          + (" (set DXGEMM_CACHE_DIR to move it)" if "DXGEMM_CACHE_DIR" not in os.environ else ""))
+    lto = info.place / "lto"
+    if lto.is_dir():
+        files = list(lto.glob("*.ltoir"))
+        print(f"  libmathdx LTO-IR objects {len(files)}, {sum(f.stat().st_size for f in files) / 2**20:.1f} MiB")
+    if verbose:
+        for entry in cache.entries():
+            meta = entry.meta
+            cfg = meta.get("config", {})
+            name = f"{cfg.get('tile_m')}x{cfg.get('tile_n')}x{cfg.get('tile_k')}_t{cfg.get('block_size')}_d{cfg.get('depth')}"
+            print(f"    {entry.key}  {meta.get('dtype'):8} {'/'.join(meta.get('arrangement', [])):20} {name:20} "
+                  f"epilogue {entry.fields.get('epilogue')}")
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from .pipelines.cache import KernelCache
+
+    cache = KernelCache()
+    if args.action == "clear":
+        removed = cache.clear()
+        lto = cache.root / "lto"
+        n_lto = 0
+        if lto.is_dir():
+            for f in lto.iterdir():
+                try:
+                    f.unlink()
+                    n_lto += 1
+                except OSError:
+                    pass
+        print(f"removed {removed} kernels and {n_lto} LTO-IR objects from {cache.root}")
+    else:
+        _print_cache(verbose=True)
+    return 0
+
+
+def cmd_warmup(args: argparse.Namespace) -> int:
+    from .pipelines import _standin
+
+    _standin.activate((9, 0))  # compiles without a GPU too (for an H100); a no-op with one
+    from .pipelines.warmup import ARRANGEMENT_PAIRS, warmup
+
+    dtypes = [d.strip() for d in args.dtype.split(",") if d.strip()]
+    configs = [c.strip() for c in args.config.split(",") if c.strip()]
+    arrangements = ARRANGEMENT_PAIRS if args.arrangements == "all" else [
+        tuple(x.split("/")) for x in args.arrangements.split(",")]
+    t0 = time.perf_counter()
+    try:
+        records = warmup(dtypes, configs=configs, arrangements=arrangements, jobs=args.jobs,
+                         log=lambda msg: print(f"[{time.perf_counter() - t0:7.1f} s] {msg}", flush=True))
+    except (TypeError, ValueError) as e:
+        print(f"warmup: {e}", file=sys.stderr)
+        return 2
+    print(f"{len(records)} kernels ready in {time.perf_counter() - t0:.1f} s")
+    _print_cache()
     return 0
 
 
@@ -123,8 +193,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dxgemm", description="Fused GEMM kernels for NVIDIA GPUs.")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("info", help="GPU, compute capability and versions of the stack")
+    p = sub.add_parser("info", help="GPU, compute capability, versions of the stack and the kernel cache")
+    p.add_argument("-v", "--verbose", action="store_true", help="list every cached pipeline kernel")
     p.set_defaults(func=cmd_info)
+    p = sub.add_parser("cache", help="show or clear the pipeline kernel cache")
+    p.add_argument("action", choices=["show", "clear"])
+    p.set_defaults(func=cmd_cache)
+    p = sub.add_parser("warmup", help="pre-compile the pipeline's default configurations (progress bar)")
+    p.add_argument("--dtype", default="float64,float32", help="comma-separated: float64, float32")
+    p.add_argument("--config", default="large,small", help="comma-separated: large, small or e.g. 128x128x32_t256_d2")
+    p.add_argument("--arrangements", default="all", help="'all' or e.g. row_major/row_major,col_major/row_major")
+    p.add_argument("--jobs", type=int, default=1, help="kernels built at once (each also uses worker processes)")
+    p.set_defaults(func=cmd_warmup)
     p = sub.add_parser("demo", help="run every backend once, check it and time it")
     p.add_argument("--size", type=int, default=2048, help="square size on a GPU (default 2048)")
     p.set_defaults(func=cmd_demo)

@@ -13,8 +13,9 @@ from ._streams import numba_stream, stream_handle
 from .epilogues._base import AlphaBeta, Chain, Epilogue, EpilogueContext
 from .kernels import FLAG_VEC_A, FLAG_VEC_B, RUNGS, KernelSpec, get_kernel
 
-BACKENDS: tuple[str, ...] = RUNGS
-"""Names ``backend=`` accepts besides ``"auto"``, slowest rung first."""
+BACKENDS: tuple[str, ...] = RUNGS + ("pipeline",)
+"""Names ``backend=`` accepts besides ``"auto"``: the handwritten rungs, slowest first, then
+``"pipeline"`` (cuBLASDx device pipeline on tensor cores, :mod:`dxgemm.pipelines`)."""
 
 
 def gemm(
@@ -69,6 +70,7 @@ def gemm(
             f"epilogue must be a dxgemm.epilogues.Epilogue (e.g. epilogues.relu()), got {type(epilogue).__name__}"
         )
     backend = _check_backend(backend)
+    explicit_pipeline = backend == "pipeline"
 
     device = _arrays.device_of(op_a)
     if _arrays.device_of(op_b) != device:
@@ -95,12 +97,22 @@ def gemm(
                           device=device, inputs=(op_a, op_b), output=op_d)
     chain = Chain((AlphaBeta(alpha, beta, c if c is not None else None),) + (epilogue.stages if epilogue else ()))
     bound = chain.bind(ctx)
+    handle = stream_handle(stream, op_a.library)
     if backend == "auto":
-        backend = choose_backend(dtype, m, n, k)
+        backend = choose_backend(dtype, m, n, k, pipeline=_pipeline_reason(device) is None)
+    if backend == "pipeline":
+        from .pipelines._dispatch import PipelineUnavailable, run
+
+        try:
+            run(op_a, op_b, op_d, m, n, k, bound, handle, device)
+            return out
+        except PipelineUnavailable as e:
+            if explicit_pipeline:
+                raise ValueError(f"backend='pipeline' cannot run this call: {e}") from None
+            backend = "warptile"
     spec = KernelSpec(dtype, op_a.layout, op_b.layout, op_d.layout, bound.key, None)
     compiled = get_kernel(backend, spec, bound.args, bound.make)
     flags = (FLAG_VEC_A if _vector_ok(op_a) else 0) | (FLAG_VEC_B if _vector_ok(op_b) else 0)
-    handle = stream_handle(stream, op_a.library)
     compiled.launch(
         numba_stream(handle), op_a.flat(), op_b.flat(), op_d.flat(),
         m, n, k, op_a.ld, op_b.ld, op_d.ld, flags, bound.args,
@@ -108,12 +120,31 @@ def gemm(
     return out
 
 
-def choose_backend(dtype: np.dtype, m: int, n: int, k: int) -> str:
-    """The backend ``"auto"`` runs: the fastest rung measured on the H100 for this dtype.
+def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = False) -> str:
+    """The backend ``"auto"`` runs (``pipeline``: whether the pipeline can run on this device).
 
-    ``warptile`` was the fastest at every size in benchmarks/results/h100.json.
+    Measured on the H100 (benchmarks/results/h100.json, h100_pipeline_*.log): the
+    cuBLASDx pipeline runs float64 at 46 TFLOP/s at 4096^3 against warptile's 13 (its
+    tensor-core DMMA against CUDA-core FMA), so float64 takes the pipeline wherever it
+    can run.  In float32 both use CUDA-core FMA (no TF32: results stay true float32) and
+    the pipeline led warptile only at large sizes (4096^3: 32.1 against 28.8 TFLOP/s;
+    2048^3: 28.2 against 29.7), so float32 takes it from 2^36 multiply-adds (4096^3) on.
+    Everything else, and every device where the pipeline cannot run, gets ``warptile``,
+    the fastest rung at every size measured.
     """
+    if pipeline:
+        if np.dtype(dtype) == np.float64:
+            return "pipeline"
+        if m * n * k >= 2**36:
+            return "pipeline"
     return "warptile"
+
+
+def _pipeline_reason(device: int) -> str | None:
+    """Why the pipeline cannot run on ``device`` (None when it can); imports no nvmath."""
+    from .pipelines._dispatch import availability
+
+    return availability(device)
 
 
 def _vector_ok(op: Operand) -> bool:

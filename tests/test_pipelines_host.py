@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from dxgemm.pipelines import cache as cache_mod
-from dxgemm.pipelines.cache import CacheWarning, KernelCache, cache_key, key_fields
+from dxgemm.pipelines.cache import FORMAT_VERSION, CacheWarning, KernelCache, cache_key, key_fields
 from dxgemm.pipelines.config import CONFIGS, H100, DeviceInfo, PipelineConfig, suggest, wave_efficiency
 
 F64, F32 = np.dtype(np.float64), np.dtype(np.float32)
@@ -127,12 +127,27 @@ def test_key_is_stable_and_order_independent():
         dict(versions={**VERSIONS, "nvmath-python": "1.0.1"}),
         dict(versions={**VERSIONS, "libmathdx": "0.3.3"}),
         dict(versions={**VERSIONS, "numba-cuda": "0.31.0"}),
-        dict(versions={**VERSIONS, "driver": 13010}),
-        dict(versions={**VERSIONS, "nvrtc": "13.0"}),
+        dict(versions={**VERSIONS, "nvjitlink": "14.0", "nvrtc": "14.0"}),
+        dict(versions={**VERSIONS, "format": 99}),
     ],
 )
 def test_key_changes_with_everything_that_changes_code(change):
     assert cache_key(_fields(**change)) != cache_key(_fields())
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        dict(versions={**VERSIONS, "driver": 13010}),  # a build machine's stand-in reports 13000
+        dict(versions={**VERSIONS, "driver": None}),
+        dict(versions={**VERSIONS, "nvrtc": "13.0", "nvjitlink": "13.0"}),  # same CUDA major
+        dict(versions={**VERSIONS, "cuda-core": "9.9.9"}),
+    ],
+)
+def test_key_ignores_what_does_not_change_the_cubin(change):
+    """A cubin built on the CPU machine (nvJitLink 13.5, stand-in driver) must be found on
+    the GPU host (CUDA 13.0 driver): only the CUDA major of the compilers is keyed."""
+    assert cache_key(_fields(**change)) == cache_key(_fields())
 
 
 def test_default_versions_need_no_nvmath_import():
@@ -178,7 +193,7 @@ def test_roundtrip_and_hit(tmp_path):
     assert second.blobs == first.blobs
     assert second.meta["dynamic_smem"] == 131104
     info = cache.info()
-    assert info.entries == 1 and info.size_bytes > 1000 and info.place == tmp_path
+    assert info.entries == 1 and 300 < info.size_bytes < 4000 and info.place == tmp_path  # blobs compressed
 
 
 def test_env_var_overrides_place(tmp_path, monkeypatch):
@@ -194,7 +209,7 @@ def test_env_var_overrides_place(tmp_path, monkeypatch):
         lambda raw: raw[:-1] + bytes([raw[-1] ^ 0xFF]),  # flipped payload byte
         lambda raw: b"garbage" + raw,  # bad magic
         lambda raw: raw + b"extra",  # trailing bytes
-        lambda raw: raw.replace(b'"format": 1', b'"format": 0', 1),  # other format version
+        lambda raw: raw.replace(f'"format": {FORMAT_VERSION}'.encode(), b'"format": 0', 1),  # other format version
         lambda raw: b"",  # empty file
     ],
     ids=["truncated", "bitflip", "magic", "trailing", "format", "empty"],
@@ -338,3 +353,157 @@ def test_param_layout_of_numba_types():
         ["ptr", "ptr", "i64", "i64", "ptr", "i64", "i64", "i64", "f32", "f32"]
         + ["ptr", "ptr", "i64", "i64", "ptr", "i64", "i64", "i64"]
     )
+
+
+_PARAMS_PROBE = r"""
+import sys
+from dxgemm.pipelines import _standin
+_standin.activate((9, 0))
+from numba import cuda, types
+from cuda.core import Linker, LinkerOptions, ObjectCode
+from dxgemm.pipelines._build import _param_layout, kernel_entries, kernel_param_sizes, _KIND_SIZES
+
+vec = types.Array(types.float64, 1, "C")
+mat = types.Array(types.float32, 2, "A")
+epi = types.Tuple((types.float64, types.Tuple((types.float32, mat, types.int64)), types.boolean))
+argtypes = [vec, types.int64, epi, types.uint32, vec]
+
+def k(d, n, args, u, e):
+    i = cuda.grid(1)
+    if i < n and args[2]:
+        d[i] = args[0] + args[1][0] + args[1][1][0, 0] + args[1][2] + u + e[0]
+
+codes, _ = cuda.compile_all(k, types.void(*argtypes), device=False, abi="numba", output="ltoir", cc=(9, 0))
+objs = [ObjectCode.from_ltoir(bytes(getattr(c, "data", c))) for c in codes]
+cubin = bytes(Linker(*objs, options=LinkerOptions(link_time_optimization=True, arch="sm_90a")).link("cubin").code)
+entry = kernel_entries(cubin)[0]
+print("SIZES", kernel_param_sizes(cubin, entry))
+print("LAYOUT", [_KIND_SIZES[x] for x in _param_layout(argtypes)])
+"""
+
+
+def test_param_layout_matches_a_compiled_cubin():
+    """The launcher's flattening (from Numba types) against EIATTR_KPARAM_INFO of a real cubin.
+
+    Nested tuples, a 2-D strided array, a bool and a uint32 — the shapes epilogue
+    arguments take.  Compiled for sm_90a without a GPU (stand-in driver), in a subprocess
+    because the stand-in patches Numba's device lookup for the whole process.
+    """
+    pytest.importorskip("cuda.core")
+    env = _env()
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    env["DXGEMM_CACHE_DIR"] = str(Path(__file__).resolve().parents[1] / ".cache" / "test-standin")
+    out = subprocess.run([sys.executable, "-c", _PARAMS_PROBE], capture_output=True, text=True, env=env, timeout=600)
+    if out.returncode != 0 and ("nvJitLink" in out.stderr or "gcc" in out.stderr or "C compiler" in out.stderr):
+        pytest.skip(f"no toolchain to compile with: {out.stderr[-300:]}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if line.startswith(("SIZES", "LAYOUT")))
+    assert lines["SIZES"] == lines["LAYOUT"], out.stdout
+    assert len(eval(lines["SIZES"])) == 7 + 1 + (1 + 1 + 9 + 1 + 1) + 1 + 7
+
+
+# --------------------------------------------------------------------------- plan (any m, n, k)
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [(1, 1, 1), (17, 33, 5), (1000, 1000, 1000), (4097, 4097, 4097), (1, 4096, 4096), (4096, 64, 4096),
+     (4096, 4096, 40), (128, 128, 64), (256, 256, 63), (129, 257, 95)],
+)
+@pytest.mark.parametrize("tile,depth", [((128, 128, 32), 2), ((128, 128, 16), 3), ((64, 64, 32), 2)])
+def test_plan_covers_every_shape(shape, tile, depth):
+    from dxgemm.pipelines._launch import plan
+
+    m, n, k = shape
+    tm, tn, tk = tile
+    p = plan(m, n, k, tile, depth, True, True)
+    # the pipeline always runs whole K tiles, at least `depth` of them (measured: fewer faults)
+    assert p.k_main % tk == 0 and p.k_main >= depth * tk
+    # the pipeline never reads past the K extent of what it is given
+    assert p.k_main <= p.k_pipe
+    if p.zero_pad_k:  # short K: zero-filled copies, no tail
+        assert p.copy_a and p.copy_b and p.k_tail_start == k and p.k_pipe == depth * tk > k
+    else:  # the kernel adds the K tail itself
+        assert p.k_tail_start == p.k_main and k - p.k_main < tk and p.k_pipe == k
+    assert p.grid == (-(-m // tm), -(-n // tn))
+    assert p.mb_main == m // tm and p.nb_main == n // tn
+
+
+def test_plan_copies_only_misaligned_operands():
+    from dxgemm.pipelines._launch import Matrix, plan
+
+    a = Matrix(0x7F00_0000_0000, 4097, 4097, 4097, "row_major", 8)  # 4097 * 8 bytes: rows not 16-byte aligned
+    b = Matrix(0x7F10_0000_0000, 4097, 4097, 4098, "row_major", 8)
+    assert not a.aligned() and b.aligned()
+    p = plan(4097, 4097, 4097, (128, 128, 32), 2, a.aligned(), b.aligned())
+    assert p.copy_a and not p.copy_b and not p.zero_pad_k
+    with pytest.raises(ValueError):
+        plan(0, 5, 5, (128, 128, 32), 2, True, True)
+
+
+def test_matrix_addressing():
+    from dxgemm.pipelines._launch import Matrix
+
+    r = Matrix(1000, 3, 5, 8, "row_major", 4)
+    c = Matrix(1000, 3, 5, 4, "col_major", 4)
+    assert r.strides == (8, 1) and c.strides == (1, 4)
+    assert r.at(2, 3) == 1000 + 4 * (2 * 8 + 3) and c.at(2, 3) == 1000 + 4 * (2 + 3 * 4)
+    assert r.extent == 2 * 8 + 5 and c.extent == 4 * 4 + 3
+    assert r.vector_slots() == [0, 0, 21, 4, 1000, 21, 4]
+
+
+# --------------------------------------------------------------------------- wiring, suggest overrides, autotune table
+
+
+def test_pipeline_backend_refuses_clearly_under_the_simulator():
+    pytest.importorskip("numba")
+    import dxgemm
+    from dxgemm.pipelines._dispatch import availability
+    from numba import cuda
+
+    assert "pipeline" in dxgemm.BACKENDS
+    assert "simulator" in availability(0)
+    a = cuda.to_device(np.ones((8, 8)))
+    with pytest.raises(ValueError, match="backend='pipeline' cannot run"):
+        dxgemm.gemm(a, a, backend="pipeline")
+    d = dxgemm.gemm(a, a, backend="auto").copy_to_host()  # falls back to a handwritten rung
+    assert np.allclose(d, 8.0)
+
+
+def test_choose_backend():
+    from dxgemm._gemm import choose_backend
+
+    assert choose_backend(np.dtype(np.float64), 4096, 4096, 4096, pipeline=False) == "warptile"
+    assert choose_backend(np.dtype(np.float64), 4096, 4096, 4096, pipeline=True) == "pipeline"
+    assert choose_backend(np.dtype(np.float32), 512, 512, 512, pipeline=True) == "warptile"
+
+
+def test_use_config_overrides_suggest():
+    from dxgemm.pipelines import use_config
+
+    with use_config("large"):
+        assert suggest(1, 1, 1, np.float64) == CONFIGS[F64]["large"]
+        with use_config("64x64x32_t128_d2"):
+            assert suggest(8192, 8192, 8192, np.float64) == PipelineConfig(64, 64, 32, 128, 2)
+    assert suggest(1, 4096, 4096, np.float64, device=H100) == CONFIGS[F64]["small"]
+    with pytest.raises(ValueError, match="config must be"):
+        with use_config("huge"):
+            suggest(4, 4, 4, np.float64)
+
+
+def test_autotune_table_roundtrip(tmp_path, monkeypatch):
+    from dxgemm.pipelines import tuning as at
+
+    monkeypatch.setenv("DXGEMM_CACHE_DIR", str(tmp_path))
+    assert at.shape_class(4000, 4096, 4100) == at.shape_class(4096, 4096, 4096) == "4096x4096x4096"
+    assert at.shape_class(1, 1000, 2500) == "1x1024x2048" and at.shape_class(1, 1000, 3000) == "1x1024x4096"
+    assert at.lookup(4096, 4096, 4096, np.float64) is None
+    at._write(at.table_path(), "float64", "4096x4096x4096", {"config": "128x64x32_t128_d2", "ms": {}})
+    assert at.lookup(4000, 4096, 4096, np.float64) == PipelineConfig(128, 64, 32, 128, 2)
+    assert at.lookup(4096, 4096, 4096, np.float32) is None
+    # suggest() consults the table (measurements beat the model)
+    assert suggest(4096, 4096, 4096, np.float64, device=H100) == PipelineConfig(128, 64, 32, 128, 2)
+    at.table_path().write_text("{ not json")  # a damaged table loses decisions, never crashes
+    assert at.lookup(4096, 4096, 4096, np.float64) is None
+    at.forget()
+    assert suggest(4096, 4096, 4096, np.float64, device=H100) == CONFIGS[F64]["large"]

@@ -9,13 +9,20 @@ Groundwork of the pipeline backend (issue 4), in layers:
   *run-time* values (one cubin per configuration, not per size), on a GPU or, through
   :mod:`._standin`, on a machine without one;
 * :mod:`._launch` — loads a cached cubin with cuda.core and launches it (no compiler);
-* :mod:`.kernels` — memo -> disk cache -> compile.
+* :mod:`._lto` — libmathdx's LTO-IR objects on disk, compiled in parallel processes;
+* :mod:`.kernels` — memo -> disk cache -> compile;
+* :mod:`._dispatch` — ``dxgemm.gemm(..., backend="pipeline")``: operands -> launch;
+* :mod:`.tuning` — ``autotune``: time candidate configurations, persist the winner per shape class;
+* :mod:`.warmup` — pre-compile the default configurations (``python -m dxgemm warmup``).
 
 Nothing here imports ``nvmath`` at import time: it needs a CUDA driver to import, and
 ``import dxgemm`` must work without one.  Only a cache miss (a compile) imports it.
 """
 
+from .tuning import autotune
 from .cache import CacheInfo, KernelCache, clear, info
-from .config import CONFIGS, DeviceInfo, PipelineConfig, suggest
+from .config import CONFIGS, DeviceInfo, PipelineConfig, suggest, use_config
+from .warmup import warmup
 
-__all__ = ["PipelineConfig", "DeviceInfo", "CONFIGS", "suggest", "KernelCache", "CacheInfo", "clear", "info"]
+__all__ = ["PipelineConfig", "DeviceInfo", "CONFIGS", "suggest", "use_config", "autotune", "warmup", "KernelCache",
+           "CacheInfo", "clear", "info"]

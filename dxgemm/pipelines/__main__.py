@@ -13,17 +13,7 @@ import sys
 import time
 
 from .cache import KernelCache
-from .config import CONFIGS, PipelineConfig, suggest
-
-
-def _parse_config(text: str, dtype) -> PipelineConfig:
-    import numpy as np
-
-    if text in ("large", "small"):
-        return CONFIGS[np.dtype(dtype)][text]
-    tile, threads, depth = text.split("_")  # 128x128x32_t256_d2
-    m, n, k = (int(x) for x in tile.split("x"))
-    return PipelineConfig(m, n, k, int(threads.lstrip("t")), int(depth.lstrip("d")))
+from .config import PipelineConfig, parse_config, suggest
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("build", help="compile kernels into the cache")
     b.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     b.add_argument("--config", default="large", help="large, small or e.g. 128x128x32_t256_d2")
-    b.add_argument("--arrangement", default="row_major,row_major,row_major", help="A,B,D: row_major or col_major each")
+    b.add_argument("--arrangement", default="row_major,row_major", help="A,B: row_major or col_major each")
     s = sub.add_parser("suggest", help="the configuration suggest() picks")
     s.add_argument("m", type=int)
     s.add_argument("n", type=int)
@@ -57,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.cmd == "build":
         from .kernels import get_entry
 
-        config = _parse_config(args.config, args.dtype)
+        config = parse_config(args.config, args.dtype)
         arrangement = tuple(args.arrangement.split(","))
         t0 = time.perf_counter()
         entry = get_entry(config, args.dtype, arrangement, cache=cache,

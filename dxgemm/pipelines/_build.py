@@ -53,14 +53,16 @@ raw pipeline to be correct (the launcher checks; edge handling is future work).
 
 from __future__ import annotations
 
+import os
 import struct
 import time
+from pathlib import Path
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any, Callable
 
 import numpy as np
 
+from .cache import toolchain_versions
 from .config import PipelineConfig
 
 __all__ = ["build", "LIBMATHDX_RUNTIME", "ARRANGEMENTS", "kernel_entries"]
@@ -134,83 +136,197 @@ def _make_device_pipeline(mm, depth: int, arrangement: tuple[str, str], dtype: n
     return dp, h
 
 
-def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, layout_d: str, frag_size: int, buffer_alignment: int,
+def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, buffer_alignment: int,
                  epilogue: Callable) -> Callable:
-    """The kernel's Python function, specialised by closure on everything compile-time."""
-    from numba import cuda
+    """The kernel's Python function, specialised by closure on everything compile-time.
+
+    Edges (measured on the H100, ``benchmarks/results/h100_pipeline_edges.log``): the
+    pipeline's loads are unmasked ``cp.async`` (LDGSTS) and its tile loop runs over
+    ceil(K / tile_k) tiles, so it reads past K; values read past M or N only reach
+    accumulator rows/columns that are never stored.  Hence:
+
+    * the pipeline is given ``k_main`` (K rounded down to the tile) and the kernel adds
+      the K tail ``sum(A[row, kk] * B[kk, col] for kk in k_main..k-1)`` per stored
+      element from global memory (``a``/``b`` with run-time strides), before the
+      epilogue;
+    * blocks in the last, partial block row / column take their tiles from one of three
+      more device pipelines whose A (or B) is a tile-high (tile-wide) scratch copy of the
+      edge strip, so no load leaves an allocation.  Block (i, j) of the grid uses
+      pipeline ``p_main`` with tile (i, j), ``p_bottom`` with tile (0, j), ``p_right``
+      with tile (i, 0), or ``p_corner`` with tile (0, 0);
+    * stores are guarded by ``row < m and col < n`` and go through run-time strides, so
+      D may be row- or column-major (or a view) without another compile.
+    """
+    from numba import cuda, int64
 
     tile_m, tile_n = config.tile_m, config.tile_n
     value_type = np.dtype(dtype).type
-    row_major_d = layout_d == "row_major"
 
-    def gemm(d, m, n, ldd, epi_args, device_pipeline):
+    def gemm(d, d_rs, d_cs, m, n, k, k_main, a, a_rs, a_cs, b, b_rs, b_cs, mb_main, nb_main, epi_args,
+             p_main, p_bottom, p_right, p_corner):
         smem = cuda.shared.array(shape=(0,), dtype=value_type, alignment=buffer_alignment)
-        block_m = cuda.blockIdx.x
-        block_n = cuda.blockIdx.y
-        tile_pipeline = device_pipeline.get_tile(smem, block_m, block_n)
+        bm = int64(cuda.blockIdx.x)
+        bn = int64(cuda.blockIdx.y)
+        pipeline = p_main
+        ti = bm
+        tj = bn
+        if bm >= mb_main:
+            ti = int64(0)
+            if bn >= nb_main:
+                tj = int64(0)
+                pipeline = p_corner
+            else:
+                pipeline = p_bottom
+        elif bn >= nb_main:
+            tj = int64(0)
+            pipeline = p_right
+        tile_pipeline = pipeline.get_tile(smem, ti, tj)
         accumulator = mm.suggest_accumulator()
         tile_pipeline.execute(accumulator)
         if accumulator.is_thread_active():
             results = accumulator.get_results()
-            row0 = block_m * tile_m
-            col0 = block_n * tile_n
+            row0 = bm * tile_m
+            col0 = bn * tile_n
             for i in range(frag_size):
                 r, c = accumulator.map_fragment_index(i)
-                row = row0 + r
-                col = col0 + c
+                row = row0 + int64(r)
+                col = col0 + int64(c)
                 if row < m and col < n:
-                    value = epilogue(results[i], row, col, epi_args)
-                    if row_major_d:
-                        d[row * ldd + col] = value
-                    else:
-                        d[row + col * ldd] = value
+                    value = results[i]
+                    for kk in range(k_main, k):
+                        value += a[row * a_rs + kk * a_cs] * b[kk * b_rs + col * b_cs]
+                    d[row * d_rs + col * d_cs] = epilogue(value, row, col, epi_args)
         tile_pipeline._del()
 
     return gemm
 
 
+GEMM_ARG_NAMES = ("d", "d_rs", "d_cs", "m", "n", "k", "k_main", "a", "a_rs", "a_cs", "b", "b_rs", "b_cs",
+                  "mb_main", "nb_main", "epi_args", "p_main", "p_bottom", "p_right", "p_corner")
+"""The GEMM kernel's parameters, in order (see :func:`_gemm_pyfunc`)."""
+
+
 _INIT_SOURCE = """
-// dxgemm: fill a cuBLASDx device pipeline's storage for run-time-shape A and B.
+// dxgemm: fill four cuBLASDx device pipelines' storage for run-time-shape A and B.
 // The tensor struct is libcublasdx.h's device representation of a global tensor with two
 // run-time extents and one run-time stride: {{ ptr, shape[2], stride[1] }}.
+// Thread i fills storage i: bit 0 picks the A edge strip, bit 1 the B edge strip
+// (0 main, 1 bottom, 2 right, 3 corner).
 struct dxgemm_tensor {{ void* ptr; long long shape[2]; long long stride[1]; }};
 struct dxgemm_pipeline {{ void* ptr; }};
 extern "C" __device__ void {create}(dxgemm_pipeline, dxgemm_tensor, dxgemm_tensor);
-extern "C" __global__ void {entry}(void* storage,
+extern "C" __global__ void {entry}(char* storage, long long storage_stride,
                                    void* a, long long a_rows, long long a_cols, long long lda,
-                                   void* b, long long b_rows, long long b_cols, long long ldb) {{
-    dxgemm_tensor ta = {{ a, {{ a_rows, a_cols }}, {{ lda }} }};
-    dxgemm_tensor tb = {{ b, {{ b_rows, b_cols }}, {{ ldb }} }};
-    {create}(dxgemm_pipeline{{ storage }}, ta, tb);
+                                   void* a_edge, long long a_edge_rows, long long lda_edge,
+                                   void* b, long long b_rows, long long b_cols, long long ldb,
+                                   void* b_edge, long long b_edge_cols, long long ldb_edge) {{
+    const unsigned i = threadIdx.x;
+    if (i >= 4) return;
+    const bool ea = i & 1u, eb = i & 2u;
+    dxgemm_tensor ta = {{ ea ? a_edge : a, {{ ea ? a_edge_rows : a_rows, a_cols }}, {{ ea ? lda_edge : lda }} }};
+    dxgemm_tensor tb = {{ eb ? b_edge : b, {{ b_rows, eb ? b_edge_cols : b_cols }}, {{ eb ? ldb_edge : ldb }} }};
+    {create}(dxgemm_pipeline{{ storage + i * storage_stride }}, ta, tb);
 }}
 """
 
-INIT_PARAMS = ("ptr", "i64", "i64", "i64", "ptr", "i64", "i64", "i64")
-"""Parameters after ``storage``: A pointer, rows, cols, ld; then the same for B."""
 
 
-def _build_init(mm_handle: int, pipeline_handle: int, cc: tuple[int, int]) -> tuple[bytes, float, float]:
-    """NVRTC-compile the init kernel and link it with libmathdx's ``create``; returns (cubin, t_create, t_link)."""
-    from cuda.core import Linker, LinkerOptions, ObjectCode, Program, ProgramOptions
+INIT_PARAMS = ("i64", "ptr", "i64", "i64", "i64", "ptr", "i64", "i64", "ptr", "i64", "i64", "i64", "ptr", "i64", "i64")
+"""Init kernel parameters after ``storage``: its stride; A (pointer, rows, cols, ld); the A
+edge strip (pointer, rows, ld); B (pointer, rows, cols, ld); the B edge strip (pointer,
+cols, ld)."""
+
+
+def _request_create(mm_handle: int, pipeline_handle: int, cc: tuple[int, int]):
+    """Ask nvmath for libmathdx's pipeline ``create`` function: (code object, symbol)."""
     from nvmath.bindings import mathdx
-    from nvmath.device.common_backend import get_lto
     from nvmath.device.common_cuda import ComputeCapability
     from nvmath.device.cublasdx_backend import generate_function_with_pipelines_code
 
-    t0 = time.perf_counter()
     target = ComputeCapability(cc[0], cc[1], "a" if cc >= (9, 0) else "")
-    code, symbol = generate_function_with_pipelines_code(
+    return generate_function_with_pipelines_code(
         mm_handle, mathdx.CublasdxDeviceFunctionType.CREATE, (), (pipeline_handle,), target
     )
-    create_lto = get_lto(code.descriptor)
-    t1 = time.perf_counter()
-    arch = f"sm_{cc[0]}{cc[1]}{target.arch}"
+
+
+def _link_init(create_lto: bytes, symbol: str, cc: tuple[int, int]) -> bytes:
+    """NVRTC-compile the init kernel (a few lines) and LTO-link it with libmathdx's ``create``."""
+    from cuda.core import Linker, LinkerOptions, ObjectCode, Program, ProgramOptions
+
+    arch = f"sm_{cc[0]}{cc[1]}{'a' if cc >= (9, 0) else ''}"
     source = _INIT_SOURCE.format(create=symbol, entry=INIT_ENTRY)
     program = Program(source, code_type="c++", options=ProgramOptions(link_time_optimization=True, arch=arch))
     init_lto = program.compile(target_type="ltoir")
     linker = Linker(init_lto, ObjectCode.from_ltoir(create_lto), options=LinkerOptions(link_time_optimization=True, arch=arch))
-    cubin = bytes(linker.link("cubin").code)
-    return cubin, t1 - t0, time.perf_counter() - t1
+    return bytes(linker.link("cubin").code)
+
+
+def _lower(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str, str], epilogue: Callable | None,
+           epi_args: tuple, cc: tuple[int, int]) -> dict:
+    """Descriptors, pipeline traits and Numba lowering: everything up to the LTO-IR objects.
+
+    With :mod:`._lto` intercepting in ``defer`` mode no device-function NVRTC runs here;
+    libmathdx's objects come back as placeholders.
+    """
+    from numba import cuda, typeof, types
+    from nvmath.device import cublasdx_backend as be
+    from nvmath.device.cublasdx import _blas_tensors_handle
+    from nvmath.device.cublasdx_numba import DevicePipelineType  # registers the Numba extensions
+
+    out: dict = {"times": {}}
+    t = time.perf_counter()
+    mm = _make_matmul(config, dtype, arrangement, cc)
+    dp, pipeline_handle = _make_device_pipeline(mm, config.depth, arrangement, dtype)
+    mm_handle = _blas_tensors_handle(mm)
+    # get_results() copies the accumulator into a fragment of the suggested rmem C layout
+    frag_size = int(mm.suggest_layout_rmem_c().cosize)
+    out["times"]["pipeline_traits"] = time.perf_counter() - t
+
+    if epilogue is None:
+        @cuda.jit(device=True)
+        def epilogue(value, row, col, args):
+            return value
+
+    pyfunc = _gemm_pyfunc(mm, config, dtype, frag_size, dp._buffer_alignment_bytes, epilogue)
+    arg_types = gemm_arg_types(dtype, typeof(epi_args), DevicePipelineType(dp))
+    t = time.perf_counter()
+    codes, _ = cuda.compile_all(
+        pyfunc, types.void(*arg_types), device=False, abi="numba", output="ltoir", cc=cc,
+        launch_bounds=(config.block_size, 1),
+    )
+    out["times"]["compile_all"] = time.perf_counter() - t
+    t = time.perf_counter()
+    create_code, create_symbol = _request_create(mm_handle, pipeline_handle, cc)
+    out["create"] = (be.get_lto(create_code.descriptor), create_symbol)
+    out["times"]["init_create"] = time.perf_counter() - t
+    out.update(dp=dp, frag_size=frag_size, arg_types=arg_types,
+               codes=[bytes(getattr(c, "data", c)) for c in codes])
+    return out
+
+
+def compile_workers() -> int:
+    """Processes a cold build spreads libmathdx's NVRTC compiles over (``DXGEMM_COMPILE_WORKERS``).
+
+    Default: one per CPU core beyond the first, at most 12 (a kernel needs ~11 objects).
+    """
+    env = os.environ.get("DXGEMM_COMPILE_WORKERS")
+    if env:
+        return max(int(env), 1)
+    return max(min((os.cpu_count() or 1) - 1, 12), 1)
+
+
+def _worker(config: dict, dtype: str, arrangement: tuple[str, str], cc: tuple[int, int], store_root: str,
+            target: str, index: int, workers: int) -> dict:
+    """Worker process: replay the lowering in ``defer`` mode, compile every ``workers``-th object."""
+    from . import _lto, _standin
+
+    t0 = time.perf_counter()
+    _standin.activate(tuple(cc))
+    _lto.intercept(_lto.LtoStore(store_root), mode="defer", target=target)
+    _lower(PipelineConfig(**config), np.dtype(dtype), tuple(arrangement), None, (), tuple(cc))
+    t1 = time.perf_counter()
+    done = _lto.compile_pending(index, workers)
+    return {"index": index, "compiled": done, "replay_s": t1 - t0, "compile_s": time.perf_counter() - t1}
 
 
 def _param_layout(numba_types: list) -> list[str]:
@@ -320,17 +436,32 @@ def _check_param_sizes(cubin: bytes, entry: str, kinds: list[str]) -> None:
         raise RuntimeError(f"{entry[:50]}: compiled parameter sizes {sizes} differ from the recorded layout {expected}")
 
 
+def gemm_arg_types(dtype: Any, epi_type: Any, pipeline_type: Any) -> list:
+    """The GEMM kernel's Numba argument types, in :data:`GEMM_ARG_NAMES` order."""
+    from numba import types
+
+    vector = types.Array(types.float64 if np.dtype(dtype) == np.float64 else types.float32, 1, "C")
+    i64 = types.int64
+    return [vector, i64, i64, i64, i64, i64, i64, vector, i64, i64, vector, i64, i64, i64, i64, epi_type,
+            pipeline_type, pipeline_type, pipeline_type, pipeline_type]
+
+
 def build(
     config: PipelineConfig,
     dtype: Any,
-    arrangement: tuple[str, str, str] = ("row_major", "row_major", "row_major"),
+    arrangement: tuple[str, str] = ("row_major", "row_major"),
     epilogue: Callable | None = None,
     epi_args: tuple = (),
     *,
     cc: tuple[int, int] = (9, 0),
     log: Callable[[str], None] | None = None,
+    workers: int | None = None,
+    lto_dir: str | os.PathLike[str] | None = None,
 ) -> tuple[dict, dict[str, bytes]]:
-    """Compile the pipeline GEMM for ``(config, dtype, arrangement of A/B/D, epilogue)``.
+    """Compile the pipeline GEMM for ``(config, dtype, arrangement of A and B, epilogue)``.
+
+    D's arrangement is not compiled in: the kernel stores through run-time row/column
+    strides.
 
     ``epilogue`` is a Numba device function ``f(value, row, col, args)`` (a bound
     epilogue's ``make()``), ``epi_args`` an example of its argument tuple (only its Numba
@@ -344,48 +475,74 @@ def build(
     t_start = time.perf_counter()
     _standin.activate(cc)
 
-    from numba import cuda, typeof, types
-    from nvmath.device.cublasdx import _blas_tensors_handle
-    from nvmath.device.cublasdx_numba import DevicePipelineType  # registers the Numba extensions
-
     dtype = np.dtype(dtype)
     if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise TypeError(f"pipeline GEMM supports float32 and float64, not {dtype}")
+    arrangement = tuple(arrangement)[:2]
+    if len(arrangement) != 2:
+        raise ValueError(f"arrangement must name A's and B's, got {arrangement!r}")
     for a in arrangement:
         if a not in ARRANGEMENTS:
             raise ValueError(f"arrangement must be one of {ARRANGEMENTS}, got {a!r}")
+    from . import _lto
+    from .cache import default_cache_dir, key_versions
+
+    store = _lto.LtoStore(Path(lto_dir) if lto_dir is not None else default_cache_dir() / "lto")
+    target = f"cc{cc[0]}{cc[1]}|" + "|".join(f"{k}={v}" for k, v in sorted(key_versions().items()))
+    workers = compile_workers() if workers is None else max(int(workers), 1)
     times["import"] = time.perf_counter() - t_start
 
-    t = time.perf_counter()
-    mm = _make_matmul(config, dtype, arrangement[:2], cc)
-    dp, pipeline_handle = _make_device_pipeline(mm, config.depth, arrangement[:2], dtype)
-    mm_handle = _blas_tensors_handle(mm)
-    # get_results() copies the accumulator into a fragment of the suggested rmem C layout
-    frag_size = int(mm.suggest_layout_rmem_c().cosize)
-    times["pipeline_traits"] = time.perf_counter() - t
-    say(f"pipeline traits in {times['pipeline_traits']:.1f} s: storage {dp._storage_bytes} B, "
-        f"buffer {dp._buffer_size} B, block {tuple(dp._block_dim)}, fragment {frag_size}")
+    futures = []
+    pool = None
+    if workers > 1:  # start the workers first: they replay the lowering alongside this process
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
 
-    if epilogue is None:
-        @cuda.jit(device=True)
-        def epilogue(value, row, col, args):
-            return value
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+        futures = [pool.submit(_worker, config.as_dict(), dtype.name, arrangement, cc, str(store.root), target, i,
+                               workers) for i in range(workers)]
+    _lto.intercept(store, mode="defer" if workers > 1 else "eager", target=target)
+    try:
+        lowered = _lower(config, dtype, arrangement, epilogue, epi_args, cc)
+        times.update(lowered["times"])
+        dp = lowered["dp"]
+        say(f"lowered in {time.perf_counter() - t_start:.1f} s: storage {dp._storage_bytes} B, buffer "
+            f"{dp._buffer_size} B, block {tuple(dp._block_dim)}; {len(lowered['codes'])} LTO-IR objects "
+            f"({_lto.stats()})")
+        if futures:
+            t = time.perf_counter()
+            from concurrent.futures import as_completed
 
-    pyfunc = _gemm_pyfunc(mm, config, dtype, arrangement[2], frag_size, dp._buffer_alignment_bytes, epilogue)
-    elem = typeof(dtype.type(0))
-    arg_types = [types.Array(elem, 1, "C"), types.int64, types.int64, types.int64, typeof(epi_args), DevicePipelineType(dp)]
-    t = time.perf_counter()
-    codes, _ = cuda.compile_all(
-        pyfunc, types.void(*arg_types), device=False, abi="numba", output="ltoir", cc=cc,
-        launch_bounds=(config.block_size, 1),
-    )
-    times["compile_all"] = time.perf_counter() - t
-    say(f"numba + libmathdx LTO-IR in {times['compile_all']:.1f} s ({len(codes)} objects)")
+            try:
+                from tqdm import tqdm
+
+                bar = tqdm(total=len(futures), desc=f"compiling {config.name} {dtype.name}", unit="proc",
+                           disable=None, leave=False)
+            except ImportError:
+                bar = None
+            for fut in as_completed(futures):
+                r = fut.result()
+                say(f"worker {r['index']}: replay {r['replay_s']:.1f} s, {r['compiled']} object(s) in "
+                    f"{r['compile_s']:.1f} s")
+                if bar is not None:
+                    bar.update(1)
+            if bar is not None:
+                bar.close()
+            times["workers_wait"] = time.perf_counter() - t
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+    frag_size = lowered["frag_size"]
+    arg_types = lowered["arg_types"]
+    codes = _lto.resolve(lowered["codes"])
+    create_lto, create_symbol = lowered["create"]
+    create_lto = _lto.resolve([create_lto])[0]
+    times["lto_stats"] = _lto.stats()
 
     from cuda.core import Linker, LinkerOptions, ObjectCode
 
     arch = f"sm_{cc[0]}{cc[1]}{'a' if cc >= (9, 0) else ''}"
-    objects = [ObjectCode.from_ltoir(bytes(getattr(c, "data", c))) for c in codes]
+    objects = [ObjectCode.from_ltoir(c) for c in codes]
     t = time.perf_counter()
     gemm_cubin = bytes(Linker(*objects, options=LinkerOptions(link_time_optimization=True, arch=arch)).link("cubin").code)
     times["link"] = time.perf_counter() - t
@@ -397,12 +554,14 @@ def build(
     gemm_params = _param_layout(arg_types)
     _check_param_sizes(gemm_cubin, entries[0], gemm_params)
 
-    init_cubin, times["init_create"], times["init_link"] = _build_init(mm_handle, pipeline_handle, cc)
+    t = time.perf_counter()
+    init_cubin = _link_init(create_lto, create_symbol, cc)
+    times["init_link"] = time.perf_counter() - t
     _check_param_sizes(init_cubin, INIT_ENTRY, ["ptr", *INIT_PARAMS])
     if INIT_ENTRY not in kernel_entries(init_cubin):
         raise RuntimeError("init kernel entry missing from its cubin")
     times["total"] = time.perf_counter() - t_start
-    say(f"init kernel in {times['init_create'] + times['init_link']:.1f} s; total {times['total']:.1f} s")
+    say(f"init kernel linked in {times['init_link']:.1f} s; total {times['total']:.1f} s")
 
     meta = {
         "config": config.as_dict(),
@@ -421,6 +580,8 @@ def build(
         "block_dim": [int(x) for x in dp._block_dim],
         "tile": [config.tile_m, config.tile_n, config.tile_k],
         "fragment_size": frag_size,
-        "build_times_s": {k: round(v, 2) for k, v in times.items()},
+        "build_times_s": {k: (round(v, 2) if isinstance(v, float) else v) for k, v in times.items()},
+        "compile_workers": workers,
+        "toolchain": dict(toolchain_versions()),
     }
     return meta, {"gemm": gemm_cubin, "init": init_cubin}

@@ -1,18 +1,46 @@
-"""Launch a cached pipeline GEMM cubin — the warm path: no nvmath, no Numba, no compiler.
+"""Launch a cached pipeline GEMM cubin — the warm path: no nvmath, no compiler.
 
 A :class:`~.cache.CacheEntry` written by :func:`._build.build` holds two cubins and
 their metadata.  :class:`PipelineKernel` loads them with ``cuda.core``
 (``ObjectCode.from_cubin(...).get_kernel(entry)``), raises the GEMM kernel's dynamic
 shared-memory limit (the pipeline buffer is > 48 KiB, and launching without the raise
-fails with ``CUDA_ERROR_INVALID_VALUE``), and per call
+fails with ``CUDA_ERROR_INVALID_VALUE``), and per call, all on the caller's stream (so
+ordered after whatever produced A and B and before whatever reads D):
 
-1. allocates the device pipeline's storage (a few dozen bytes, stream-ordered),
-2. launches the one-thread init kernel that writes the A/B pointers, extents and leading
-   dimensions (TMA descriptors or cp.async state) into it,
-3. launches the GEMM on the same stream, then frees the storage stream-ordered.
+1. prepares the operands the pipeline reads (below) — usually nothing to do;
+2. launches the init kernel (4 threads) that writes four device pipelines' storage
+   (A/B pointers, extents, leading dimensions: the cp.async state, 72 bytes each);
+3. launches the GEMM on a ceil(m / tile_m) x ceil(n / tile_n) grid, then frees the
+   storage and any scratch stream-ordered.
 
-Both launches and the free are on the caller's stream, so they are ordered after
-whatever produced A and B on that stream and before whatever reads D.
+Any m, n, k >= 1: how, and why this way
+---------------------------------------
+Measured on the H100 (``benchmarks/results/h100_pipeline_edges.log``) with the
+run-time-shape pipeline libmathdx 0.3.2 generates for these configurations: its global
+loads are **cp.async (LDGSTS), not TMA** — no hardware out-of-bounds fill, no masking —
+and its tile loop covers ceil(K / tile_k) tiles: with k = 1000 and NaN past k in A and B
+every output was NaN; telling it K = 992 (the floor) gave exactly ``A[:, :992] @ B[:992]``.
+Values read past M or N stayed in accumulator rows/columns that are never stored (exact
+results on a ceil grid with NaN past m and n).  K shorter than ``depth`` tiles ran into
+an illegal-address error (sticky for the context) even though the numbers came out right.
+So, for every call:
+
+* **K tail**: the pipeline gets ``k_main = tile_k * floor(k / tile_k)``; the kernel adds
+  the remaining ``k - k_main < tile_k`` products per stored element from global memory
+  before the epilogue (exact at 1000^3, see the GPU tests);
+* **M/N edges**: the last partial block row (column) reads its A (B) tile from a
+  tile-high (tile-wide) scratch copy of the edge strip (``cuMemcpy2DAsync``, ~0.01 ms:
+  launch-latency bound, measured), through a second device pipeline, so no load leaves
+  an allocation.  The alternative, padding the whole operand, costs a full copy (0.107 ms
+  for a 4097^2 fp64 matrix, 3.5 % of its GEMM) — and a separate warptile edge launch
+  would run the edge at warptile speed (0.15-0.5x cuBLAS measured) on few blocks;
+* **short K** (``k < depth * tile_k``): A and B are copied into zeroed scratch padded to
+  ``depth * tile_k`` in K (small: K is short), so the pipeline runs its minimum depth;
+* **alignment**: LDGSTS.128 needs 16-byte aligned rows: an operand whose base pointer or
+  leading dimension (in bytes) is not a multiple of 16 — e.g. a contiguous 4097 x 4097
+  float64 matrix — is copied once into an aligned scratch (same arrangement).
+
+The scratch copies are in-stream and freed stream-ordered; nothing is recompiled.
 
 The GEMM kernel was compiled by Numba, so its parameters follow Numba's flattening
 (``_Kernel._prepare_args``): every array is ``meminfo, parent, nitems, itemsize, data,
@@ -24,13 +52,14 @@ the device pipeline is one pointer.  ``meta["gemm_params"]`` lists the kinds;
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
 from .cache import CacheEntry
 
-__all__ = ["PipelineKernel", "flatten", "ShapeError"]
+__all__ = ["PipelineKernel", "Matrix", "flatten", "ShapeError", "plan"]
 
 _KIND_TO_NUMPY = {
     "ptr": np.uint64,
@@ -68,6 +97,8 @@ def _array_slots(arr: Any) -> list:
 def _values(value: Any) -> list:
     if hasattr(value, "__cuda_array_interface__"):
         return _array_slots(value)
+    if isinstance(value, list):  # already Numba's flattened slots (Matrix.vector_slots)
+        return list(value)
     if isinstance(value, tuple):
         out: list = []
         for member in value:
@@ -106,6 +137,150 @@ def _check_params(kernel: Any, kinds: Sequence[str], entry: str) -> None:
         raise RuntimeError(f"kernel {entry[:40]}... has parameter sizes {sizes}, the cache metadata says {expected}")
 
 
+@dataclass(frozen=True)
+class Matrix:
+    """A device matrix as the launcher sees it: base pointer, leading dimension, arrangement.
+
+    Element ``(i, j)`` is at ``ptr + itemsize * (i * ld + j)`` (``"row_major"``) or
+    ``ptr + itemsize * (i + j * ld)`` (``"col_major"``).
+    """
+
+    ptr: int
+    rows: int
+    cols: int
+    ld: int
+    arrangement: str
+    itemsize: int
+
+    @property
+    def strides(self) -> tuple[int, int]:
+        """(row stride, column stride) in elements."""
+        return (self.ld, 1) if self.arrangement == "row_major" else (1, self.ld)
+
+    @property
+    def extent(self) -> int:
+        """Elements from the first to one past the last one the matrix touches."""
+        if self.rows == 0 or self.cols == 0:
+            return 0
+        if self.arrangement == "row_major":
+            return (self.rows - 1) * self.ld + self.cols
+        return (self.cols - 1) * self.ld + self.rows
+
+    def aligned(self) -> bool:
+        """Whether cp.async 16-byte copies can read it in place."""
+        return self.ptr % 16 == 0 and (self.ld * self.itemsize) % 16 == 0
+
+    def at(self, row: int, col: int) -> int:
+        """The address of element ``(row, col)``."""
+        rs, cs = self.strides
+        return self.ptr + self.itemsize * (row * rs + col * cs)
+
+    def vector_slots(self) -> list:
+        """Numba's flattened 1-D C array over this matrix's memory (meminfo, parent, nitems,
+        itemsize, data, shape, stride in bytes)."""
+        n = max(self.extent, 1)
+        return [0, 0, n, self.itemsize, self.ptr, n, self.itemsize]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one call does besides the two launches (pure arithmetic; see :func:`plan`)."""
+
+    k_main: int  # K the pipeline covers (a tile multiple, >= depth tiles)
+    k_tail_start: int  # the kernel adds products k_tail_start .. k-1 itself
+    k_pipe: int  # K extent of the operands the pipeline reads (>= k_main)
+    copy_a: bool  # A is copied (alignment or short-K padding) before the pipeline reads it
+    copy_b: bool
+    zero_pad_k: bool  # the copies are zero-filled up to k_pipe (short K)
+    mb_main: int  # full block rows; row blocks >= mb_main read the A edge strip
+    nb_main: int
+    grid: tuple[int, int]
+
+
+def plan(m: int, n: int, k: int, tile: tuple[int, int, int], depth: int, a_aligned: bool, b_aligned: bool) -> Plan:
+    """Decide how an ``m x n x k`` problem runs through one compiled pipeline (module docstring)."""
+    tm, tn, tk = tile
+    for name, v in (("m", m), ("n", n), ("k", k)):
+        if v < 1:
+            raise ShapeError(f"{name} must be >= 1, got {v}")
+    k_floor = (k // tk) * tk
+    if k_floor < depth * tk:  # short K: pad with zeros to the pipeline's minimum depth
+        k_pipe = depth * tk
+        return Plan(k_pipe, k, k_pipe, True, True, True, m // tm, n // tn, (-(-m // tm), -(-n // tn)))
+    return Plan(k_floor, k_floor, k, not a_aligned, not b_aligned, False, m // tm, n // tn, (-(-m // tm), -(-n // tn)))
+
+
+def _aligned_ld(elements: int, itemsize: int) -> int:
+    """The smallest leading dimension >= ``elements`` whose rows start 16-byte aligned."""
+    per = max(16 // itemsize, 1)
+    return -(-max(elements, 1) // per) * per
+
+
+class _Scratch:
+    """Stream-ordered scratch allocations of one call, freed together."""
+
+    def __init__(self, device: Any, stream: Any):
+        self.device, self.stream, self.buffers = device, stream, []
+
+    def alloc(self, nbytes: int) -> int:
+        buf = self.device.memory_resource.allocate(max(int(nbytes), 16), stream=self.stream)
+        self.buffers.append(buf)
+        return int(buf.handle)
+
+    def close(self) -> None:
+        for buf in self.buffers:
+            buf.close(self.stream)
+        self.buffers.clear()
+
+
+def _check(result: Any, what: str) -> None:
+    from cuda.bindings import driver
+
+    err = result[0] if isinstance(result, tuple) else result
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"{what} failed: {err!r}")
+
+
+def _copy(src: Matrix, rows: int, cols: int, dst_ptr: int, dst_ld: int, stream_handle: int) -> None:
+    """Copy the leading ``rows x cols`` block of ``src`` to ``dst`` (same arrangement) with one 2-D memcpy."""
+    from cuda.bindings import driver
+
+    p = driver.CUDA_MEMCPY2D()
+    p.srcMemoryType = driver.CUmemorytype.CU_MEMORYTYPE_DEVICE
+    p.dstMemoryType = driver.CUmemorytype.CU_MEMORYTYPE_DEVICE
+    p.srcDevice = src.ptr
+    p.dstDevice = dst_ptr
+    p.srcPitch = src.ld * src.itemsize
+    p.dstPitch = dst_ld * src.itemsize
+    if src.arrangement == "row_major":
+        p.WidthInBytes, p.Height = cols * src.itemsize, rows
+    else:
+        p.WidthInBytes, p.Height = rows * src.itemsize, cols
+    if p.WidthInBytes == 0 or p.Height == 0:
+        return
+    _check(driver.cuMemcpy2DAsync(p, driver.CUstream(stream_handle)), "cuMemcpy2DAsync")
+
+
+def _memset0(ptr: int, nbytes: int, stream_handle: int) -> None:
+    from cuda.bindings import driver
+
+    _check(driver.cuMemsetD8Async(ptr, 0, nbytes, driver.CUstream(stream_handle)), "cuMemsetD8Async")
+
+
+def _copy_scratch(src: Matrix, rows: int, cols: int, alloc_rows: int, alloc_cols: int, zero: bool,
+                  scratch: _Scratch, stream_handle: int) -> Matrix:
+    """An aligned scratch matrix of ``alloc_rows x alloc_cols`` holding ``src[:rows, :cols]``."""
+    inner = alloc_cols if src.arrangement == "row_major" else alloc_rows
+    outer = alloc_rows if src.arrangement == "row_major" else alloc_cols
+    ld = _aligned_ld(inner, src.itemsize)
+    nbytes = ld * outer * src.itemsize
+    ptr = scratch.alloc(nbytes)
+    if zero:
+        _memset0(ptr, nbytes, stream_handle)
+    _copy(src, rows, cols, ptr, ld, stream_handle)
+    return Matrix(ptr, alloc_rows, alloc_cols, ld, src.arrangement, src.itemsize)
+
+
 class PipelineKernel:
     """One cached pipeline GEMM (a configuration x dtype x arrangement x epilogue), loaded on a device."""
 
@@ -134,48 +309,61 @@ class PipelineKernel:
         self.depth = int(self.meta["config"]["depth"])
         self.block = tuple(int(x) for x in self.meta["block_dim"])
         self.itemsize = np.dtype(self.meta["dtype"]).itemsize
+        self.arrangement = tuple(self.meta["arrangement"][:2])
+        align = int(self.meta.get("storage_alignment", 8))
+        self._storage_stride = -(-int(self.meta["storage_bytes"]) // max(align, 16)) * max(align, 16)
 
-    def check(self, m: int, n: int, k: int, a_ptr: int, lda: int, b_ptr: int, ldb: int) -> None:
-        """Refuse what the raw pipeline would compute wrongly (it does not check anything itself)."""
-        if m % self.tile_m or n % self.tile_n or k % self.tile_k:
-            raise ShapeError(
-                f"{m}x{n}x{k} is not a multiple of the tile {self.tile_m}x{self.tile_n}x{self.tile_k}"
-            )
-        if k // self.tile_k < self.depth:
-            raise ShapeError(f"k={k} holds fewer than depth={self.depth} tiles of {self.tile_k}")
-        for name, ptr, ld in (("a", a_ptr, lda), ("b", b_ptr, ldb)):
-            if ptr % 16 or (ld * self.itemsize) % 16:
-                raise ShapeError(f"{name} must be 16-byte aligned with a leading dimension of a multiple of 16 bytes")
-
-    def __call__(
-        self,
-        stream: Any,
-        a_ptr: int, lda: int,
-        b_ptr: int, ldb: int,
-        d: Any, ldd: int,
-        m: int, n: int, k: int,
-        epi_args: tuple = (),
-    ) -> None:
+    def __call__(self, stream: Any, a: Matrix, b: Matrix, d: Matrix, m: int, n: int, k: int,
+                 epi_args: tuple = ()) -> Plan:
         """``d = epilogue(A @ B)`` on ``stream`` (a cuda.core Stream or an integer CUstream handle).
 
-        ``a_ptr``/``b_ptr`` are device pointers of ``m x k`` / ``k x n`` matrices in the
-        arrangement the kernel was built for, ``d`` a 1-D device array over the output
-        (``__cuda_array_interface__``), ``epi_args`` the bound epilogue's run-time tuple.
+        ``a`` (m x k) and ``b`` (k x n) must be in the arrangements the kernel was built
+        for; ``d`` (m x n) may be either.  ``epi_args`` is the bound epilogue's run-time
+        tuple.  Returns the :class:`Plan` that ran (tests and benchmarks read it).
         """
         from cuda.core import LaunchConfig, Stream, launch
 
-        self.check(m, n, k, a_ptr, lda, b_ptr, ldb)
+        if (a.arrangement, b.arrangement) != self.arrangement:
+            raise ShapeError(f"kernel built for A/B {self.arrangement}, called with {(a.arrangement, b.arrangement)}")
+        if (a.rows, a.cols, b.rows, b.cols, d.rows, d.cols) != (m, k, k, n, m, n):
+            raise ShapeError(f"operand shapes {a.rows}x{a.cols}, {b.rows}x{b.cols}, {d.rows}x{d.cols} "
+                             f"do not form an {m}x{n}x{k} GEMM")
+        tm, tn, tk = self.tile_m, self.tile_n, self.tile_k
+        p = plan(m, n, k, (tm, tn, tk), self.depth, a.aligned(), b.aligned())
         if not isinstance(stream, Stream):
             stream = Stream.from_handle(int(stream))
-        storage = self.device.memory_resource.allocate(int(self.meta["storage_bytes"]), stream=stream)
+        sh = int(stream.handle)
+        scratch = _Scratch(self.device, stream)
         try:
+            pa = _copy_scratch(a, m, k, m, p.k_pipe, p.zero_pad_k, scratch, sh) if p.copy_a else a
+            pb = _copy_scratch(b, k, n, p.k_pipe, n, p.zero_pad_k, scratch, sh) if p.copy_b else b
+            a_edge, b_edge = pa, pb
+            if p.mb_main * tm < m:  # bottom strip: rows mb_main*tm .. m-1 of A, tile_m rows allocated
+                r0 = p.mb_main * tm
+                src = Matrix(pa.at(r0, 0), m - r0, p.k_pipe, pa.ld, pa.arrangement, pa.itemsize)
+                a_edge = _copy_scratch(src, m - r0, p.k_main, tm, p.k_main, False, scratch, sh)
+            if p.nb_main * tn < n:  # right strip: columns nb_main*tn .. n-1 of B
+                c0 = p.nb_main * tn
+                src = Matrix(pb.at(0, c0), p.k_pipe, n - c0, pb.ld, pb.arrangement, pb.itemsize)
+                b_edge = _copy_scratch(src, p.k_main, n - c0, p.k_main, tn, False, scratch, sh)
+            storage = scratch.alloc(4 * self._storage_stride)
             init_args = flatten(
-                (int(storage.handle), a_ptr, m, k, lda, b_ptr, k, n, ldb), self.meta["init_params"]
+                (storage, self._storage_stride,
+                 pa.ptr, m, p.k_main, pa.ld, a_edge.ptr, tm, a_edge.ld,
+                 pb.ptr, p.k_main, n, pb.ld, b_edge.ptr, tn, b_edge.ld),
+                self.meta["init_params"],
             )
-            launch(stream, LaunchConfig(grid=(1,), block=(1,)), self._init, *init_args)
-            grid = (m // self.tile_m, n // self.tile_n)
-            gemm_args = flatten((d, m, n, ldd, epi_args, int(storage.handle)), self.meta["gemm_params"])
-            config = LaunchConfig(grid=grid, block=self.block, shmem_size=int(self.meta["dynamic_smem"]))
+            launch(stream, LaunchConfig(grid=(1,), block=(4,)), self._init, *init_args)
+            d_rs, d_cs = d.strides
+            a_rs, a_cs = a.strides
+            b_rs, b_cs = b.strides
+            values = (d.vector_slots(), d_rs, d_cs, m, n, k, p.k_tail_start,
+                      a.vector_slots(), a_rs, a_cs, b.vector_slots(), b_rs, b_cs,
+                      p.mb_main, p.nb_main, epi_args, storage, storage + self._storage_stride,
+                      storage + 2 * self._storage_stride, storage + 3 * self._storage_stride)
+            gemm_args = flatten(values, self.meta["gemm_params"])
+            config = LaunchConfig(grid=p.grid, block=self.block, shmem_size=int(self.meta["dynamic_smem"]))
             launch(stream, config, self._gemm, *gemm_args)
         finally:
-            storage.close(stream)
+            scratch.close()
+        return p

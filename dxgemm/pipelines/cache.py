@@ -31,11 +31,21 @@ What can go wrong, and what happens
 The key
 -------
 :func:`key_fields` gathers everything that changes the generated code: the versions of
-nvmath-python, libmathdx, numba-cuda, the CUDA driver and toolkit pieces that compile
-(NVRTC, nvJitLink), the target compute capability, and what the caller adds
-(configuration, dtype, arrangement, epilogue key).  :func:`cache_key` hashes their
-canonical JSON.  Gathering versions imports no nvmath (package metadata only), so a
-warm process stays light.
+the packages that *generate* it (nvmath-python, libmathdx, numba-cuda), the CUDA major
+version of the compilers (NVRTC / nvJitLink), the target compute capability, the cache
+format (bumped whenever the kernel's signature changes), and what the caller adds
+(configuration, dtype, arrangement, epilogue structure and the Numba type of its
+arguments).  :func:`cache_key` hashes their canonical JSON.  Gathering versions imports
+no nvmath (package metadata only), so a warm process stays light.
+
+Deliberately *not* in the key: the driver version and the compilers' minor versions.
+A cubin is SASS for one compute capability; a CUDA 13.x toolchain's cubin loads on any
+CUDA 13 driver (measured: cubins linked by nvJitLink 13.5 on the CPU-only build machine,
+whose stand-in driver reports 13.0, ran exactly on the H100 host's 13.0 driver).  Keying
+on them would make a cache built on a build machine useless on the GPU host.  The full
+toolchain of the build is kept in the entry's metadata (``meta["toolchain"]``, shown
+by ``python -m dxgemm info``), and a cubin the driver refuses to load is treated like a
+stale entry: warned about, removed and rebuilt.
 
 The root is ``$DXGEMM_CACHE_DIR`` when set, otherwise the user cache directory
 (``platformdirs.user_cache_dir("dxgemm")``, or ``~/.cache/dxgemm`` where platformdirs is
@@ -64,11 +74,12 @@ __all__ = [
     "cache_key",
     "key_fields",
     "toolchain_versions",
+    "key_versions",
     "clear",
     "info",
 ]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _MAGIC = b"DXGEMM-KERNEL-CACHE\n"
 _SUFFIX = ".dxk"
 _LOCK_TIMEOUT_S = 3600.0  # a cold build can take minutes; waiting beats building twice
@@ -147,6 +158,23 @@ def toolchain_versions() -> dict[str, Any]:
     return versions
 
 
+def key_versions(versions: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The part of :func:`toolchain_versions` that goes into a cache key (see the module doc)."""
+    v = dict(toolchain_versions() if versions is None else versions)
+    cuda_major = None
+    for name in ("nvjitlink", "nvrtc"):
+        if v.get(name):
+            cuda_major = str(v[name]).split(".")[0]
+            break
+    return {
+        "format": v.get("format", FORMAT_VERSION),
+        "nvmath-python": v.get("nvmath-python"),
+        "libmathdx": v.get("libmathdx"),
+        "numba-cuda": v.get("numba-cuda"),
+        "cuda": cuda_major,
+    }
+
+
 def key_fields(
     *,
     cc: tuple[int, int],
@@ -171,7 +199,7 @@ def key_fields(
         "dtype": str(dtype),
         "arrangement": list(arrangement),
         "epilogue": _canonical(epilogue_key),
-        "versions": dict(toolchain_versions() if versions is None else versions),
+        "versions": key_versions(versions),
     }
 
 
@@ -225,10 +253,20 @@ class _Corrupt(Exception):
 
 
 def _encode(fields: Mapping[str, Any], meta: Mapping[str, Any], blobs: Mapping[str, bytes]) -> bytes:
-    table = [{"name": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()} for name, data in blobs.items()]
+    """Header + zlib-compressed blobs.
+
+    Cubins of these kernels are mostly padding and repeated code: zlib level 6 shrinks a
+    6.3 MB fp64 GEMM cubin to 0.44 MB (xz: 0.30 MB) and inflates it in milliseconds, so
+    entries are stored compressed; the checksum is over the uncompressed bytes.
+    """
+    import zlib
+
+    packed = {name: zlib.compress(data, 6) for name, data in blobs.items()}
+    table = [{"name": name, "size": len(packed[name]), "raw_size": len(data), "codec": "zlib",
+              "sha256": hashlib.sha256(data).hexdigest()} for name, data in blobs.items()]
     header = {"format": FORMAT_VERSION, "fields": _canonical(dict(fields)), "meta": _canonical(dict(meta)), "blobs": table}
     head = json.dumps(header, sort_keys=True).encode()
-    return _MAGIC + head + b"\n" + b"".join(blobs.values())
+    return _MAGIC + head + b"\n" + b"".join(packed.values())
 
 
 def _decode(raw: bytes) -> tuple[dict, dict, dict[str, bytes]]:
@@ -250,6 +288,13 @@ def _decode(raw: bytes) -> tuple[dict, dict, dict[str, bytes]]:
         data = raw[pos:pos + size]
         if len(data) != size:
             raise _Corrupt(f"blob {item['name']!r} truncated ({len(data)} of {size} bytes)")
+        if item.get("codec") == "zlib":
+            import zlib
+
+            try:
+                data = zlib.decompress(data)
+            except zlib.error as e:
+                raise _Corrupt(f"blob {item['name']!r} does not inflate ({e})") from None
         if hashlib.sha256(data).hexdigest() != item["sha256"]:
             raise _Corrupt(f"blob {item['name']!r} fails its checksum")
         blobs[item["name"]] = data
@@ -308,6 +353,13 @@ class KernelCache:
             if entry is not None:
                 out.append(entry)
         return out
+
+    def discard(self, key: str) -> None:
+        """Remove the entry under ``key`` (e.g. a cubin the driver refused to load)."""
+        try:
+            self.path(key).unlink()
+        except OSError:
+            pass
 
     def _discard(self, path: Path, why: str) -> None:
         warnings.warn(f"dxgemm kernel cache: {why} at {path}; it will be rebuilt", CacheWarning, stacklevel=3)

@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PipelineConfig", "DeviceInfo", "CONFIGS", "H100", "suggest", "waves", "wave_efficiency"]
+__all__ = ["PipelineConfig", "DeviceInfo", "CONFIGS", "H100", "suggest", "waves", "wave_efficiency", "use_config",
+           "parse_config"]
 
 
 @dataclass(frozen=True, order=True)
@@ -140,6 +141,43 @@ def wave_efficiency(m: int, n: int, config: PipelineConfig, sm_count: int) -> fl
     return occupancy * useful
 
 
+_forced: list[str | PipelineConfig] = []
+
+
+class use_config:
+    """``with use_config("large"):`` makes :func:`suggest` return that configuration.
+
+    For tests, benchmarks and warm-up scripts that must run one known (cached) kernel
+    whatever the shape; accepts ``"large"``, ``"small"``, a name like
+    ``"128x128x32_t256_d2"`` or a :class:`PipelineConfig`.  Process-wide, nestable.
+    """
+
+    def __init__(self, config: "str | PipelineConfig"):
+        self.config = config
+
+    def __enter__(self) -> "use_config":
+        _forced.append(self.config)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _forced.pop()
+
+
+def parse_config(text: "str | PipelineConfig", dtype: Any) -> PipelineConfig:
+    """``"large"``/``"small"`` (from :data:`CONFIGS`) or ``"128x128x32_t256_d2"`` -> :class:`PipelineConfig`."""
+    if isinstance(text, PipelineConfig):
+        return text
+    dt = np.dtype(dtype)
+    if text in ("large", "small"):
+        return CONFIGS[dt][text]
+    try:
+        tile, threads, depth = text.split("_")
+        m, n, k = (int(x) for x in tile.split("x"))
+        return PipelineConfig(m, n, k, int(threads.lstrip("t")), int(depth.lstrip("d")))
+    except ValueError:
+        raise ValueError(f"config must be 'large', 'small' or like '128x128x32_t256_d2', got {text!r}") from None
+
+
 def suggest(m: int, n: int, k: int, dtype: Any, *, device: Any = None) -> PipelineConfig:
     """The pipeline configuration for an ``m x n x k`` GEMM in ``dtype`` — one of :data:`CONFIGS`.
 
@@ -178,6 +216,11 @@ def suggest(m: int, n: int, k: int, dtype: Any, *, device: Any = None) -> Pipeli
     dt = np.dtype(dtype)
     if dt not in CONFIGS:
         raise TypeError(f"pipeline GEMM supports float32 and float64, not {dt}")
+    if _forced:
+        return parse_config(_forced[-1], dt)
+    tuned = _tuned(m, n, k, dt)
+    if tuned is not None:
+        return tuned
     info = _device_info(device)
     large, small = CONFIGS[dt]["large"], CONFIGS[dt]["small"]
     fits = [c for c in (large, small) if c.smem_bytes(dt.itemsize) <= info.smem_per_block]
@@ -206,3 +249,12 @@ def _device_info(device: Any) -> DeviceInfo:
         except Exception:  # no GPU or no driver: reason with the H100's figures
             return H100
     return DeviceInfo.from_device(device)
+
+
+def _tuned(m: int, n: int, k: int, dtype: np.dtype) -> PipelineConfig | None:
+    """The configuration :func:`dxgemm.pipelines.autotune` persisted for this shape class, if any."""
+    try:
+        from .tuning import lookup
+    except ImportError:
+        return None
+    return lookup(m, n, k, dtype)

@@ -34,7 +34,7 @@ def compile_count() -> int:
 def entry_fields(
     config: PipelineConfig,
     dtype: Any,
-    arrangement: tuple[str, str, str],
+    arrangement: tuple[str, str],
     epilogue_key: Hashable = IDENTITY_EPILOGUE,
     *,
     epi_arg_types: str = "()",
@@ -45,7 +45,7 @@ def entry_fields(
         cc=cc,
         config=config,
         dtype=np.dtype(dtype).name,
-        arrangement=tuple(arrangement),
+        arrangement=tuple(arrangement)[:2],
         epilogue_key=(epilogue_key, epi_arg_types),
     )
 
@@ -53,7 +53,7 @@ def entry_fields(
 def get_entry(
     config: PipelineConfig,
     dtype: Any,
-    arrangement: tuple[str, str, str] = ("row_major", "row_major", "row_major"),
+    arrangement: tuple[str, str] = ("row_major", "row_major"),
     *,
     epilogue_key: Hashable = IDENTITY_EPILOGUE,
     make_epilogue: Callable[[], Callable] | None = None,
@@ -63,17 +63,25 @@ def get_entry(
     log: Callable[[str], None] | None = None,
 ) -> CacheEntry:
     """The cache entry (cubins + launch metadata) of one kernel, compiling it on a miss."""
-    global _compiles
     cache = cache or KernelCache()
     arg_types = _numba_type_text(epi_args)
     fields = entry_fields(config, dtype, arrangement, epilogue_key, epi_arg_types=arg_types, cc=cc)
 
     def build():
         global _compiles
+        import importlib.util
+
+        if importlib.util.find_spec("nvmath") is None:
+            from ._dispatch import PipelineUnavailable
+
+            raise PipelineUnavailable(
+                f"pipeline kernel {config.name} {np.dtype(dtype).name} {'/'.join(arrangement)} is not in the cache "
+                f"({cache.root}) and nvmath-python is not installed to compile it"
+            )
         from ._build import build as compile_kernel
 
         epilogue = make_epilogue() if make_epilogue is not None else None
-        meta, blobs = compile_kernel(config, dtype, tuple(arrangement), epilogue, epi_args, cc=cc, log=log)
+        meta, blobs = compile_kernel(config, dtype, tuple(arrangement)[:2], epilogue, epi_args, cc=cc, log=log)
         _compiles += 1
         return meta, blobs
 
@@ -83,7 +91,7 @@ def get_entry(
 def get_kernel(
     config: PipelineConfig,
     dtype: Any,
-    arrangement: tuple[str, str, str] = ("row_major", "row_major", "row_major"),
+    arrangement: tuple[str, str] = ("row_major", "row_major"),
     *,
     device: int | None = None,
     **kwargs: Any,
@@ -99,30 +107,29 @@ def get_kernel(
     with _lock:
         hit = _memo.get(key)
         if hit is None:
-            hit = PipelineKernel(get_entry(config, dtype, arrangement, **kwargs), device)
+            entry = get_entry(config, dtype, arrangement, **kwargs)
+            try:
+                hit = PipelineKernel(entry, device)
+            except Exception as e:  # a cubin this driver refuses (newer toolchain, corrupt): rebuild it
+                import warnings
+
+                from .cache import CacheWarning, KernelCache
+
+                warnings.warn(f"dxgemm kernel cache: cannot load {entry.path} ({e}); rebuilding", CacheWarning,
+                              stacklevel=2)
+                (kwargs.get("cache") or KernelCache()).discard(entry.key)
+                hit = PipelineKernel(get_entry(config, dtype, arrangement, **kwargs), device)
             _memo[key] = hit
     return hit
 
 
 def _numba_type_text(epi_args: tuple) -> str:
-    """A stable description of the epilogue arguments' types without importing Numba.
+    """``str(numba.typeof(epi_args))``: the epilogue arguments' Numba type, part of the key.
 
-    Only what changes the compiled code counts: scalar dtypes and array dtype/ndim.
+    Two calls whose arguments have the same Numba type run the same compiled kernel (the
+    values are run-time); a new type (another dtype, an array of other rank or layout)
+    is another kernel.  Numba is imported by dxgemm anyway (the epilogues use it).
     """
-    def describe(value: Any) -> str:
-        if isinstance(value, tuple):
-            return "(" + ",".join(describe(v) for v in value) + ")"
-        cai = getattr(value, "__cuda_array_interface__", None)
-        if cai is not None:
-            return f"array({np.dtype(cai['typestr']).name},{len(cai['shape'])})"
-        if isinstance(value, np.generic):
-            return value.dtype.name
-        if isinstance(value, bool):
-            return "bool"
-        if isinstance(value, int):
-            return "int64"
-        if isinstance(value, float):
-            return "float64"
-        return type(value).__name__
+    from numba import typeof
 
-    return describe(tuple(epi_args))
+    return str(typeof(tuple(epi_args)))

@@ -1,0 +1,95 @@
+"""``dxgemm.gemm(..., backend="pipeline")``: from validated operands to a pipeline launch.
+
+Kept apart from :mod:`dxgemm._gemm` so that the top-level module stays small and nothing
+here is imported until the pipeline is asked for.  Nothing here imports nvmath: the
+kernel comes from the process memo or the on-disk cache, and only a miss compiles
+(:mod:`.kernels`).
+
+What the pipeline can take, and what it cannot
+----------------------------------------------
+It takes every float32/float64 problem with ``m, n, k >= 1`` whose operands have a unit
+stride in one dimension (``dxgemm._arrays`` already copies inputs without one): shapes
+that are not tile multiples, short K and misaligned operands are handled by the launcher
+(:mod:`._launch`).  It cannot run when
+
+* the device is not compute capability 9.0 (the cubins are ``sm_90a``: wgmma-era SASS
+  that no other GPU loads),
+* Numba's CUDA simulator is active, or cuda.core is missing,
+* the kernel is not in the cache and nvmath-python (with libmathdx) is not installed to
+  compile it.
+
+Then :class:`PipelineUnavailable` is raised; ``backend="auto"`` catches it and runs the
+best handwritten backend instead, ``backend="pipeline"`` lets it reach the caller.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from typing import Any
+
+import numpy as np
+
+from .config import PipelineConfig, suggest
+
+__all__ = ["PipelineUnavailable", "availability", "run", "matrix_of"]
+
+
+class PipelineUnavailable(RuntimeError):
+    """The pipeline backend cannot run this call here (see the module docstring for when)."""
+
+
+@functools.lru_cache(maxsize=None)
+def _device_cc(device: int) -> tuple[int, int]:
+    from cuda.core import Device
+
+    return tuple(Device(device).compute_capability)
+
+
+def availability(device: int) -> str | None:
+    """None when the pipeline can run on ``device``, else the reason it cannot (one sentence)."""
+    from ..kernels._device import SIMULATOR
+
+    if SIMULATOR:
+        return "Numba's CUDA simulator is active (NUMBA_ENABLE_CUDASIM=1)"
+    if importlib.util.find_spec("cuda.core") is None:
+        return "cuda.core is not installed"
+    try:
+        cc = _device_cc(int(device))
+    except Exception as e:  # no driver, no such device
+        return f"GPU {device} cannot be queried ({e})"
+    if cc != (9, 0):
+        return f"its kernels are built for compute capability 9.0 (H100/H200); GPU {device} is {cc[0]}.{cc[1]}"
+    return None
+
+
+def matrix_of(op: Any):
+    """The launcher's :class:`~._launch.Matrix` for a validated ``dxgemm._arrays.Operand``."""
+    from ._launch import Matrix
+
+    arrangement = "row_major" if op.layout.value == "row" else "col_major"
+    rows, cols = op.shape
+    return Matrix(int(op.ptr), int(rows), int(cols), int(op.ld), arrangement, int(op.dtype.itemsize))
+
+
+def run(op_a: Any, op_b: Any, op_d: Any, m: int, n: int, k: int, bound: Any, stream: int, device: int,
+        *, config: PipelineConfig | None = None):
+    """Run ``D = bound_epilogue(A @ B)`` through the pipeline; returns the launch :class:`~._launch.Plan`.
+
+    ``bound`` is the bound epilogue chain (alpha/beta first); its key and the Numba type
+    of its arguments select the compiled kernel.  Raises :class:`PipelineUnavailable`
+    when the pipeline cannot run here (module docstring).
+    """
+    from .kernels import get_kernel
+
+    reason = availability(device)
+    if reason is not None:
+        raise PipelineUnavailable(f"the pipeline backend cannot run: {reason}")
+    dtype = np.dtype(op_a.dtype)
+    cfg = config or suggest(m, n, k, dtype, device=device)
+    a, b, d = matrix_of(op_a), matrix_of(op_b), matrix_of(op_d)
+    kernel = get_kernel(
+        cfg, dtype, (a.arrangement, b.arrangement), device=device,
+        epilogue_key=bound.key, make_epilogue=bound.make, epi_args=bound.args,
+    )
+    return kernel(stream, a, b, d, m, n, k, bound.args)

@@ -1,0 +1,151 @@
+"""``autotune``: time the candidate configurations on the GPU and remember the winner.
+
+:func:`~.config.suggest` reasons from device properties and the shape; that is a model,
+and the measured table in :mod:`.config` shows configurations within a few percent of
+each other whose order changes with the shape.  :func:`autotune` settles it for one
+*shape class* by measurement — CUDA events around the real call (init + GEMM), median
+of ``reps`` after a warm-up call — and writes the winner to
+``<cache>/autotune.json``.  :func:`lookup`, which :func:`~.config.suggest` consults
+first, reads it back in any later process.
+
+Shape class: each of m, n, k rounded to the nearest power of two (in log scale), so
+4000 x 4096 x 4100 and 4096^3 share a decision while 1024^3 and 8192^3 do not.
+Candidates are compiled on first use like any other kernel (cached on disk), so a tuning
+run over the default set costs one cold compile per candidate not yet cached.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from .config import CONFIGS, PipelineConfig, parse_config
+
+__all__ = ["autotune", "lookup", "shape_class", "table_path", "forget"]
+
+_memo: dict[str, Any] = {"mtime": None, "table": {}}
+
+
+def shape_class(m: int, n: int, k: int) -> str:
+    """``"4096x4096x4096"``: each extent rounded to the nearest power of two (log scale)."""
+    def bucket(x: int) -> int:
+        return 1 << max(round(math.log2(max(int(x), 1))), 0)
+
+    return f"{bucket(m)}x{bucket(n)}x{bucket(k)}"
+
+
+def table_path(root: str | os.PathLike[str] | None = None) -> Path:
+    """Where the decisions live: ``<cache dir>/autotune.json``."""
+    from .cache import default_cache_dir
+
+    return (Path(root) if root is not None else default_cache_dir()) / "autotune.json"
+
+
+def _read(path: Path) -> dict:
+    try:
+        mtime = path.stat().st_mtime_ns
+    except OSError:
+        return {}
+    if _memo["mtime"] != (str(path), mtime):
+        try:
+            table = json.loads(path.read_text())
+            if not isinstance(table, dict):
+                table = {}
+        except (OSError, ValueError):
+            table = {}  # a damaged table only loses tuning decisions
+        _memo.update(mtime=(str(path), mtime), table=table)
+    return _memo["table"]
+
+
+def lookup(m: int, n: int, k: int, dtype: Any, *, root: str | os.PathLike[str] | None = None) -> PipelineConfig | None:
+    """The tuned configuration for this shape class and dtype, or None."""
+    entry = _read(table_path(root)).get(np.dtype(dtype).name, {}).get(shape_class(m, n, k))
+    if not entry:
+        return None
+    try:
+        return parse_config(entry["config"], dtype)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _write(path: Path, dtype: str, cls: str, record: dict) -> None:
+    from filelock import FileLock
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock", timeout=60):
+        try:
+            table = json.loads(path.read_text())
+        except (OSError, ValueError):
+            table = {}
+        table.setdefault(dtype, {})[cls] = record
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(table, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+
+
+def forget(root: str | os.PathLike[str] | None = None) -> None:
+    """Delete every tuning decision."""
+    try:
+        table_path(root).unlink()
+    except OSError:
+        pass
+
+
+def autotune(
+    m: int,
+    n: int,
+    k: int,
+    dtype: Any,
+    *,
+    candidates: Iterable[str | PipelineConfig] | None = None,
+    reps: int = 10,
+    persist: bool = True,
+    root: str | os.PathLike[str] | None = None,
+) -> PipelineConfig:
+    """Time each candidate on an ``m x n x k`` problem; return (and by default persist) the fastest.
+
+    ``candidates`` default to the fixed set :data:`~.config.CONFIGS` for ``dtype``.  Needs
+    CuPy for the operands and events.  Returns the winning :class:`PipelineConfig`.
+    """
+    import cupy as cp
+
+    import dxgemm
+
+    from .config import use_config
+
+    dt = np.dtype(dtype)
+    if dt not in CONFIGS:
+        raise TypeError(f"pipeline GEMM supports float32 and float64, not {dt}")
+    if reps < 1:
+        raise ValueError(f"reps must be >= 1, got {reps}")
+    configs = [parse_config(c, dt) for c in (candidates if candidates is not None else CONFIGS[dt].values())]
+    if not configs:
+        raise ValueError("candidates must name at least one configuration")
+    rng = cp.random.default_rng(0)
+    a = rng.standard_normal((m, k), dtype=np.float64).astype(dt)
+    b = rng.standard_normal((k, n), dtype=np.float64).astype(dt)
+    d = cp.empty((m, n), dt)
+    timings: dict[str, float] = {}
+    for config in configs:
+        with use_config(config):
+            dxgemm.gemm(a, b, d, backend="pipeline")  # compiles or loads; warms up
+            events = [cp.cuda.Event() for _ in range(reps + 1)]
+            events[0].record()
+            for i in range(reps):
+                dxgemm.gemm(a, b, d, backend="pipeline")
+                events[i + 1].record()
+            events[-1].synchronize()
+            times = sorted(cp.cuda.get_elapsed_time(events[i], events[i + 1]) for i in range(reps))
+            timings[config.name] = times[len(times) // 2]
+    best = min(configs, key=lambda c: timings[c.name])
+    if persist:
+        _write(table_path(root), dt.name, shape_class(m, n, k),
+               {"config": best.name, "ms": timings, "shape": [m, n, k]})
+    return best

@@ -1,0 +1,105 @@
+"""Pre-compile pipeline kernels into the on-disk cache (``python -m dxgemm warmup``).
+
+A first ``dxgemm.gemm(..., backend="pipeline")`` of a configuration that is not cached
+compiles (see :mod:`._build` for the cost).  ``warmup`` moves that cost to a moment of
+the user's choosing: it compiles the default configurations (:data:`~.config.CONFIGS`)
+for the requested dtypes, every A/B arrangement, with the epilogue a plain GEMM uses
+(alpha scaling, no C: the chain ``dxgemm.gemm`` binds when ``beta == 0`` and no
+epilogue is given).  Kernels already cached cost nothing.
+
+Kernels are built one after another, each spreading its own NVRTC work over worker
+processes (:mod:`._lto`); ``jobs > 1`` builds several kernels at once instead, which
+suits a machine with many cores and several kernels to build.  Works on a machine
+without a GPU (through :mod:`._standin`), for compute capability 9.0.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from .config import CONFIGS, parse_config
+
+__all__ = ["warmup", "plain_epilogue", "ARRANGEMENT_PAIRS"]
+
+ARRANGEMENT_PAIRS = tuple(itertools.product(("row_major", "col_major"), repeat=2))
+
+
+def plain_epilogue(dtype: Any):
+    """The bound epilogue of a plain ``dxgemm.gemm(a, b)``: ``alpha * acc``, no C."""
+    from ..epilogues._base import AlphaBeta, Chain, EpilogueContext
+
+    return Chain((AlphaBeta(1.0, 0.0),)).bind(EpilogueContext(1, 1, np.dtype(dtype), adapt=None))
+
+
+def _build_one(job: tuple) -> dict:
+    config, dtype, arrangement, cache_root, workers = job
+    from . import _standin
+    from .cache import KernelCache
+    from .kernels import get_entry
+
+    _standin.activate((9, 0))  # no-op with a GPU; must precede nvmath's import without one
+    bound = plain_epilogue(dtype)
+    if workers is not None:
+        import os
+
+        os.environ["DXGEMM_COMPILE_WORKERS"] = str(workers)
+    t0 = time.perf_counter()
+    entry = get_entry(config, dtype, arrangement, epilogue_key=bound.key, make_epilogue=bound.make,
+                      epi_args=bound.args, cache=KernelCache(cache_root))
+    return {"config": config.name, "dtype": np.dtype(dtype).name, "arrangement": list(arrangement),
+            "seconds": round(time.perf_counter() - t0, 1), "path": str(entry.path),
+            "build_times_s": entry.meta.get("build_times_s")}
+
+
+def warmup(
+    dtypes: Iterable[Any] = ("float64", "float32"),
+    *,
+    configs: Iterable[str] = ("large", "small"),
+    arrangements: Iterable[tuple[str, str]] = ARRANGEMENT_PAIRS,
+    cache_root: str | None = None,
+    jobs: int = 1,
+    workers: int | None = None,
+    progress: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> list[dict]:
+    """Compile every (config, dtype, arrangement) into the cache; returns one record per kernel."""
+    todo = []
+    for dtype in dtypes:
+        dt = np.dtype(dtype)
+        if dt not in CONFIGS:
+            raise TypeError(f"dtypes: pipeline GEMM supports float32 and float64, not {dt}")
+        for name in configs:
+            for arrangement in arrangements:
+                todo.append((parse_config(name, dt), dt.name, tuple(arrangement), cache_root, workers))
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    bar = None
+    if progress:
+        try:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(todo), desc="dxgemm warmup", unit="kernel")
+        except ImportError:
+            bar = None
+    out = []
+    if jobs == 1:
+        results: Iterable[dict] = (_build_one(job) for job in todo)
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+        results = pool.map(_build_one, todo)
+    for record in results:
+        out.append(record)
+        if log is not None:
+            log(f"{record['config']} {record['dtype']} {'/'.join(record['arrangement'])}: {record['seconds']} s")
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return out
