@@ -107,11 +107,12 @@ class Custom(Epilogue):
                              lambda: _device(fn, t, arg_type), reads=tuple(a.span for a in arrays))
 
     def _reference(self, x: Any, xp: Any) -> Any:
-        """``fn`` applied in float64 Python, element by element, with host copies of the arrays."""
+        """``fn`` applied in float64 Python, element by element, with float64 host copies of the arrays."""
         from ._reference import to_xp
 
         host = np.asarray(x.get() if hasattr(x, "get") else x, dtype=np.float64)
         arrays = [np.asarray(to_xp(a, np)) for a in self.arrays]
+        arrays = [a.astype(np.float64) if a.dtype.kind in "fc" else a for a in arrays]  # float64 math throughout
         out = np.empty_like(host)
         for (i, j), value in np.ndenumerate(host):
             out[i, j] = self.fn(float(value), i, j, *arrays)
