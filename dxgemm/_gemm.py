@@ -141,7 +141,15 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
 
 
 def _pipeline_reason(device: int) -> str | None:
-    """Why the pipeline cannot run on ``device`` (None when it can); imports no nvmath."""
+    """Why ``auto`` may not pick the pipeline on ``device`` (None when it may); imports no nvmath.
+
+    ``DXGEMM_AUTO_PIPELINE=0`` keeps ``auto`` on the handwritten rungs (no pipeline compile
+    behind the caller's back, e.g. in a test suite); ``backend="pipeline"`` still works.
+    """
+    import os
+
+    if os.environ.get("DXGEMM_AUTO_PIPELINE", "1") == "0":
+        return "DXGEMM_AUTO_PIPELINE=0"
     from .pipelines._dispatch import availability
 
     return availability(device)
