@@ -2,7 +2,7 @@
 ``custom``, ``store``, the kernel cache, and every bad input.
 
 Results are compared with a float64 reference through the one epilogue accuracy rule
-(:mod:`dxgemm.epilogues._reference`).  Outputs start as NaN, so an element a kernel fails
+(:mod:`dxgemm.epilogues.reference`).  Outputs start as NaN, so an element a kernel fails
 to write fails the check.  Two tests compile for sm_90 in a subprocess *without* the
 simulator (Numba's static compiler needs no GPU): one proves float32 chains emit no float64
 instruction, the other that a ``custom`` function Numba cannot compile gives a clear error.
@@ -24,7 +24,7 @@ from numba import cuda
 
 import dxgemm
 from dxgemm import epilogues as E
-from dxgemm.epilogues._reference import assert_close
+from dxgemm.epilogues.reference import assert_close
 from dxgemm.kernels import compile_count
 
 from ._sim import device_matrix, poisoned

@@ -108,7 +108,7 @@ class Custom(Epilogue):
 
     def _reference(self, x: Any, xp: Any) -> Any:
         """``fn`` applied in float64 Python, element by element, with float64 host copies of the arrays."""
-        from ._reference import to_xp
+        from .reference import to_xp
 
         host = np.asarray(x.get() if hasattr(x, "get") else x, dtype=np.float64)
         arrays = [np.asarray(to_xp(a, np)) for a in self.arrays]

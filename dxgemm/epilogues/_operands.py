@@ -60,7 +60,7 @@ class Bias(Epilogue):
                              reads=(arr.span,))
 
     def _reference(self, x: Any, xp: Any) -> Any:
-        from ._reference import to_xp
+        from .reference import to_xp
 
         v = to_xp(self.v, xp).astype(np.float64)
         m, n = x.shape

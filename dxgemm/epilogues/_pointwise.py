@@ -11,7 +11,7 @@ Scalar parameters (``slope``, ``lo``/``hi``, ``s``) are run-time arguments, cast
 accumulator's dtype at bind time, so a new value reuses the compiled kernel.  What changes
 the generated code (the stage, ``gelu``'s approximation) is the key.
 
-Every stage also states, for the accuracy checks (:mod:`dxgemm.epilogues._reference`), its
+Every stage also states, for the accuracy checks (:mod:`dxgemm.epilogues.reference`), its
 float64 reference and a Lipschitz bound, how much it may amplify an error in its input.
 NaN passes through every stage, as in PyTorch: comparisons are written so that a NaN input
 takes the branch that returns it.

@@ -1,0 +1,160 @@
+"""Fused epilogues on a real GPU, at real sizes, on every backend: ``python -m pytest -m gpu``.
+
+Every stage is checked on every backend in :data:`dxgemm.BACKENDS` (a backend added there
+is picked up) and both dtypes.  To keep the number of kernel compiles small, stages are
+grouped into three chains with a ``store`` after each stage: the check compares every
+stored intermediate and the final result with the float64 reference of that point of the
+chain, so each stage is verified on its own.  ``alpha = 1/sqrt(k)`` keeps the values O(1),
+where the activations are not saturated.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+import dxgemm
+from dxgemm import epilogues as E
+from dxgemm.epilogues.reference import check
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = [np.float32, np.float64]
+SHAPES = [(1000, 1000, 1000), (4097, 513, 257)]
+W_MAX = 1.5
+
+
+@pytest.fixture(scope="module")
+def cp():
+    return pytest.importorskip("cupy")
+
+
+def _gate(x, row, col, w, table):
+    y = x * w[row, col] + table[row]
+    return -y if (row + 2 * col) % 3 == 0 else y
+
+
+def _chain(name, cp, rng, dtype, m, n):
+    """One of the three chains covering every stage, with a ``store`` target after each stage."""
+
+    def target():
+        return cp.full((m, n), cp.nan, dtype)
+
+    def normal(shape):
+        return rng.standard_normal(shape, dtype=np.float64).astype(dtype)
+
+    if name == "bias_col-gelu-scale-leaky_relu-sigmoid":
+        stages = [E.bias(normal(n)), E.gelu(), E.scale(-2.0), E.leaky_relu(0.2), E.sigmoid()]
+    elif name == "bias_row-tanh-scale-clamp-relu":
+        # The per-row bias is the second column of a row-major (m, 2) matrix: a strided view.
+        stages = [E.bias(normal((m, 2))[:, 1:]), E.tanh(), E.scale(3.0), E.clamp(-1.0, 1.5), E.relu()]
+    else:
+        w = rng.uniform(-W_MAX, W_MAX, (m, n)).astype(dtype)
+        stages = [E.custom(_gate, w, normal(m)), E.silu(), E.gelu("tanh")]
+    chain = stages[0]
+    for stage in stages[1:]:
+        chain = chain | E.store(target()) | stage
+    return chain
+
+
+CHAINS = ["bias_col-gelu-scale-leaky_relu-sigmoid", "bias_row-tanh-scale-clamp-relu", "custom-silu-gelu_tanh"]
+
+
+@pytest.mark.parametrize("backend", dxgemm.BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("chain", CHAINS)
+def test_every_stage_on_every_backend(cp, chain, shape, dtype, backend):
+    m, n, k = shape
+    rng = cp.random.default_rng(11)
+    a = rng.standard_normal((m, k), dtype=np.float64).astype(dtype)
+    b = cp.asfortranarray(rng.standard_normal((k, n), dtype=np.float64).astype(dtype))
+    epilogue = _chain(chain, cp, rng, dtype, m, n)
+    c = cp.full((m, n), cp.nan, dtype)
+    alpha = 1 / math.sqrt(k)
+    assert dxgemm.gemm(a, b, c, alpha=alpha, epilogue=epilogue, backend=backend) is c
+    worst = check(c, epilogue, a.astype(np.float64), b.astype(np.float64), np.dtype(dtype), alpha=alpha,
+                  custom_lipschitz=W_MAX)
+    assert worst <= 1.0, f"{epilogue.name}: error {worst:.3g} x the bound"
+
+
+@pytest.mark.parametrize("backend", dxgemm.BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_dense_layer_4096_cubed(cp, backend, dtype):
+    """The benchmark's chain, ``x @ W + b`` then GELU, with beta * C folded in, at 4096^3."""
+    if backend in ("naive", "coalesced"):
+        pytest.skip("the first rungs take seconds at 4096^3; their epilogue path is the same as at 1000^3")
+    n = 4096
+    rng = cp.random.default_rng(5)
+    x = rng.standard_normal((n, n), dtype=np.float64).astype(dtype)
+    w = rng.standard_normal((n, n), dtype=np.float64).astype(dtype)
+    v = rng.standard_normal(n, dtype=np.float64).astype(dtype)
+    c0 = rng.standard_normal((n, n), dtype=np.float64).astype(dtype)
+    c = c0.copy()
+    epilogue = E.bias(v) | E.gelu()
+    alpha = 1 / 64
+    dxgemm.gemm(x, w, c, alpha=alpha, beta=0.5, epilogue=epilogue, backend=backend)
+    worst = check(c, epilogue, x.astype(np.float64), w.astype(np.float64), np.dtype(dtype), alpha=alpha, beta=0.5,
+                  c=c0.astype(np.float64))
+    assert worst <= 1.0
+
+
+def test_new_values_run_the_cached_kernel(cp):
+    from dxgemm.kernels import compile_count
+
+    m, n, k = 777, 513, 129
+    rng = cp.random.default_rng(3)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+
+    def run(slope):
+        v = rng.standard_normal(n, dtype=np.float32)
+        pre = cp.full((m, n), cp.nan, np.float32)
+        epilogue = E.bias(v) | E.store(pre) | E.leaky_relu(slope)
+        d = dxgemm.gemm(a, b, epilogue=epilogue, backend="warptile")
+        assert check(d, epilogue, a.astype(np.float64), b.astype(np.float64), np.dtype(np.float32)) <= 1.0
+
+    run(0.1)
+    before = compile_count()
+    run(0.3)
+    run(0.02)
+    assert compile_count() == before
+
+
+def test_torch_tensors_as_bias_and_store_target(cp):
+    torch = pytest.importorskip("torch")
+    m, n, k = 1000, 300, 200
+    x = torch.randn(m, k, device="cuda", dtype=torch.float64)
+    w = torch.randn(k, n, device="cuda", dtype=torch.float64)
+    b = torch.randn(n, device="cuda", dtype=torch.float64)
+    pre = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float64)
+    epilogue = E.bias(b) | E.store(pre) | E.gelu()
+    out = dxgemm.gemm(x, w, epilogue=epilogue)
+    torch.cuda.synchronize()
+    assert isinstance(out, torch.Tensor)
+    assert check(out, epilogue, cp.asarray(x), cp.asarray(w), np.dtype(np.float64)) <= 1.0
+
+
+def test_custom_compile_error_before_any_launch(cp):
+    a = cp.ones((64, 32))
+    b = cp.ones((32, 48))
+    c = cp.full((64, 48), cp.nan)
+
+    def uses_a_string(x, row, col):
+        return x + "1"
+
+    with pytest.raises(TypeError, match=r"custom epilogue function .*uses_a_string .* cannot be compiled by Numba"):
+        dxgemm.gemm(a, b, c, epilogue=E.bias(cp.ones(48)) | E.custom(uses_a_string))
+    assert bool(cp.isnan(c).all())
+
+
+def test_float64_literal_in_a_float32_custom_warns(cp):
+    a = cp.ones((64, 32), np.float32)
+    b = cp.ones((32, 48), np.float32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dxgemm.gemm(a, b, epilogue=E.custom(lambda x, row, col: x * 0.1))
+    assert sum(issubclass(w.category, E.PrecisionWarning) for w in caught) == 1
