@@ -31,17 +31,6 @@ def banded(x, row, col, decay):
     return x * decay[distance]
 
 
-def gpu_available() -> bool:
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        return False
-    from numba import cuda
-
-    try:
-        return bool(cuda.is_available())
-    except Exception:
-        return False
-
-
 def main(m: int, n: int, k: int) -> int:
     import dxgemm
     from dxgemm.epilogues import custom
@@ -77,9 +66,10 @@ def main(m: int, n: int, k: int) -> int:
 
 if __name__ == "__main__":
     sizes = [int(s) for s in sys.argv[1:4]] or [1024, 1024, 512]
-    if not gpu_available() and os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+    from numba import cuda
+
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1" and not cuda.is_available():
         print("No CUDA GPU found: running at a small size under Numba's CUDA simulator.", flush=True)
-        env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
         small = [str(min(s, cap)) for s, cap in zip(sizes, (19, 23, 13))]
-        sys.exit(subprocess.call([sys.executable, __file__, *small], env=env))
+        sys.exit(subprocess.call([sys.executable, __file__, *small], env=dict(os.environ, NUMBA_ENABLE_CUDASIM="1")))
     sys.exit(main(*sizes))

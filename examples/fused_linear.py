@@ -19,17 +19,6 @@ import sys
 import numpy as np
 
 
-def gpu_available() -> bool:
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        return False
-    from numba import cuda
-
-    try:
-        return bool(cuda.is_available())
-    except Exception:
-        return False
-
-
 def main(batch: int, d_in: int, d_out: int) -> int:
     import dxgemm
     from dxgemm.epilogues import bias, gelu
@@ -82,9 +71,10 @@ def main(batch: int, d_in: int, d_out: int) -> int:
 
 if __name__ == "__main__":
     sizes = [int(s) for s in sys.argv[1:4]] or [4096, 1024, 4096]
-    if not gpu_available() and os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+    from numba import cuda
+
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1" and not cuda.is_available():
         print("No CUDA GPU found: running at a small size under Numba's CUDA simulator.", flush=True)
-        env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
         small = [str(min(s, cap)) for s, cap in zip(sizes, (24, 40, 33))]
-        sys.exit(subprocess.call([sys.executable, __file__, *small], env=env))
+        sys.exit(subprocess.call([sys.executable, __file__, *small], env=dict(os.environ, NUMBA_ENABLE_CUDASIM="1")))
     sys.exit(main(*sizes))
