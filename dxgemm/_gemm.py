@@ -123,20 +123,19 @@ def gemm(
 def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = False) -> str:
     """The backend ``"auto"`` runs (``pipeline``: whether the pipeline can run on this device).
 
-    Measured on the H100 (benchmarks/results/h100.json, h100_pipeline_*.log): the
-    cuBLASDx pipeline runs float64 at 46 TFLOP/s at 4096^3 against warptile's 13 (its
-    tensor-core DMMA against CUDA-core FMA), so float64 takes the pipeline wherever it
-    can run.  In float32 both use CUDA-core FMA (no TF32: results stay true float32) and
-    the pipeline led warptile only at large sizes (4096^3: 32.1 against 28.8 TFLOP/s;
-    2048^3: 28.2 against 29.7), so float32 takes it from 2^36 multiply-adds (4096^3) on.
-    Everything else, and every device where the pipeline cannot run, gets ``warptile``,
-    the fastest rung at every size measured.
+    Measured on the H100 in one run (benchmarks/results/h100_pipeline_run2_bench.log,
+    float64, the pipeline's large configuration, per call init + GEMM, against warptile on
+    the FP64 tensor cores): pipeline / warptile milliseconds 0.120 / 0.114 at 1024^3,
+    0.424 / 0.667 at 2048^3, 2.96 / 5.29 at 4096^3, 24.2 / 44.4 at 8192^3, 4.03 / 5.43 at
+    4097^3; but 0.163 / 0.124 at 1000^3 and 0.324 / 0.115 at 4096x4096x40 (short K: the
+    pipeline pads K to two tiles and runs few, short blocks).  So float64 takes the
+    pipeline from 2^31 multiply-adds (~1290^3) with K of at least 128.  In float32 both
+    run CUDA-core FMA (no TF32: results stay true float32) and warptile's latest sweep
+    (0.716x cuBLAS at 4096^3) is ahead of the pipeline's best (0.63x), so float32 stays on
+    warptile.  Every device where the pipeline cannot run gets ``warptile``.
     """
-    if pipeline:
-        if np.dtype(dtype) == np.float64:
-            return "pipeline"
-        if m * n * k >= 2**36:
-            return "pipeline"
+    if pipeline and np.dtype(dtype) == np.float64 and k >= 128 and m * n * k >= 2**31:
+        return "pipeline"
     return "warptile"
 
 

@@ -476,6 +476,8 @@ def test_choose_backend():
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 4096, pipeline=False) == "warptile"
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 4096, pipeline=True) == "pipeline"
     assert choose_backend(np.dtype(np.float32), 512, 512, 512, pipeline=True) == "warptile"
+    assert choose_backend(np.dtype(np.float64), 1024, 1024, 1024, pipeline=True) == "warptile"
+    assert choose_backend(np.dtype(np.float64), 4096, 4096, 40, pipeline=True) == "warptile"
 
 
 def test_use_config_overrides_suggest():

@@ -331,7 +331,8 @@ class PipelineKernel:
         tm, tn, tk = self.tile_m, self.tile_n, self.tile_k
         p = plan(m, n, k, (tm, tn, tk), self.depth, a.aligned(), b.aligned())
         if not isinstance(stream, Stream):
-            stream = Stream.from_handle(int(stream))
+            # 0 is the legacy default stream (CuPy's null stream); cuda.core names it itself
+            stream = self.device.default_stream if int(stream) == 0 else Stream.from_handle(int(stream))
         sh = int(stream.handle)
         scratch = _Scratch(self.device, stream)
         try:
