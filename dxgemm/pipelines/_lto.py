@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["LtoStore", "Pending", "intercept", "resolve", "pending_keys", "compile_pending"]
+__all__ = ["LtoStore", "Pending", "intercept", "resolve", "pending_keys", "compile_pending", "begin", "requested",
+           "manifest_complete", "write_manifest"]
 
 PLACEHOLDER = b"DXGEMM-PENDING:"
 _TOKEN_BASE = -(1 << 40)  # fake "descriptors": negative, never a real mathdx handle
@@ -126,12 +127,15 @@ class _State:
         self.installed = False
         self.compiled = 0
         self.loaded = 0
+        self.requested: list[str] = []
 
 
 _state = _State()
 
 
 def _request(key: str, compile_fn: Callable[[], tuple[bytes, int]]) -> Pending:
+    if key not in _state.requested:
+        _state.requested.append(key)
     p = _state.by_key.get(key)
     if p is None:
         p = Pending(key, _TOKEN_BASE - len(_state.by_key), compile_fn)
@@ -279,6 +283,33 @@ def resolve(objects: list[bytes]) -> list[bytes]:
             data = hit[0]
         out.append(data)
     return out
+
+
+def begin() -> None:
+    """Start recording the requests of one build (see :func:`requested`)."""
+    _state.requested = []
+
+
+def requested() -> list[str]:
+    """Keys requested since :func:`begin`, in order."""
+    return list(_state.requested)
+
+
+def manifest_complete(store: LtoStore, name: str) -> bool:
+    """Whether a previous build of ``name`` recorded its objects and all are still in ``store``.
+
+    Lets a build with nothing left to compile (a new epilogue on a known configuration)
+    skip the worker processes, whose replays would only compete with it for the CPUs.
+    """
+    hit = store.load("manifest|" + name)
+    if hit is None:
+        return False
+    keys = hit[0].decode().splitlines()
+    return bool(keys) and all(store.load(k) is not None for k in keys)
+
+
+def write_manifest(store: LtoStore, name: str, keys: list[str]) -> None:
+    store.store("manifest|" + name, "\n".join(keys).encode(), 0)
 
 
 def stats() -> dict[str, Any]:
