@@ -39,16 +39,31 @@ epilogue's argument tuple, ``pipeline`` the storage pointer.  Each thread stores
 accumulator fragment element by element through ``map_fragment_index``, guarded by
 ``row < m and col < n``, after applying the epilogue ``f(value, row, col, args)``.
 
-Measured cold build on the 2-core CPU-only machine (fp64 128x128x32/256/d2 and fp32
-128x128x16/256/d3 built at the same time, so each had ~one core): pipeline traits 40-46 s,
-``compile_all`` 139-184 s (9 LTO-IR objects: the kernel + 8 from libmathdx), nvJitLink
-18 s, init kernel 16-17 s — 216 s (fp32) and 268 s (fp64) in all; cubins 4.7 / 6.1 MiB.
-The parameter sizes recorded for the launcher were checked against the cubins'
-``EIATTR_KPARAM_INFO``.
+Compile time, and how it is spread
+----------------------------------
+The NVRTC compiles of libmathdx's device functions (~10 objects, ~10 s each on the H100
+host) are routed through :mod:`._lto`: kept on disk (``<cache>/lto``, keyed by symbol,
+target and versions, so a new epilogue of a known configuration compiles none of them)
+and, on a cold build, spread over worker *processes* (threads do not overlap them):
+each worker replays the lowering with every device-function compile deferred, then
+compiles its share; this process lowers the real kernel meanwhile, waits, swaps the
+placeholders for the objects and links (nvJitLink with split compile).
+``DXGEMM_COMPILE_WORKERS`` sets the number of workers (default: CPU cores - 1, at most 12).
 
-Global A/B layout is compile-time (row- or column-major each); sizes and leading
-dimensions are not.  M, N, K must be tile multiples and ``K / tile_k >= depth`` for the
-raw pipeline to be correct (the launcher checks; edge handling is future work).
+Measured on the H100 host (16 cores; ``benchmarks/results/h100_pipeline_run2_bench.log``,
+fp64 128x64x32/128/d2, a fresh process, first ``dxgemm.gemm`` call including import):
+cold 100.9 s (was ~235 s with nvmath's own path), a new epilogue on that configuration
+70.9 s, warm start from the disk cache 1.70 s, a new size 2.9 ms (no compile).  What
+remains serial is inside every process's lowering: libmathdx *finalizes* the device
+pipeline, the tile pipeline and the tensors (four NVRTC compiles, 6-25 s each on the
+2-core machine, measured with ``/tmp``-style probes), which the handles nvmath's
+lowering needs cannot skip; then nvJitLink (~12-24 s).  Below 60 s would need those
+finalizes batched or cached, which nvmath-python 1.0 gives no hook for.  Practical
+answer: ``python -m dxgemm warmup`` (or a cache built on any machine, even without a GPU,
+and copied: see :mod:`.cache` for why the key allows that).
+
+Global A/B layout is compile-time (row- or column-major each); sizes, leading
+dimensions and D's layout are not.  Edges, short K and alignment: see :mod:`._launch`.
 """
 
 from __future__ import annotations
