@@ -118,8 +118,10 @@ def cmd_warmup(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from . import BACKENDS, gemm
+    from . import available_backends, gemm
     from .testing import check
+
+    BACKENDS = available_backends()
 
     if not _has_gpu():
         if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
@@ -170,9 +172,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if not _has_gpu():
         print("python -m dxgemm bench needs a CUDA GPU; none was found.", file=sys.stderr)
         return 2
-    from . import BACKENDS, bench
+    from . import BACKENDS, available_backends, bench
 
-    backends = args.backends.split(",") if args.backends else list(BACKENDS)
+    backends = args.backends.split(",") if args.backends else list(available_backends())
     unknown = [b for b in backends if b not in BACKENDS]
     if unknown:
         print(f"unknown backend(s) {unknown}; choose from {', '.join(BACKENDS)}", file=sys.stderr)

@@ -139,6 +139,14 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     return "warptile"
 
 
+def available_backends(device: int = 0) -> tuple[str, ...]:
+    """The members of :data:`BACKENDS` that can run here (``"pipeline"`` only on an sm_90 GPU
+    with cuda.core, outside Numba's simulator).  Test suites parametrize over this."""
+    from .pipelines._dispatch import availability
+
+    return RUNGS if availability(device) is not None else BACKENDS
+
+
 def _pipeline_reason(device: int) -> str | None:
     """Why ``auto`` may not pick the pipeline on ``device`` (None when it may); imports no nvmath.
 
