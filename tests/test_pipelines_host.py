@@ -509,3 +509,24 @@ def test_autotune_table_roundtrip(tmp_path, monkeypatch):
     assert at.lookup(4096, 4096, 4096, np.float64) is None
     at.forget()
     assert suggest(4096, 4096, 4096, np.float64, device=H100) == CONFIGS[F64]["large"]
+
+
+def test_lto_store_roundtrip_damage_and_manifest(tmp_path):
+    from dxgemm.pipelines import _lto
+
+    store = _lto.LtoStore(tmp_path / "lto")
+    assert store.load("code|sym|sm_90a|t") is None
+    blob = bytes(range(256)) * 1000
+    store.store("code|sym|sm_90a|t", blob, 1234)
+    assert store.load("code|sym|sm_90a|t") == (blob, 1234)
+    assert store.count()[0] == 1 and store.count()[1] < len(blob)  # compressed
+    path = store._path("code|sym|sm_90a|t")
+    path.write_bytes(path.read_bytes()[:-10])  # truncated: dropped, never returned
+    assert store.load("code|sym|sm_90a|t") is None and not path.exists()
+    assert not _lto.manifest_complete(store, "cfg")
+    store.store("a", b"x", 0)
+    store.store("b", b"y", 0)
+    _lto.write_manifest(store, "cfg", ["a", "b"])
+    assert _lto.manifest_complete(store, "cfg")
+    store._path("b").unlink()
+    assert not _lto.manifest_complete(store, "cfg")  # an object went missing: workers needed again
