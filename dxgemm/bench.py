@@ -18,6 +18,7 @@ run: device-to-device copy bandwidth and the SIMT FMA rate (:mod:`dxgemm.kernels
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from dataclasses import asdict, dataclass
 from typing import Callable, Iterable
@@ -138,14 +139,33 @@ def table(records: list[Record]) -> str:
 
 
 def save(path: str, records: list[Record], peaks: dict, extra: dict | None = None) -> None:
-    """Write the result file: ``{"gpu", "versions", "peaks", "records"}``."""
-    doc = {"gpu": _info.gpu(), "versions": _info.versions(), "peaks": peaks,
-           "method": "CUDA events per launch, queued behind a spin kernel; median of reps after warm-up",
-           "records": [asdict(r) for r in records]}
+    """Write the result file: ``{"gpu", "versions", "peaks", "records"}``.
+
+    An existing file is merged, not overwritten: a new record replaces the old one of the
+    same backend, dtype, shape, epilogue and suite; every other record and every other
+    top-level entry (the pipeline's ``compile`` list, say) is kept, so the ladder, the
+    pipeline and the fusion benchmarks can each refresh their own rows.
+    """
+    doc: dict = {}
+    if os.path.exists(path):
+        with open(path) as fh:
+            doc = json.load(fh)
+    new = [asdict(r) for r in records]
+    fresh = {_record_key(r) for r in new}
+    kept = [r for r in doc.get("records", []) if _record_key(r) not in fresh]
+    doc.update({"gpu": _info.gpu(), "versions": _info.versions(), "peaks": peaks,
+                "method": "CUDA events per launch, queued behind a spin kernel; median of reps after warm-up",
+                "records": kept + new})
     if extra:
         doc.update(extra)
-    with open(path, "w") as fh:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as fh:
         json.dump(doc, fh, indent=1)
+    os.replace(tmp, path)
+
+
+def _record_key(r: dict) -> tuple:
+    return (r["backend"], r["dtype"], r["m"], r["n"], r["k"], r["epilogue"], r.get("suite"))
 
 
 def plot(path_json: str, path_png: str) -> None:
