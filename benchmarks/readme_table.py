@@ -7,7 +7,7 @@ import json
 import sys
 
 doc = json.load(open(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results/h100.json"))
-rows = [r for r in doc["records"] if r["m"] == r["n"] == r["k"] == 4096 and r["epilogue"] == "none"]
+rows = [r for r in doc["records"] if r["m"] == r["n"] == r["k"] == 4096 and r["epilogue"] == "none" and r.get("suite") is None]
 print(f"{doc['gpu']['name']}, 4096x4096x4096, median of CUDA-event timings; cuBLAS via CuPy in the same run.\n")
 print("| backend | float32 TFLOP/s | x cuBLAS | float64 TFLOP/s | x cuBLAS |")
 print("| --- | ---: | ---: | ---: | ---: |")

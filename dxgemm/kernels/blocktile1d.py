@@ -11,7 +11,7 @@ register), and the 64x64 tile halves global loads per output again (``2k/64``). 
 kernel moves from being shared-memory bound toward being bound by instruction issue.
 
 Reached on the H100 (benchmarks/results/h100.json, 4096^3): 10.88 TFLOP/s float32
-(0.209x cuBLAS), 8.94 TFLOP/s float64 (0.149x cuBLAS).
+(0.209x cuBLAS), 9.00 TFLOP/s float64 (0.149x cuBLAS).
 """
 
 from __future__ import annotations

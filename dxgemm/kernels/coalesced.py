@@ -11,7 +11,7 @@ warp-wide access now uses whole cache lines instead of one element per 32-byte s
 up to 8x fewer bytes through the memory system for float32 (4x for float64).
 
 Reached on the H100 (benchmarks/results/h100.json, 4096^3): 2.09 TFLOP/s float32
-(0.040x cuBLAS), 1.91 TFLOP/s float64 (0.032x cuBLAS).
+(0.040x cuBLAS), 1.92 TFLOP/s float64 (0.032x cuBLAS).
 """
 
 from __future__ import annotations

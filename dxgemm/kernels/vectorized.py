@@ -14,7 +14,7 @@ operands whose base or leading dimension is not 16-byte aligned take the guarded
 path of the same loader.
 
 Reached on the H100 (benchmarks/results/h100.json, 4096^3): 28.15 TFLOP/s float32
-(0.541x cuBLAS), 7.91 TFLOP/s float64 (0.132x cuBLAS).
+(0.541x cuBLAS), 7.92 TFLOP/s float64 (0.131x cuBLAS).
 
 Why float64 does not gain here: the 8x8 float64 thread tile needs 172 registers per
 thread (``python benchmarks/resources.py``: no spills, no local memory), so only one

@@ -23,15 +23,15 @@ Two more things make this rung fast:
   8x8 block of its tile (:func:`_build_dmma`).  The SIMT version of this rung peaked at
   12.6 TFLOP/s (0.21x cuBLAS, 38 % of the measured SIMT FP64 ceiling of 33 TFLOP/s:
   its 128 registers leave 4 warps per scheduler, too few to hide DFMA and shared-load
-  latency); on DMMA it reaches 0.455x.  cuBLAS's own DGEMM runs on the same DMMA units.
+  latency); on DMMA it reaches 0.46x.  cuBLAS's own DGEMM runs on the same DMMA units.
 
 Memory traffic saved over vectorized: global traffic is the same per output; per K step
 a warp reads ``WM + WN`` distinct shared values for ``WM * WN`` multiply-adds, and the
 larger K step (16) halves the barriers per multiply-add.
 
-Reached on the H100 (benchmarks/results/h100.json, 4096^3): 37.3 TFLOP/s float32
-(0.716x cuBLAS), 27.7 TFLOP/s float64 (0.455x cuBLAS) in the sweep
-(benchmarks/results/h100_run3_sweep.log); ncu (h100_ncu_warptile.log) shows the float32
+Reached on the H100 (benchmarks/results/h100.json, 4096^3): 37.23 TFLOP/s float32
+(0.716x cuBLAS), 27.62 TFLOP/s float64 (0.458x cuBLAS); in the sweeps
+(benchmarks/results/h100_run*_sweep*.log) 0.695-0.716x and 0.451-0.458x; ncu (h100_ncu_warptile.log) shows the float32
 kernel issuing an instruction on 80 % of scheduler cycles — it is issue-bound, and 75 %
 of its inner-loop instructions are FFMA.
 """
