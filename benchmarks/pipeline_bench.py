@@ -99,7 +99,7 @@ def speed_records(dtypes, config: str, reps: int, log) -> list[dict]:
     import dxgemm
     from dxgemm.bench import time_ms
     from dxgemm.pipelines import use_config
-    from dxgemm.pipelines.config import parse_config
+    from dxgemm.pipelines.config import float32_method, parse_config
     from dxgemm.testing import check
 
     records = []
@@ -118,7 +118,8 @@ def speed_records(dtypes, config: str, reps: int, log) -> list[dict]:
             err = check(d, a.astype(np.float64), b.astype(np.float64), dt)
             t_warp = time_ms(lambda: dxgemm.gemm(a, b, d_ref, backend="warptile"), warmup=1, reps=max(reps // 2, 3))
             flops = 2.0 * m * n * k
-            rec = {"backend": "pipeline", "config": name, "dtype": dt.name, "m": m, "n": n, "k": k, "epilogue": "none",
+            method = float32_method() if dt == np.float32 else "fp64"
+            rec = {"backend": "pipeline", "config": name, "method": method, "dtype": dt.name, "m": m, "n": n, "k": k, "epilogue": "none",
                    "ms": t_pipe, "tflops": flops / t_pipe / 1e9, "baseline": "cublas", "baseline_ms": t_blas,
                    "baseline_tflops": flops / t_blas / 1e9, "ratio": t_blas / t_pipe, "max_error_ratio": err,
                    "warptile_ms": t_warp}

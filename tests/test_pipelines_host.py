@@ -17,7 +17,8 @@ import pytest
 
 from dxgemm.pipelines import cache as cache_mod
 from dxgemm.pipelines.cache import FORMAT_VERSION, CacheWarning, KernelCache, cache_key, key_fields
-from dxgemm.pipelines.config import CONFIGS, H100, DeviceInfo, PipelineConfig, suggest, wave_efficiency
+from dxgemm.pipelines.config import (CONFIGS, H100, TF32X3_CONFIGS, DeviceInfo, PipelineConfig, configs_for, suggest,
+                                     wave_efficiency)
 
 F64, F32 = np.dtype(np.float64), np.dtype(np.float32)
 VERSIONS = {"nvmath-python": "1.0.0", "libmathdx": "0.3.2.6", "numba-cuda": "0.30.4", "driver": 13000, "nvrtc": "13.5"}
@@ -29,13 +30,13 @@ VERSIONS = {"nvmath-python": "1.0.0", "libmathdx": "0.3.2.6", "numba-cuda": "0.3
 @pytest.mark.parametrize("dtype", [F64, F32])
 def test_large_square_takes_large_tile(dtype):
     for size in (2048, 4096, 8192):
-        assert suggest(size, size, size, dtype, device=H100) == CONFIGS[dtype]["large"]
+        assert suggest(size, size, size, dtype, device=H100) == configs_for(dtype)["large"]
 
 
 @pytest.mark.parametrize("dtype", [F64, F32])
 @pytest.mark.parametrize("shape", [(1, 4096, 4096), (4096, 64, 4096), (64, 64, 64), (100, 8192, 1024)])
 def test_skinny_or_small_takes_small_tile(dtype, shape):
-    assert suggest(*shape, dtype, device=H100) == CONFIGS[dtype]["small"]
+    assert suggest(*shape, dtype, device=H100) == configs_for(dtype)["small"]
 
 
 def test_shallow_k_takes_small_tile():
@@ -50,7 +51,7 @@ def test_less_than_one_wave_takes_small_tile():
 
 
 def test_suggest_only_returns_known_configs():
-    known = {c for d in CONFIGS.values() for c in d.values()}
+    known = {c for d in CONFIGS.values() for c in d.values()} | set(TF32X3_CONFIGS.values())
     rng = np.random.default_rng(0)
     for _ in range(500):
         m, n, k = (int(x) for x in rng.integers(1, 20000, 3))

@@ -68,6 +68,7 @@ dimensions and D's layout are not.  Edges, short K and alignment: see :mod:`._la
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import time
@@ -80,12 +81,17 @@ import numpy as np
 from .cache import toolchain_versions
 from .config import PipelineConfig
 
-__all__ = ["build", "LIBMATHDX_RUNTIME", "ARRANGEMENTS", "kernel_entries"]
+__all__ = ["build", "LIBMATHDX_RUNTIME", "ARRANGEMENTS", "OPERAND_PRECISIONS", "kernel_entries"]
 
 LIBMATHDX_RUNTIME = -(2**63)
 """``LLONG_MIN``: libcublasdx.h's marker for a shape or stride provided at run time."""
 
 ARRANGEMENTS = ("row_major", "col_major")
+
+OPERAND_PRECISIONS = ("native", "tf32")
+"""How the tensor cores read A and B: ``"native"`` (the dtype itself) or ``"tf32"``
+(float32 operands read as TF32 by the tensor cores, float32 accumulation; see
+:func:`_operand_precision` and :mod:`.tf32x3`)."""
 
 INIT_ENTRY = "dxgemm_pipeline_init"
 
@@ -104,6 +110,64 @@ def _placeholder(arrangement: str, dtype: np.dtype) -> _Placeholder:
     r = LIBMATHDX_RUNTIME
     strides = (r, 1) if arrangement == "row_major" else (1, r)
     return _Placeholder((r, r), strides, np.dtype(dtype))
+
+
+@contextlib.contextmanager
+def _operand_precision(precision: str, dtype: np.dtype):
+    """Build with A and B in ``precision`` inside this block (``"native"``: nothing changes).
+
+    ``"tf32"``: nvmath-python 1.0's ``Matmul`` takes numpy dtypes only and has no TF32,
+    but libmathdx does (``CommondxPrecision.TF32``, value type ``R_32TF``: 32-bit storage,
+    the tensor core reads the top 19 bits).  Inside the block, nvmath's descriptor
+    builder asks for precision ``(TF32, TF32, F32)`` where it would ask for three F32,
+    its global tensors are declared ``R_32TF``, and the traits' ``R_32TF`` reads back as
+    float32 (same storage).  On the H100 this turns the SIMT float32 pipeline into one on
+    the TF32 tensor cores with TMA loads (its storage grows from 72 to 576 bytes: TMA
+    descriptors).  nvmath memoizes descriptors by their Python arguments, which do not
+    see the switch, so its caches are emptied on the way in and out.
+    """
+    if precision == "native":
+        yield
+        return
+    if precision != "tf32":
+        raise ValueError(f"operand precision must be one of {OPERAND_PRECISIONS}, got {precision!r}")
+    if np.dtype(dtype) != np.dtype(np.float32):
+        raise TypeError(f"TF32 operands need float32 data, not {np.dtype(dtype)}")
+    from nvmath.bindings import mathdx
+    from nvmath.device import common_backend
+
+    f32, tf32 = mathdx.CommondxPrecision.F32, mathdx.CommondxPrecision.TF32
+    set_ops, create_tensor = mathdx.cublasdx_set_operator_int64s, mathdx.cublasdx_create_tensor_strided
+
+    def set_operator_int64s(handle, op, count, values):
+        if op == mathdx.CublasdxOperatorType.PRECISION and list(values) == [f32, f32, f32]:
+            values = [tf32, tf32, f32]
+        return set_ops(handle, op, count, values)
+
+    def create_tensor_strided(space, value_type, ptr, rank, shape, strides):
+        if space == mathdx.CublasdxMemorySpace.GMEM and value_type == mathdx.CommondxValueType.R_32F:
+            value_type = mathdx.CommondxValueType.R_32TF
+        return create_tensor(space, value_type, ptr, rank, shape, strides)
+
+    common_backend.MATHDX_TYPES_TO_NP.setdefault(mathdx.CommondxValueType.R_32TF, np.float32)
+    _clear_nvmath_caches()
+    mathdx.cublasdx_set_operator_int64s = set_operator_int64s
+    mathdx.cublasdx_create_tensor_strided = create_tensor_strided
+    try:
+        yield
+    finally:
+        mathdx.cublasdx_set_operator_int64s = set_ops
+        mathdx.cublasdx_create_tensor_strided = create_tensor
+        _clear_nvmath_caches()
+
+
+def _clear_nvmath_caches() -> None:
+    """Empty nvmath's memoized descriptor builders (``functools.lru_cache``)."""
+    from nvmath.device import cublasdx_backend
+
+    for value in vars(cublasdx_backend).values():
+        if callable(getattr(value, "cache_clear", None)):
+            value.cache_clear()
 
 
 def _make_matmul(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str, str], cc: tuple[int, int]):
@@ -277,12 +341,18 @@ def _link_init(create_lto: bytes, symbol: str, cc: tuple[int, int]) -> bytes:
 
 
 def _lower(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str, str], epilogue: Callable | None,
-           epi_args: tuple, cc: tuple[int, int]) -> dict:
+           epi_args: tuple, cc: tuple[int, int], operands: str = "native") -> dict:
     """Descriptors, pipeline traits and Numba lowering: everything up to the LTO-IR objects.
 
     With :mod:`._lto` intercepting in ``defer`` mode no device-function NVRTC runs here;
-    libmathdx's objects come back as placeholders.
+    libmathdx's objects come back as placeholders.  ``operands``: see :func:`_operand_precision`.
     """
+    with _operand_precision(operands, dtype):
+        return _lower_inner(config, dtype, arrangement, epilogue, epi_args, cc)
+
+
+def _lower_inner(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str, str], epilogue: Callable | None,
+                 epi_args: tuple, cc: tuple[int, int]) -> dict:
     from numba import cuda, typeof, types
     from nvmath.device import cublasdx_backend as be
     from nvmath.device.cublasdx import _blas_tensors_handle
@@ -331,21 +401,21 @@ def compile_workers() -> int:
 
 
 def _worker(config: dict, dtype: str, arrangement: list[str], cc: list[int], store_root: str,
-            target: str, index: int, workers: int) -> dict:
+            target: str, index: int, workers: int, operands: str = "native") -> dict:
     """Worker process: replay the lowering in ``defer`` mode, compile every ``workers``-th object."""
     from . import _lto, _standin
 
     t0 = time.perf_counter()
     _standin.activate(tuple(cc))
     _lto.intercept(_lto.LtoStore(store_root), mode="defer", target=target)
-    _lower(PipelineConfig(**config), np.dtype(dtype), tuple(arrangement), None, (), tuple(cc))
+    _lower(PipelineConfig(**config), np.dtype(dtype), tuple(arrangement), None, (), tuple(cc), operands)
     t1 = time.perf_counter()
     done = _lto.compile_pending(index, workers)
     return {"index": index, "compiled": done, "replay_s": t1 - t0, "compile_s": time.perf_counter() - t1}
 
 
 def _start_workers(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str, str], cc: tuple[int, int],
-                   store: Any, target: str, workers: int) -> list:
+                   store: Any, target: str, workers: int, operands: str = "native") -> list:
     """Start ``workers`` processes running :func:`_worker` (``python -m dxgemm.pipelines._build``).
 
     Plain subprocesses, not ``multiprocessing``: its ``spawn`` start method re-imports the
@@ -359,7 +429,7 @@ def _start_workers(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[s
     procs = []
     for i in range(workers):
         job = json.dumps([config.as_dict(), dtype.name, list(arrangement), list(cc), str(store.root), target, i,
-                          workers])
+                          workers, operands])
         procs.append(subprocess.Popen([sys.executable, "-m", "dxgemm.pipelines._build", job],
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(
@@ -528,6 +598,7 @@ def build(
     log: Callable[[str], None] | None = None,
     workers: int | None = None,
     lto_dir: str | os.PathLike[str] | None = None,
+    operands: str = "native",
 ) -> tuple[dict, dict[str, bytes]]:
     """Compile the pipeline GEMM for ``(config, dtype, arrangement of A and B, epilogue)``.
 
@@ -536,7 +607,8 @@ def build(
 
     ``epilogue`` is a Numba device function ``f(value, row, col, args)`` (a bound
     epilogue's ``make()``), ``epi_args`` an example of its argument tuple (only its Numba
-    type matters).  Without one, the kernel stores ``value`` as is.  Returns ``(meta, blobs)``.
+    type matters).  Without one, the kernel stores ``value`` as is.  ``operands``: how the
+    tensor cores read A and B (:data:`OPERAND_PRECISIONS`).  Returns ``(meta, blobs)``.
     Runs on a GPU-less machine through :mod:`._standin` (activated here when no GPU is present).
     """
     from . import _standin
@@ -549,6 +621,10 @@ def build(
     dtype = np.dtype(dtype)
     if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise TypeError(f"pipeline GEMM supports float32 and float64, not {dtype}")
+    if operands not in OPERAND_PRECISIONS:
+        raise ValueError(f"operand precision must be one of {OPERAND_PRECISIONS}, got {operands!r}")
+    if operands == "tf32" and dtype != np.dtype(np.float32):
+        raise TypeError(f"TF32 operands need float32 data, not {dtype}")
     arrangement = tuple(arrangement)[:2]
     if len(arrangement) != 2:
         raise ValueError(f"arrangement must name A's and B's, got {arrangement!r}")
@@ -562,17 +638,19 @@ def build(
     target = f"cc{cc[0]}{cc[1]}|" + "|".join(f"{k}={v}" for k, v in sorted(key_versions().items()))
     workers = compile_workers() if workers is None else max(int(workers), 1)
     manifest = f"{config.name}|{dtype.name}|{'/'.join(arrangement)}|{target}"
+    if operands != "native":
+        manifest += f"|operands={operands}"
     if workers > 1 and _lto.manifest_complete(store, manifest):
         workers = 1  # every libmathdx object is on disk: nothing to spread over processes
     times["import"] = time.perf_counter() - t_start
 
     procs: list = []
     if workers > 1:  # start the workers first: they replay the lowering alongside this process
-        procs = _start_workers(config, dtype, arrangement, cc, store, target, workers)
+        procs = _start_workers(config, dtype, arrangement, cc, store, target, workers, operands)
     _lto.intercept(store, mode="defer" if workers > 1 else "eager", target=target)
     _lto.begin()
     try:
-        lowered = _lower(config, dtype, arrangement, epilogue, epi_args, cc)
+        lowered = _lower(config, dtype, arrangement, epilogue, epi_args, cc, operands)
         times.update(lowered["times"])
         dp = lowered["dp"]
         say(f"lowered in {time.perf_counter() - t_start:.1f} s: storage {dp._storage_bytes} B, buffer "
@@ -625,6 +703,7 @@ def build(
     meta = {
         "config": config.as_dict(),
         "dtype": dtype.name,
+        "operands": operands,
         "arrangement": list(arrangement),
         "cc": list(cc),
         "arch": arch,

@@ -184,15 +184,18 @@ def key_fields(
     epilogue_key: Any,
     kind: str = "gemm",
     versions: Mapping[str, Any] | None = None,
+    operands: str = "native",
 ) -> dict[str, Any]:
     """The fields a pipeline kernel's cache key is made of (see the module docstring).
 
     ``config`` is a :class:`~dxgemm.pipelines.config.PipelineConfig` or a mapping;
-    ``epilogue_key`` any structure of str/int/float/tuple (an epilogue's bound key).
+    ``epilogue_key`` any structure of str/int/float/tuple (an epilogue's bound key);
+    ``operands`` how the tensor cores read A and B (a field only when not ``"native"``,
+    so the keys of native kernels are what they always were).
     """
     if hasattr(config, "as_dict"):
         config = config.as_dict()
-    return {
+    fields = {
         "kind": kind,
         "cc": list(cc),
         "config": dict(config),
@@ -201,6 +204,9 @@ def key_fields(
         "epilogue": _canonical(epilogue_key),
         "versions": key_versions(versions),
     }
+    if operands != "native":
+        fields["operands"] = str(operands)
+    return fields
 
 
 def _canonical(value: Any) -> Any:

@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PipelineConfig", "DeviceInfo", "CONFIGS", "H100", "suggest", "waves", "wave_efficiency", "use_config",
+__all__ = ["PipelineConfig", "DeviceInfo", "CONFIGS", "TF32X3_CONFIGS", "FLOAT32_METHODS", "float32_method",
+           "configs_for", "H100", "suggest", "waves", "wave_efficiency", "use_config",
            "parse_config"]
 
 
@@ -116,6 +117,39 @@ CONFIGS: dict[np.dtype, dict[str, PipelineConfig]] = {
 }
 
 
+TF32X3_CONFIGS: dict[str, PipelineConfig] = {
+    "large": PipelineConfig(128, 128, 32, 256, 3),
+    "small": PipelineConfig(128, 128, 32, 256, 3),
+}
+"""float32 through the 3xTF32 split (:mod:`.tf32x3`): kernels on the TF32 tensor cores
+(wgmma, TMA loads), A and B K-major.  Their K is three times the problem's."""
+
+FLOAT32_METHODS = ("tf32x3", "fp32")
+"""How a float32 pipeline GEMM multiplies: ``"tf32x3"`` (split operands on the TF32
+tensor cores, float32-accurate; :mod:`.tf32x3`) or ``"fp32"`` (cuBLASDx's float32 SIMT
+pipeline)."""
+
+
+def float32_method() -> str:
+    """The float32 method in effect: ``DXGEMM_FLOAT32_PIPELINE`` (one of :data:`FLOAT32_METHODS`), default ``"tf32x3"``."""
+    import os
+
+    method = os.environ.get("DXGEMM_FLOAT32_PIPELINE", "tf32x3")
+    if method not in FLOAT32_METHODS:
+        raise ValueError(f"DXGEMM_FLOAT32_PIPELINE must be one of {FLOAT32_METHODS}, got {method!r}")
+    return method
+
+
+def configs_for(dtype: Any) -> dict[str, PipelineConfig]:
+    """The fixed set :func:`suggest` chooses from for ``dtype`` under the float32 method in effect."""
+    dt = np.dtype(dtype)
+    if dt not in CONFIGS:
+        raise TypeError(f"pipeline GEMM supports float32 and float64, not {dt}")
+    if dt == _F32 and float32_method() == "tf32x3":
+        return TF32X3_CONFIGS
+    return CONFIGS[dt]
+
+
 _SHALLOW_K_TILES = 16
 """K of at most this many large-configuration K-tiles counts as shallow (see :func:`suggest`)."""
 
@@ -169,7 +203,7 @@ def parse_config(text: "str | PipelineConfig", dtype: Any) -> PipelineConfig:
         return text
     dt = np.dtype(dtype)
     if text in ("large", "small"):
-        return CONFIGS[dt][text]
+        return configs_for(dt)[text]
     try:
         tile, threads, depth = text.split("_")
         m, n, k = (int(x) for x in tile.split("x"))
@@ -222,7 +256,9 @@ def suggest(m: int, n: int, k: int, dtype: Any, *, device: Any = None) -> Pipeli
     if tuned is not None:
         return tuned
     info = _device_info(device)
-    large, small = CONFIGS[dt]["large"], CONFIGS[dt]["small"]
+    large, small = configs_for(dt)["large"], configs_for(dt)["small"]
+    if dt == _F32 and float32_method() == "tf32x3":
+        k = 3 * k  # the split triples K (.tf32x3)
     fits = [c for c in (large, small) if c.smem_bytes(dt.itemsize) <= info.smem_per_block]
     if not fits:
         raise ValueError(f"no pipeline configuration fits {info.smem_per_block} bytes of shared memory per block")

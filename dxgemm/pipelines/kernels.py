@@ -39,6 +39,7 @@ def entry_fields(
     *,
     epi_arg_types: str = "()",
     cc: tuple[int, int] = (9, 0),
+    operands: str = "native",
 ) -> dict:
     """The cache-key fields of one kernel.  ``epi_arg_types``: the Numba type of the epilogue's arguments, as text."""
     return key_fields(
@@ -47,6 +48,7 @@ def entry_fields(
         dtype=np.dtype(dtype).name,
         arrangement=tuple(arrangement)[:2],
         epilogue_key=(epilogue_key, epi_arg_types),
+        operands=operands,
     )
 
 
@@ -61,11 +63,16 @@ def get_entry(
     cc: tuple[int, int] = (9, 0),
     cache: KernelCache | None = None,
     log: Callable[[str], None] | None = None,
+    operands: str = "native",
 ) -> CacheEntry:
-    """The cache entry (cubins + launch metadata) of one kernel, compiling it on a miss."""
+    """The cache entry (cubins + launch metadata) of one kernel, compiling it on a miss.
+
+    ``operands="tf32"``: a float32 kernel whose tensor cores read A and B as TF32 (the
+    building block of :mod:`.tf32x3`)."""
     cache = cache or KernelCache()
     arg_types = _numba_type_text(epi_args)
-    fields = entry_fields(config, dtype, arrangement, epilogue_key, epi_arg_types=arg_types, cc=cc)
+    fields = entry_fields(config, dtype, arrangement, epilogue_key, epi_arg_types=arg_types, cc=cc,
+                          operands=operands)
 
     def build():
         global _compiles
@@ -81,7 +88,8 @@ def get_entry(
         from ._build import build as compile_kernel
 
         epilogue = make_epilogue() if make_epilogue is not None else None
-        meta, blobs = compile_kernel(config, dtype, tuple(arrangement)[:2], epilogue, epi_args, cc=cc, log=log)
+        meta, blobs = compile_kernel(config, dtype, tuple(arrangement)[:2], epilogue, epi_args, cc=cc, log=log,
+                                     operands=operands)
         _compiles += 1
         return meta, blobs
 
@@ -100,7 +108,7 @@ def get_kernel(
     from ._launch import PipelineKernel
 
     key = (config, np.dtype(dtype).name, tuple(arrangement), kwargs.get("epilogue_key", IDENTITY_EPILOGUE),
-           _numba_type_text(kwargs.get("epi_args", ())), device)
+           _numba_type_text(kwargs.get("epi_args", ())), kwargs.get("operands", "native"), device)
     hit = _memo.get(key)
     if hit is not None:
         return hit

@@ -25,7 +25,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from .config import CONFIGS, PipelineConfig, parse_config
+from .config import CONFIGS, PipelineConfig, configs_for, float32_method, parse_config
 
 __all__ = ["autotune", "lookup", "shape_class", "table_path", "forget"]
 
@@ -63,9 +63,15 @@ def _read(path: Path) -> dict:
     return _memo["table"]
 
 
+def _table_key(dtype: Any) -> str:
+    """Decisions are kept per dtype and, for float32, per method (their kernels differ)."""
+    dt = np.dtype(dtype)
+    return f"{dt.name}-{float32_method()}" if dt == np.dtype(np.float32) else dt.name
+
+
 def lookup(m: int, n: int, k: int, dtype: Any, *, root: str | os.PathLike[str] | None = None) -> PipelineConfig | None:
     """The tuned configuration for this shape class and dtype, or None."""
-    entry = _read(table_path(root)).get(np.dtype(dtype).name, {}).get(shape_class(m, n, k))
+    entry = _read(table_path(root)).get(_table_key(dtype), {}).get(shape_class(m, n, k))
     if not entry:
         return None
     try:
@@ -111,7 +117,7 @@ def autotune(
 ) -> PipelineConfig:
     """Time each candidate on an ``m x n x k`` problem; return (and by default persist) the fastest.
 
-    ``candidates`` default to the fixed set :data:`~.config.CONFIGS` for ``dtype``.  Needs
+    ``candidates`` default to the fixed set for ``dtype`` (:func:`~.config.configs_for`).  Needs
     CuPy for the operands and events.  Returns the winning :class:`PipelineConfig`.
     """
     import cupy as cp
@@ -125,7 +131,7 @@ def autotune(
         raise TypeError(f"pipeline GEMM supports float32 and float64, not {dt}")
     if reps < 1:
         raise ValueError(f"reps must be >= 1, got {reps}")
-    configs = [parse_config(c, dt) for c in (candidates if candidates is not None else CONFIGS[dt].values())]
+    configs = [parse_config(c, dt) for c in (candidates if candidates is not None else configs_for(dt).values())]
     if not configs:
         raise ValueError("candidates must name at least one configuration")
     rng = cp.random.default_rng(0)
@@ -146,6 +152,6 @@ def autotune(
             timings[config.name] = times[len(times) // 2]
     best = min(configs, key=lambda c: timings[c.name])
     if persist:
-        _write(table_path(root), dt.name, shape_class(m, n, k),
+        _write(table_path(root), _table_key(dt), shape_class(m, n, k),
                {"config": best.name, "ms": timings, "shape": [m, n, k]})
     return best

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from .config import CONFIGS, parse_config
+from .config import CONFIGS, float32_method, parse_config
 
 __all__ = ["warmup", "plain_epilogue", "ARRANGEMENT_PAIRS"]
 
@@ -36,7 +36,7 @@ def plain_epilogue(dtype: Any):
 
 
 def _build_one(job: tuple) -> dict:
-    config, dtype, arrangement, cache_root, workers = job
+    config, dtype, arrangement, cache_root, workers, operands = job
     from . import _standin
     from .cache import KernelCache
     from .kernels import get_entry
@@ -49,8 +49,9 @@ def _build_one(job: tuple) -> dict:
         os.environ["DXGEMM_COMPILE_WORKERS"] = str(workers)
     t0 = time.perf_counter()
     entry = get_entry(config, dtype, arrangement, epilogue_key=bound.key, make_epilogue=bound.make,
-                      epi_args=bound.args, cache=KernelCache(cache_root))
-    return {"config": config.name, "dtype": np.dtype(dtype).name, "arrangement": list(arrangement),
+                      epi_args=bound.args, cache=KernelCache(cache_root), operands=operands)
+    return {"config": config.name, "dtype": np.dtype(dtype).name, "operands": operands,
+            "arrangement": list(arrangement),
             "seconds": round(time.perf_counter() - t0, 1), "path": str(entry.path),
             "build_times_s": entry.meta.get("build_times_s")}
 
@@ -66,15 +67,23 @@ def warmup(
     progress: bool = True,
     log: Callable[[str], None] | None = None,
 ) -> list[dict]:
-    """Compile every (config, dtype, arrangement) into the cache; returns one record per kernel."""
+    """Compile every (config, dtype, arrangement) into the cache; returns one record per kernel.
+
+    float32 under the ``"tf32x3"`` method (:func:`~.config.float32_method`) needs one
+    arrangement only (its split operands are always K-major, :mod:`.tf32x3`).
+    """
     todo = []
     for dtype in dtypes:
         dt = np.dtype(dtype)
         if dt not in CONFIGS:
             raise TypeError(f"dtypes: pipeline GEMM supports float32 and float64, not {dt}")
-        for name in configs:
-            for arrangement in arrangements:
-                todo.append((parse_config(name, dt), dt.name, tuple(arrangement), cache_root, workers))
+        split = dt == np.dtype(np.float32) and float32_method() == "tf32x3"
+        if split:
+            from .tf32x3 import ARRANGEMENT
+
+        for config in dict.fromkeys(parse_config(name, dt) for name in configs):
+            for arrangement in ((ARRANGEMENT,) if split else arrangements):
+                todo.append((config, dt.name, tuple(arrangement), cache_root, workers, "tf32" if split else "native"))
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     bar = None

@@ -1,0 +1,182 @@
+"""float32 GEMM on the TF32 tensor cores, as accurate as float32: the 3xTF32 split.
+
+Why
+---
+cuBLASDx's float32 pipeline runs on the FP32 SIMT units, and on the H100 the best
+configuration measured reached 0.44x cuBLAS (``shared/notes/cublasdx-pipeline.md``).
+The tensor cores do not take float32 — but they take TF32 (float32's exponent, 10
+mantissa bits) and accumulate in float32, at several times the SIMT rate.  Split every
+operand into a TF32 head and a TF32 tail::
+
+    x = hi(x) + lo(x),   hi = round_tf32(x),   lo = round_tf32(x - hi)
+
+(``x - hi`` is exact in float32; ``|lo| <= 2^-11 |x|``).  Then
+
+    A @ B  ~=  hi(A) @ hi(B)  +  hi(A) @ lo(B)  +  lo(A) @ hi(B)
+
+drops only ``lo(A) @ lo(B)`` (relative size ``2^-22``) and the rounding of ``lo``
+(``2^-22``), both below float32's own ``2^-24`` per-operation rounding once summed over
+K: the products are exact in the float32 accumulator, so the result is as accurate as
+a float32 GEMM (shown against an fp64 reference in ``tests/test_gpu_pipeline.py``).
+
+How
+---
+The three products are *one* GEMM with a K three times as deep: a split kernel writes ::
+
+    A3 = [hi(A) | hi(A) | lo(A)]     (m x K3, row-major, K contiguous)
+    B3 = [hi(B) ; lo(B) ; hi(B)]     (K3 x n, column-major, K contiguous)
+
+with ``K3 = 3k`` rounded up to the pipeline's K tile (and to its depth) by zero columns,
+and the TF32 pipeline (``operands="tf32"`` in :mod:`._build`) computes ``A3 @ B3`` with
+the caller's alpha/beta and epilogue.  Both are K-major, the layout the Hopper TF32
+tensor-core instructions read from shared memory, so one compiled kernel serves every
+arrangement of the user's A and B: the split kernel reads them through their strides
+(a shared-memory transpose keeps the reads coalesced when K is not the unit-stride
+dimension).
+
+Cost: the split reads A and B once and writes three times their size (``12 (m + n) k``
+bytes of traffic), against ``2 m n k`` flops of GEMM — ~6 % of a 4096^3 GEMM on the
+H100, less for larger m and n.  The workspace (``12 (m + n) k`` bytes, e.g. 384 MiB at
+4096^3) comes from CuPy's memory pool on the caller's stream.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+__all__ = ["split_extent", "split_operands", "run", "ARRANGEMENT", "SPLIT_SOURCE"]
+
+ARRANGEMENT = ("row_major", "col_major")
+"""A3 and B3 are K-major whatever the user's layouts: one kernel per configuration and epilogue."""
+
+_TILE = 32  # the split kernel's square tile (threads: 32 x 8)
+
+SPLIT_SOURCE = r"""
+// dxgemm 3xTF32 split: dst row r = [seg0 | seg1 | seg2 | zero pad] with each segment the
+// TF32 head or tail of source row r (src element (r, kk) at src[r * s_r + kk * s_k]).
+// lo_segment says which of the three segments holds the tail (A: 2, B: 1).
+__device__ __forceinline__ float dxgemm_round_tf32(float x) {
+    // round to nearest (ties away) on the 10-bit TF32 mantissa; inf/nan pass through
+    unsigned u = __float_as_uint(x);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
+    return __uint_as_float(u);
+}
+
+extern "C" __global__ void dxgemm_split_tf32x3(
+    const float* __restrict__ src, long long s_r, long long s_k, long long rows, long long k,
+    float* __restrict__ dst, long long k3, int lo_segment)
+{
+    __shared__ float tile[32][33];
+    const long long r0 = (long long)blockIdx.y * 32, k0 = (long long)blockIdx.x * 32;
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    // load a 32 x 32 block of the source, coalesced along its unit-stride dimension
+    for (int j = ty; j < 32; j += 8) {
+        long long r, kk;
+        if (s_k == 1) { r = r0 + j; kk = k0 + tx; } else { r = r0 + tx; kk = k0 + j; }
+        float v = 0.0f;
+        if (r < rows && kk < k) v = src[r * s_r + kk * s_k];
+        if (s_k == 1) tile[j][tx] = v; else tile[tx][j] = v;
+    }
+    __syncthreads();
+    // write the three segments, coalesced along K
+    for (int j = ty; j < 32; j += 8) {
+        const long long r = r0 + j, kk = k0 + tx;
+        if (r >= rows || kk >= k) continue;
+        const float x = tile[j][tx];
+        const float hi = dxgemm_round_tf32(x);
+        const float lo = dxgemm_round_tf32(x - hi);
+        float* row = dst + r * k3;
+        row[kk] = lo_segment == 0 ? lo : hi;
+        row[k + kk] = lo_segment == 1 ? lo : hi;
+        row[2 * k + kk] = lo_segment == 2 ? lo : hi;
+    }
+}
+
+extern "C" __global__ void dxgemm_zero_tail(float* dst, long long rows, long long k3, long long start)
+{
+    const long long width = k3 - start;
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < rows * width) dst[(i / width) * k3 + start + i % width] = 0.0f;
+}
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def _kernels(device: int) -> tuple[Any, Any]:
+    import cupy
+
+    with cupy.cuda.Device(device):
+        module = cupy.RawModule(code=SPLIT_SOURCE, options=("-std=c++17",))
+        return module.get_function("dxgemm_split_tf32x3"), module.get_function("dxgemm_zero_tail")
+
+
+def split_extent(k: int, tile_k: int, depth: int) -> int:
+    """``K3``: ``3 k`` rounded up to a multiple of ``tile_k`` and to at least ``depth`` tiles.
+
+    A multiple of the tile leaves the pipeline no K tail, and ``depth`` tiles fill it,
+    so the launcher copies nothing more (:func:`._launch.plan`).
+    """
+    k3 = -(-3 * int(k) // tile_k) * tile_k
+    return max(k3, depth * tile_k)
+
+
+def _split(src_ptr: int, s_r: int, s_k: int, rows: int, k: int, k3: int, lo_segment: int, device: int,
+           stream: Any) -> Any:
+    import cupy
+
+    split, zero_tail = _kernels(device)
+    out = cupy.empty((rows, k3), dtype=np.float32)
+    grid = (-(-k // _TILE), -(-rows // _TILE))
+    split(grid, (_TILE, 8), (np.uint64(src_ptr), np.int64(s_r), np.int64(s_k), np.int64(rows), np.int64(k),
+                             out, np.int64(k3), np.int32(lo_segment)), stream=stream)
+    if k3 > 3 * k:
+        count = rows * (k3 - 3 * k)
+        zero_tail((-(-count // 256),), (256,), (out, np.int64(rows), np.int64(k3), np.int64(3 * k)), stream=stream)
+    return out
+
+
+def split_operands(a: Any, b: Any, m: int, n: int, k: int, k3: int, device: int, stream_handle: int):
+    """``(A3, B3)`` for ``A @ B`` (module docstring): CuPy arrays of shape ``(m, k3)`` and ``(n, k3)``.
+
+    ``a`` and ``b`` are :class:`._launch.Matrix` views of the float32 operands (any
+    arrangement); ``A3`` is row-major ``m x k3`` and ``B3`` — stored as ``n x k3``
+    row-major — is the column-major ``k3 x n`` matrix the TF32 kernel reads.  Both are
+    allocated from CuPy's pool on ``stream_handle``, so they may be dropped as soon as
+    the GEMM is enqueued on the same stream.
+    """
+    import cupy
+
+    stream = cupy.cuda.ExternalStream(int(stream_handle), device)
+    with cupy.cuda.Device(device), stream:
+        a_rs, a_cs = a.strides
+        b_rs, b_cs = b.strides
+        a3 = _split(a.ptr, a_rs, a_cs, m, k, k3, 2, device, stream)
+        b3 = _split(b.ptr, b_cs, b_rs, n, k, k3, 1, device, stream)  # row j of B3 is column j of B
+    return a3, b3
+
+
+def run(a: Any, b: Any, d: Any, m: int, n: int, k: int, bound: Any, stream: Any, device: int, config: Any):
+    """``D = bound_epilogue(A @ B)`` for float32 through the split and the TF32 pipeline.
+
+    ``a``, ``b``, ``d``: :class:`._launch.Matrix` views; ``bound``: the bound epilogue
+    chain; ``config``: the TF32 configuration (:data:`.config.TF32X3_CONFIGS`).  Returns
+    the launch :class:`._launch.Plan`.
+    """
+    from ._launch import Matrix
+    from .kernels import get_kernel
+
+    kernel = get_kernel(
+        config, np.float32, ARRANGEMENT, device=device, operands="tf32",
+        epilogue_key=bound.key, make_epilogue=bound.make, epi_args=bound.args,
+    )
+    handle = int(getattr(stream, "handle", stream))
+    k3 = split_extent(k, config.tile_k, config.depth)
+    a3, b3 = split_operands(a, b, m, n, k, k3, device, handle)
+    a3_view = Matrix(int(a3.data.ptr), m, k3, k3, "row_major", 4)
+    b3_view = Matrix(int(b3.data.ptr), k3, n, k3, "col_major", 4)
+    # a3/b3 go back to CuPy's pool for this stream when they die: later work on the
+    # stream is ordered after the GEMM that reads them
+    return kernel(stream, a3_view, b3_view, d, m, n, k3, bound.args)
