@@ -119,6 +119,18 @@ def test_strided_views(cp, dtype):
     assert bool(cp.isnan(big_d[0]).all()) and bool(cp.isnan(big_d[:, :2]).all())  # nothing written outside
 
 
+def test_tf32x3_meets_the_float32_bound_at_depth(cp):
+    """The 3xTF32 method is held to plain float32's bound (split=1) where K is deep."""
+    if _split(np.float32) != 3:
+        pytest.skip("float32 runs the SIMT method (DXGEMM_FLOAT32_PIPELINE=fp32)")
+    _require_cached(np.float32, ("row", "row"))
+    m, n, k = 1024, 768, 4096
+    a = _matrix(cp, m, k, np.float32, "row", 12)
+    b = _matrix(cp, k, n, np.float32, "row", 13)
+    d = dxgemm.gemm(a, b, backend="pipeline")
+    assert_close(d, a.astype(np.float64), b.astype(np.float64), np.dtype(np.float32))
+
+
 def test_alpha_beta_with_c(cp):
     """A new epilogue structure (C read): compiles once (libmathdx objects from the LTO store)."""
     m, n, k = 1000, 1000, 1000

@@ -234,7 +234,10 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
       pipeline ``p_main`` with tile (i, j), ``p_bottom`` with tile (0, j), ``p_right``
       with tile (i, 0), or ``p_corner`` with tile (0, 0);
     * stores are guarded by ``row < m and col < n`` and go through run-time strides, so
-      D may be row- or column-major (or a view) without another compile.
+      D may be row- or column-major (or a view) without another compile;
+    * blocks take their tiles in a grouped order (:data:`GROUP_M` block rows at a time,
+      as in Triton's matmul tutorial): the blocks in flight then read a few block rows of
+      A and a few block columns of B, which stay in L2, instead of all of A per wave.
     """
     from numba import cuda, int64
 
@@ -244,8 +247,17 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
     def gemm(d, d_rs, d_cs, m, n, k, k_main, a, a_rs, a_cs, b, b_rs, b_cs, mb_main, nb_main, epi_args,
              p_main, p_bottom, p_right, p_corner):
         smem = cuda.shared.array(shape=(0,), dtype=value_type, alignment=buffer_alignment)
-        bm = int64(cuda.blockIdx.x)
-        bn = int64(cuda.blockIdx.y)
+        # Grouped raster: consecutive blocks walk down GROUP_M block rows before moving
+        # right, so the blocks resident at once share A and B tiles in L2
+        grid_m = int64(cuda.gridDim.x)
+        grid_n = int64(cuda.gridDim.y)
+        linear = int64(cuda.blockIdx.y) * grid_m + int64(cuda.blockIdx.x)
+        group = linear // (GROUP_M * grid_n)
+        first = group * GROUP_M
+        rows = min(grid_m - first, int64(GROUP_M))
+        within = linear - group * (GROUP_M * grid_n)
+        bm = first + within % rows
+        bn = within // rows
         pipeline = p_main
         ti = bm
         tj = bn
@@ -280,6 +292,9 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
     return gemm
 
 
+GROUP_M = 8
+"""Block rows a group of consecutive blocks covers (the grouped raster order of the GEMM kernel)."""
+
 GEMM_ARG_NAMES = ("d", "d_rs", "d_cs", "m", "n", "k", "k_main", "a", "a_rs", "a_cs", "b", "b_rs", "b_cs",
                   "mb_main", "nb_main", "epi_args", "p_main", "p_bottom", "p_right", "p_corner")
 """The GEMM kernel's parameters, in order (see :func:`_gemm_pyfunc`)."""
@@ -289,8 +304,10 @@ _INIT_SOURCE = """
 // dxgemm: fill four cuBLASDx device pipelines' storage for run-time-shape A and B.
 // The tensor struct is libcublasdx.h's device representation of a global tensor with two
 // run-time extents and one run-time stride: {{ ptr, shape[2], stride[1] }}.
-// Thread i fills storage i: bit 0 picks the A edge strip, bit 1 the B edge strip
-// (0 main, 1 bottom, 2 right, 3 corner).
+// Block i (one thread each) fills storage i: bit 0 picks the A edge strip, bit 1 the B
+// edge strip (0 main, 1 bottom, 2 right, 3 corner).  One block per pipeline because a
+// TMA pipeline's create stages its descriptors in the block's shared memory: four
+// threads of one block overwrite each other's (measured: wrong edge tiles).
 struct dxgemm_tensor {{ void* ptr; long long shape[2]; long long stride[1]; }};
 struct dxgemm_pipeline {{ void* ptr; }};
 extern "C" __device__ void {create}(dxgemm_pipeline, dxgemm_tensor, dxgemm_tensor);
@@ -299,7 +316,7 @@ extern "C" __global__ void {entry}(char* storage, long long storage_stride,
                                    void* a_edge, long long a_edge_rows, long long lda_edge,
                                    void* b, long long b_rows, long long b_cols, long long ldb,
                                    void* b_edge, long long b_edge_cols, long long ldb_edge) {{
-    const unsigned i = threadIdx.x;
+    const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= 4) return;
     const bool ea = i & 1u, eb = i & 2u;
     dxgemm_tensor ta = {{ ea ? a_edge : a, {{ ea ? a_edge_rows : a_rows, a_cols }}, {{ ea ? lda_edge : lda }} }};
@@ -309,6 +326,9 @@ extern "C" __global__ void {entry}(char* storage, long long storage_stride,
 """
 
 
+
+INIT_PIPELINES = 4
+"""Device pipelines the init kernel fills: main, bottom edge, right edge, corner (one block each)."""
 
 INIT_PARAMS = ("i64", "ptr", "i64", "i64", "i64", "ptr", "i64", "i64", "ptr", "i64", "i64", "i64", "ptr", "i64", "i64")
 """Init kernel parameters after ``storage``: its stride; A (pointer, rows, cols, ld); the A
@@ -711,6 +731,7 @@ def build(
         "gemm_params": gemm_params,
         "init_entry": INIT_ENTRY,
         "init_params": ["ptr", *INIT_PARAMS],
+        "init_launch": {"grid": INIT_PIPELINES, "block": 1},
         "dynamic_smem": dp._buffer_size,
         "buffer_alignment": dp._buffer_alignment_bytes,
         "storage_bytes": dp._storage_bytes,

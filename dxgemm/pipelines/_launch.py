@@ -8,8 +8,9 @@ fails with ``CUDA_ERROR_INVALID_VALUE``), and per call, all on the caller's stre
 ordered after whatever produced A and B and before whatever reads D):
 
 1. prepares the operands the pipeline reads (below) — usually nothing to do;
-2. launches the init kernel (4 threads) that writes four device pipelines' storage
-   (A/B pointers, extents, leading dimensions: the cp.async state, 72 bytes each);
+2. launches the init kernel (one thread in each of 4 blocks) that writes four device
+   pipelines' storage (A/B pointers, extents, leading dimensions: the cp.async state,
+   72 bytes each, or TMA descriptors for the TF32 kernels, 576 bytes);
 3. launches the GEMM on a ceil(m / tile_m) x ceil(n / tile_n) grid, then frees the
    storage and any scratch stream-ordered.
 
@@ -319,6 +320,11 @@ class PipelineKernel:
         self.block = tuple(int(x) for x in self.meta["block_dim"])
         self.itemsize = np.dtype(self.meta["dtype"]).itemsize
         self.arrangement = tuple(self.meta["arrangement"][:2])
+        from cuda.core import LaunchConfig
+
+        # one block per pipeline; entries built before "init_launch" existed run 4 threads of one block
+        init = self.meta.get("init_launch", {"grid": 1, "block": 4})
+        self._init_config = LaunchConfig(grid=(int(init["grid"]),), block=(int(init["block"]),))
         align = int(self.meta.get("storage_alignment", 8))
         self._storage_stride = -(-int(self.meta["storage_bytes"]) // max(align, 16)) * max(align, 16)
 
@@ -363,7 +369,7 @@ class PipelineKernel:
                  pb.ptr, p.k_main, n, pb.ld, b_edge.ptr, tn, b_edge.ld),
                 self.meta["init_params"],
             )
-            launch(stream, LaunchConfig(grid=(1,), block=(4,)), self._init, *init_args)
+            launch(stream, self._init_config, self._init, *init_args)
             d_rs, d_cs = d.strides
             a_rs, a_cs = a.strides
             b_rs, b_cs = b.strides

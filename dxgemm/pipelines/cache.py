@@ -79,7 +79,7 @@ __all__ = [
     "info",
 ]
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # 3: grouped block order in the GEMM kernel, one-block-per-pipeline init
 _MAGIC = b"DXGEMM-KERNEL-CACHE\n"
 _SUFFIX = ".dxk"
 _LOCK_TIMEOUT_S = 3600.0  # a cold build can take minutes; waiting beats building twice

@@ -23,10 +23,12 @@ How
 ---
 The three products are *one* GEMM with a K three times as deep: a split kernel writes ::
 
-    A3 = [hi(A) | hi(A) | lo(A)]     (m x K3, row-major, K contiguous)
+    A3 = [lo(A) | hi(A) | hi(A)]     (m x K3, row-major, K contiguous)
     B3 = [hi(B) ; lo(B) ; hi(B)]     (K3 x n, column-major, K contiguous)
 
-with ``K3 = 3k`` rounded up to the pipeline's K tile (and to its depth) by zero columns,
+(the two small products first: the tensor cores' float32 accumulation truncates, so the
+small terms are summed while the accumulator is still small), with ``K3 = 3k`` rounded
+up to the pipeline's K tile (and to its depth) by zero columns,
 and the TF32 pipeline (``operands="tf32"`` in :mod:`._build`) computes ``A3 @ B3`` with
 the caller's alpha/beta and epilogue.  Both are K-major, the layout the Hopper TF32
 tensor-core instructions read from shared memory, so one compiled kernel serves every
@@ -57,7 +59,7 @@ _TILE = 32  # the split kernel's square tile (threads: 32 x 8)
 SPLIT_SOURCE = r"""
 // dxgemm 3xTF32 split: dst row r = [seg0 | seg1 | seg2 | zero pad] with each segment the
 // TF32 head or tail of source row r (src element (r, kk) at src[r * s_r + kk * s_k]).
-// lo_segment says which of the three segments holds the tail (A: 2, B: 1).
+// lo_segment says which of the three segments holds the tail (A: 0, B: 1).
 __device__ __forceinline__ float dxgemm_round_tf32(float x) {
     // round to nearest (ties away) on the 10-bit TF32 mantissa; inf/nan pass through
     unsigned u = __float_as_uint(x);
@@ -153,7 +155,7 @@ def split_operands(a: Any, b: Any, m: int, n: int, k: int, k3: int, device: int,
     with cupy.cuda.Device(device), stream:
         a_rs, a_cs = a.strides
         b_rs, b_cs = b.strides
-        a3 = _split(a.ptr, a_rs, a_cs, m, k, k3, 2, device, stream)
+        a3 = _split(a.ptr, a_rs, a_cs, m, k, k3, 0, device, stream)
         b3 = _split(b.ptr, b_cs, b_rs, n, k, k3, 1, device, stream)  # row j of B3 is column j of B
     return a3, b3
 
