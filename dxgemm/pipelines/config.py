@@ -118,11 +118,26 @@ CONFIGS: dict[np.dtype, dict[str, PipelineConfig]] = {
 
 
 TF32X3_CONFIGS: dict[str, PipelineConfig] = {
-    "large": PipelineConfig(128, 128, 32, 256, 3),
+    "large": PipelineConfig(128, 256, 32, 256, 3),
     "small": PipelineConfig(128, 128, 32, 256, 3),
 }
 """float32 through the 3xTF32 split (:mod:`.tf32x3`): kernels on the TF32 tensor cores
-(wgmma, TMA loads), A and B K-major.  Their K is three times the problem's."""
+(wgmma 64x128x8 / 64x256x8 per warpgroup, TMA loads), A and B K-major.  Their K is
+three times the problem's.  Measured on the H100 against cuBLAS SGEMM in the same run
+(``benchmarks/results/h100_pipeline_configs.log``), split included:
+
+===================  ========  ========  ============  ============  ======
+tile, threads, depth  4096^3    8192^3   8192^2 x 512  4096^2 x 256  1000^3
+===================  ========  ========  ============  ============  ======
+128x256x32, 256, 3    1.60x     1.74x     0.85x         0.53x         0.37x
+128x128x32, 256, 3    1.35x     1.35x     1.00x         0.68x         0.51x
+128x128x32, 256, 4    1.33x     1.42x     0.92x         0.62x         0.21x
+===================  ========  ========  ============  ============  ======
+"""
+
+_SHALLOW_K_TILES_TF32 = 64
+"""The 3xTF32 kernels count K (tripled) as shallow up to 64 K-tiles (k <= 682): the
+128x128 tile beat the 128x256 one at k = 512 (k3 = 1536) and 256, and lost at 4096."""
 
 FLOAT32_METHODS = ("tf32x3", "fp32")
 """How a float32 pipeline GEMM multiplies: ``"tf32x3"`` (split operands on the TF32
@@ -257,8 +272,10 @@ def suggest(m: int, n: int, k: int, dtype: Any, *, device: Any = None) -> Pipeli
         return tuned
     info = _device_info(device)
     large, small = configs_for(dt)["large"], configs_for(dt)["small"]
+    shallow_tiles = _SHALLOW_K_TILES
     if dt == _F32 and float32_method() == "tf32x3":
         k = 3 * k  # the split triples K (.tf32x3)
+        shallow_tiles = _SHALLOW_K_TILES_TF32
     fits = [c for c in (large, small) if c.smem_bytes(dt.itemsize) <= info.smem_per_block]
     if not fits:
         raise ValueError(f"no pipeline configuration fits {info.smem_per_block} bytes of shared memory per block")
@@ -269,7 +286,7 @@ def suggest(m: int, n: int, k: int, dtype: Any, *, device: Any = None) -> Pipeli
         return small  # skinny: the large tile would be mostly padding
     if waves(m, n, large, info.sm_count) < 1.0:
         return small  # not even one wave with the large tile
-    if k <= _SHALLOW_K_TILES * large.tile_k:
+    if k <= shallow_tiles * large.tile_k:
         return small  # shallow K: pipeline fill/drain is a large share of the loop
     if wave_efficiency(m, n, small, info.sm_count) > 1.15 * wave_efficiency(m, n, large, info.sm_count):
         return small
