@@ -99,20 +99,22 @@ def speed_records(dtypes, config: str, reps: int, log) -> list[dict]:
     import dxgemm
     from dxgemm.bench import time_ms
     from dxgemm.pipelines import use_config
-    from dxgemm.pipelines.config import float32_method, parse_config
+    from dxgemm.pipelines.config import float32_method, parse_config, suggest
     from dxgemm.testing import check
 
     records = []
     for dtype in dtypes:
         dt = np.dtype(dtype)
-        name = parse_config(config, dt).name
         for m, n, k in [(s, s, s) for s in SQUARES] + ODD:
+            # "suggest": the configuration dxgemm picks for the shape (what a user gets)
+            cfg = suggest(m, n, k, dt) if config == "suggest" else parse_config(config, dt)
+            name = cfg.name
             rng = cp.random.default_rng(0)
             a = rng.standard_normal((m, k), dtype=np.float64).astype(dt)
             b = rng.standard_normal((k, n), dtype=np.float64).astype(dt)
             d = cp.empty((m, n), dt)
             d_ref = cp.empty((m, n), dt)
-            with use_config(config):
+            with use_config(cfg):
                 t_pipe = time_ms(lambda: dxgemm.gemm(a, b, d, backend="pipeline"), warmup=2, reps=reps)
             t_blas = time_ms(lambda: cp.matmul(a, b, out=d_ref), warmup=2, reps=reps)
             err = check(d, a.astype(np.float64), b.astype(np.float64), dt)
@@ -149,7 +151,7 @@ def merge(path: Path, records: list[dict], compile_list: list[dict]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtypes", default="float64,float32")
-    parser.add_argument("--config", default="large")
+    parser.add_argument("--config", default="large", help="'large', 'small', a name, or 'suggest' (per shape)")
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--compile-dtype", default="float64", help="dtype of the compile measurement ('' to skip)")
     parser.add_argument("--compile-config", default="small", help="configuration compiled cold")

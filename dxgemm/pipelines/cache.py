@@ -94,10 +94,16 @@ def default_cache_dir() -> Path:
     env = os.environ.get("DXGEMM_CACHE_DIR")
     if env:
         return Path(env).expanduser()
+    return _user_cache_dir(os.environ.get("XDG_CACHE_HOME"))
+
+
+@functools.lru_cache(maxsize=None)
+def _user_cache_dir(xdg_cache_home: str | None) -> Path:
+    """platformdirs' answer, asked once (every pipeline call consults the cache directory)."""
     try:
         import platformdirs
     except ImportError:  # the GPU host has no platformdirs outside the wheelhouse
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = xdg_cache_home or os.path.join(os.path.expanduser("~"), ".cache")
         return Path(base) / "dxgemm"
     return Path(platformdirs.user_cache_dir("dxgemm"))
 

@@ -25,6 +25,7 @@ likely register spills) are deliberately absent.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -296,6 +297,12 @@ def suggest(m: int, n: int, k: int, dtype: Any, *, device: Any = None) -> Pipeli
 def _device_info(device: Any) -> DeviceInfo:
     if isinstance(device, DeviceInfo):
         return device
+    return _queried_device_info(None if device is None else int(device))
+
+
+@functools.lru_cache(maxsize=None)
+def _queried_device_info(device: int | None) -> DeviceInfo:
+    """Device properties, asked once per ordinal (several driver queries: too slow per call)."""
     if device is None:
         try:
             return DeviceInfo.from_device(None)

@@ -131,13 +131,36 @@ def get_kernel(
     return hit
 
 
+_type_texts: dict[tuple, str] = {}
+
+
 def _numba_type_text(epi_args: tuple) -> str:
     """``str(numba.typeof(epi_args))``: the epilogue arguments' Numba type, part of the key.
 
     Two calls whose arguments have the same Numba type run the same compiled kernel (the
     values are run-time); a new type (another dtype, an array of other rank or layout)
-    is another kernel.  Numba is imported by dxgemm anyway (the epilogues use it).
+    is another kernel.  Numba's ``typeof`` costs tens of microseconds per argument, paid
+    on every call, so the text is memoized by a cheap signature (Python type, dtype,
+    shape and strides of each argument) that determines it.
     """
-    from numba import typeof
+    signature = _signature(tuple(epi_args))
+    text = _type_texts.get(signature)
+    if text is None:
+        from numba import typeof
 
-    return str(typeof(tuple(epi_args)))
+        text = str(typeof(tuple(epi_args)))
+        if len(_type_texts) > 4096:  # many sizes of extra arrays: start over rather than grow
+            _type_texts.clear()
+        _type_texts[signature] = text
+    return text
+
+
+def _signature(value: Any) -> tuple:
+    if isinstance(value, tuple):
+        return ("tuple",) + tuple(_signature(v) for v in value)
+    dtype = getattr(value, "dtype", None)
+    shape = getattr(value, "shape", None)
+    if dtype is not None and shape is not None:  # an array: its type follows dtype, rank and layout
+        strides = getattr(value, "strides", None)
+        return (type(value), str(dtype), tuple(shape), None if strides is None else tuple(strides))
+    return (type(value), None if dtype is None else str(dtype))
