@@ -123,19 +123,30 @@ def gemm(
 def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = False) -> str:
     """The backend ``"auto"`` runs (``pipeline``: whether the pipeline can run on this device).
 
-    Measured on the H100 (benchmarks/results/h100_pipeline_run2_bench.log and
-    _run3_bench.log; the pipeline's large configuration, per call init + GEMM; warptile
-    on the FP64 tensor cores): float64 pipeline / warptile milliseconds 0.120 / 0.114 at
-    1024^3, 0.424 / 0.667 at 2048^3, 2.96 / 5.29 at 4096^3, 24.2 / 44.4 at 8192^3,
-    4.03 / 5.43 at 4097^3; but 0.163 / 0.124 at 1000^3 and 0.324 / 0.115 at 4096x4096x40
-    (short K: the pipeline pads K to two tiles and runs few, short blocks).  So float64
-    takes the pipeline from 2^31 multiply-adds (~1290^3) with K of at least 128.  In
-    float32 both run CUDA-core FMA (no TF32: results stay true float32) and warptile led
-    at every size measured (4096^3: 3.72 against 4.01 ms; 8192^3: 29.3 against 31.1), so
-    float32 stays on warptile.  Every device where the pipeline cannot run gets ``warptile``.
+    Measured on the H100 (per call, split or init included, against warptile in the same
+    run).  float64 (``h100_pipeline_run2_bench.log``, ``_run3_bench.log``; warptile on the
+    FP64 tensor cores), pipeline / warptile ms: 0.120 / 0.114 at 1024^3, 0.424 / 0.667
+    at 2048^3, 2.96 / 5.29 at 4096^3, 24.2 / 44.4 at 8192^3, 4.03 / 5.43 at 4097^3; but
+    0.163 / 0.124 at 1000^3 and 0.324 / 0.115 at 4096x4096x40 (short K: the pipeline pads
+    K to two tiles and runs few, short blocks).  So float64 takes the pipeline from 2^31
+    multiply-adds (~1290^3) with K of at least 128.  float32 under the 3xTF32 method
+    (``h100_pipeline_run5_bench_f32_suggest.log``): 0.093 / 0.150 at 1024^3, 0.293 /
+    0.483 at 2048^3, 1.66 / 3.69 at 4096^3, 0.33 / 0.58 at 4096x64x4096, but 0.23 / 0.11
+    at 4096x4096x40 and 0.12-0.53 / 0.15 at 1000^3: the pipeline from 2^30 multiply-adds
+    with K of at least 128.  With ``DXGEMM_FLOAT32_PIPELINE=fp32`` (SIMT, 0.66x cuBLAS)
+    warptile led at every size, so float32 stays there.  Every device where the pipeline
+    cannot run gets ``warptile``.
     """
-    if pipeline and np.dtype(dtype) == np.float64 and k >= 128 and m * n * k >= 2**31:
+    if not pipeline or k < 128:
+        return "warptile"
+    dt = np.dtype(dtype)
+    if dt == np.float64 and m * n * k >= 2**31:
         return "pipeline"
+    if dt == np.float32 and m * n * k >= 2**30:
+        from .pipelines.config import float32_method
+
+        if float32_method() == "tf32x3":
+            return "pipeline"
     return "warptile"
 
 

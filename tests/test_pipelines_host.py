@@ -478,8 +478,20 @@ def test_choose_backend():
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 4096, pipeline=False) == "warptile"
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 4096, pipeline=True) == "pipeline"
     assert choose_backend(np.dtype(np.float32), 512, 512, 512, pipeline=True) == "warptile"
+    assert choose_backend(np.dtype(np.float32), 2048, 2048, 2048, pipeline=True) == "pipeline"
+    assert choose_backend(np.dtype(np.float32), 4096, 4096, 40, pipeline=True) == "warptile"
     assert choose_backend(np.dtype(np.float64), 1024, 1024, 1024, pipeline=True) == "warptile"
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 40, pipeline=True) == "warptile"
+
+
+def test_choose_backend_keeps_simt_float32_on_warptile(monkeypatch):
+    from dxgemm._gemm import choose_backend
+
+    monkeypatch.setenv("DXGEMM_FLOAT32_PIPELINE", "fp32")
+    assert choose_backend(np.dtype(np.float32), 4096, 4096, 4096, pipeline=True) == "warptile"
+    monkeypatch.setenv("DXGEMM_FLOAT32_PIPELINE", "fp16")
+    with pytest.raises(ValueError, match="DXGEMM_FLOAT32_PIPELINE"):
+        choose_backend(np.dtype(np.float32), 4096, 4096, 4096, pipeline=True)
 
 
 def test_use_config_overrides_suggest():
