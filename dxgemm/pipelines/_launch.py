@@ -61,6 +61,7 @@ the device pipeline is one pointer.  ``meta["gemm_params"]`` lists the kinds;
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -104,17 +105,23 @@ def _array_slots(arr: Any) -> list:
     return [0, 0, nitems, itemsize, int(cai["data"][0]), *shape, *[int(s) for s in strides]]
 
 
-def _values(value: Any) -> list:
-    if hasattr(value, "__cuda_array_interface__"):
-        return _array_slots(value)
-    if isinstance(value, list):  # already Numba's flattened slots (Matrix.vector_slots)
-        return list(value)
-    if isinstance(value, tuple):
-        out: list = []
+def _values(value: Any, out: list | None = None) -> list:
+    """Append ``value``'s flattened kernel slots to ``out`` (runs on every launch: plain types first)."""
+    if out is None:
+        out = []
+    kind = type(value)
+    if kind is int or kind is float:
+        out.append(value)
+    elif kind is tuple:
         for member in value:
-            out.extend(_values(member))
-        return out
-    return [value]
+            _values(member, out)
+    elif kind is list:  # already Numba's flattened slots (Matrix.vector_slots)
+        out.extend(value)
+    elif hasattr(value, "__cuda_array_interface__"):
+        out.extend(_array_slots(value))
+    else:
+        out.append(value)
+    return out
 
 
 def flatten(values: Sequence[Any], kinds: Sequence[str]) -> list:
@@ -127,7 +134,12 @@ def flatten(values: Sequence[Any], kinds: Sequence[str]) -> list:
     flat = _values(tuple(values))
     if len(flat) != len(kinds):
         raise TypeError(f"kernel takes {len(kinds)} flattened parameters, got {len(flat)}")
-    return [_KIND_TO_NUMPY[k](v) for v, k in zip(flat, kinds)]
+    return [convert(v) for convert, v in zip(_converters(tuple(kinds)), flat)]
+
+
+@functools.lru_cache(maxsize=64)
+def _converters(kinds: tuple[str, ...]) -> tuple:
+    return tuple(_KIND_TO_NUMPY[k] for k in kinds)
 
 
 def _check_params(kernel: Any, kinds: Sequence[str], entry: str) -> None:

@@ -237,9 +237,9 @@ def suggest(m: int, n: int, k: int, dtype: Any, *, device: Any = None) -> Pipeli
        cold compile; choosing among two per dtype keeps the cache small and makes a new
        shape free once both are compiled.
     2. **Big problems take the large tile.**  A 128x128 tile reuses each loaded A/B element
-       128 times; on the H100 it was the fastest fp64 configuration measured (0.82-0.83x
-       cuBLAS at 4096^3 / 8192^3).  For fp32 the 128x128x16, depth 3 tile was the best
-       measured (0.44x; fp32 pipeline speed is an open problem, see the notes).
+       128 times; on the H100 it was the fastest fp64 configuration measured (0.74-0.83x
+       cuBLAS at 4096^3 / 8192^3 over several runs).  float32 (3xTF32, :data:`TF32X3_CONFIGS`)
+       takes 128x256: 1.6x / 1.8x cuBLAS SGEMM there.
     3. **Wave quantization.**  With one resident block per SM, a kernel runs in
        ``ceil(tiles / SMs)`` waves; a problem with few tiles leaves SMs idle.  When the
        large tile yields less than one full wave of work, or when the small tile's wave
@@ -249,10 +249,11 @@ def suggest(m: int, n: int, k: int, dtype: Any, *, device: Any = None) -> Pipeli
     4. **K depth.**  A pipeline of depth ``d`` prefetches ``d`` K-tiles; a K shorter than
        ``tile_k * depth`` cannot fill it, and a short K (a few K-tiles) spends most of its
        time filling and draining.  When K holds at most 16 of the large configuration's
-       K-tiles (512 for fp64, 256 for fp32) the small configuration is preferred: its
-       blocks are cheaper to fill and twice as many share the SMs.  The measured
-       8192x8192x512 fp64 case agrees (128x64x32: 0.80x cuBLAS against 0.73-0.77x for the
-       deeper 128x128 configurations).
+       K-tiles (512 for fp64) the small configuration is preferred: its blocks are
+       cheaper to fill and twice as many share the SMs.  The measured 8192x8192x512 fp64
+       case agrees (128x64x32: 0.80x cuBLAS against 0.73-0.77x for the deeper 128x128
+       configurations).  3xTF32 triples K and counts up to 64 tiles as shallow (measured,
+       see :data:`TF32X3_CONFIGS`).
     5. **Fits the device.**  A configuration whose shared memory exceeds the device's
        per-block opt-in limit is skipped.
 
@@ -260,6 +261,7 @@ def suggest(m: int, n: int, k: int, dtype: Any, *, device: Any = None) -> Pipeli
     device when a GPU is present and the H100's figures otherwise, so the choice can be
     made (and tested) on a machine without a GPU.
     """
+    # (the choice itself is memoized: it runs on every pipeline call)
     for name, value in (("m", m), ("n", n), ("k", k)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -271,10 +273,15 @@ def suggest(m: int, n: int, k: int, dtype: Any, *, device: Any = None) -> Pipeli
     tuned = _tuned(m, n, k, dt)
     if tuned is not None:
         return tuned
-    info = _device_info(device)
+    return _choose(int(m), int(n), int(k), dt, _device_info(device), float32_method() if dt == _F32 else "")
+
+
+@functools.lru_cache(maxsize=4096)
+def _choose(m: int, n: int, k: int, dt: np.dtype, info: DeviceInfo, method: str) -> PipelineConfig:
+    """:func:`suggest`'s reasoning (steps 2-5) for one problem, device and float32 method."""
     large, small = configs_for(dt)["large"], configs_for(dt)["small"]
     shallow_tiles = _SHALLOW_K_TILES
-    if dt == _F32 and float32_method() == "tf32x3":
+    if method == "tf32x3":
         k = 3 * k  # the split triples K (.tf32x3)
         shallow_tiles = _SHALLOW_K_TILES_TF32
     fits = [c for c in (large, small) if c.smem_bytes(dt.itemsize) <= info.smem_per_block]

@@ -16,6 +16,7 @@ run over the default set costs one cold compile per candidate not yet cached.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -42,9 +43,17 @@ def shape_class(m: int, n: int, k: int) -> str:
 
 def table_path(root: str | os.PathLike[str] | None = None) -> Path:
     """Where the decisions live: ``<cache dir>/autotune.json``."""
+    if root is not None:
+        return Path(root) / "autotune.json"
+    return _default_table_path(os.environ.get("DXGEMM_CACHE_DIR"), os.environ.get("XDG_CACHE_HOME"))
+
+
+@functools.lru_cache(maxsize=16)
+def _default_table_path(_cache_dir_env: str | None, _xdg_env: str | None) -> Path:
+    """The default table's path, computed once per value of the variables that move it (every call looks)."""
     from .cache import default_cache_dir
 
-    return (Path(root) if root is not None else default_cache_dir()) / "autotune.json"
+    return default_cache_dir() / "autotune.json"
 
 
 def _read(path: Path) -> dict:
@@ -71,7 +80,10 @@ def _table_key(dtype: Any) -> str:
 
 def lookup(m: int, n: int, k: int, dtype: Any, *, root: str | os.PathLike[str] | None = None) -> PipelineConfig | None:
     """The tuned configuration for this shape class and dtype, or None."""
-    entry = _read(table_path(root)).get(_table_key(dtype), {}).get(shape_class(m, n, k))
+    table = _read(table_path(root))
+    if not table:  # nothing tuned (the usual case): skip the key arithmetic
+        return None
+    entry = table.get(_table_key(dtype), {}).get(shape_class(m, n, k))
     if not entry:
         return None
     try:
