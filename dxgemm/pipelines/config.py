@@ -20,7 +20,13 @@ float32    64 x 64 x 32         128     2      0.29x (small problems only)
 =========  ===================  ======  =====  =====================================
 
 Configurations that collapsed (fp64 128x128x32 with 128 threads, 256x128x16: ~0.2x,
-likely register spills) are deliberately absent.
+likely register spills) are deliberately absent; fp64 128x128x32 with 512 threads was
+slower (0.67x at 4096^3, ``benchmarks/results/h100_pipeline_configs.log``).
+
+float32 no longer runs the SIMT configurations above by default: it runs the 3xTF32
+split on the TF32 tensor cores (:mod:`.tf32x3`), whose own fixed set is
+:data:`TF32X3_CONFIGS`; :func:`configs_for` gives the set in effect
+(``DXGEMM_FLOAT32_PIPELINE=fp32`` brings the SIMT set back).
 """
 
 from __future__ import annotations
