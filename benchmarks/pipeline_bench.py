@@ -143,8 +143,9 @@ def merge(path: Path, records: list[dict], compile_list: list[dict]) -> None:
     data = json.loads(path.read_text()) if path.exists() else {"records": []}
     new = {ident(r) for r in records}
     data["records"] = [r for r in data.get("records", []) if ident(r) not in new] + records
-    if compile_list:
-        data["compile"] = compile_list
+    if compile_list:  # a compile record replaces the one of its configuration and dtype only
+        fresh = {(c["config"], c["dtype"]) for c in compile_list}
+        data["compile"] = [c for c in data.get("compile", []) if (c["config"], c["dtype"]) not in fresh] + compile_list
     path.write_text(json.dumps(data, indent=1))
 
 
