@@ -1,0 +1,86 @@
+"""The 3xTF32 method's host side, on the CPU: K extent, cache keys, and the accuracy bound.
+
+The bound test emulates what the GPU does — TF32 round-to-nearest for the split, the
+tensor core dropping the low 13 mantissa bits, float32 accumulation over the tripled K —
+and checks it against the bound ``dxgemm.testing`` writes down for the method.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dxgemm.pipelines.cache import key_fields
+from dxgemm.pipelines.config import TF32X3_CONFIGS
+from dxgemm.pipelines.tf32x3 import split_extent
+from dxgemm.testing import check
+
+VERSIONS = {"nvmath-python": "1.0.0", "libmathdx": "0.3.2.6", "numba-cuda": "0.30.4", "driver": 13000, "nvrtc": "13.5"}
+
+
+@pytest.mark.parametrize("k, tile_k, depth, expected", [
+    (4096, 32, 3, 12288),  # 3k already a tile multiple
+    (1000, 32, 3, 3008),  # rounded up to the tile
+    (1, 32, 3, 96),  # at least depth tiles
+    (40, 32, 2, 128),
+])
+def test_split_extent(k, tile_k, depth, expected):
+    k3 = split_extent(k, tile_k, depth)
+    assert k3 == expected and k3 % tile_k == 0 and k3 >= 3 * k and k3 >= depth * tile_k
+
+
+def test_tf32_kernels_have_their_own_key_and_native_keys_are_unchanged():
+    common = dict(cc=(9, 0), config=TF32X3_CONFIGS["large"], dtype="float32", arrangement=("row_major", "col_major"),
+                  epilogue_key=("identity",), versions=VERSIONS)
+    native = key_fields(**common)
+    assert "operands" not in native  # keys of kernels built before the option existed still match
+    assert key_fields(**common, operands="native") == native
+    tf32 = key_fields(**common, operands="tf32")
+    assert tf32["operands"] == "tf32" and tf32 != native
+
+
+def _round_tf32(x: np.ndarray) -> np.ndarray:
+    u = x.astype(np.float32).view(np.uint32)
+    finite = (u & 0x7F800000) != 0x7F800000
+    return np.where(finite, (u + 0x1000) & 0xFFFFE000, u).astype(np.uint32).view(np.float32)
+
+
+def _truncate_tf32(x: np.ndarray) -> np.ndarray:
+    return (x.astype(np.float32).view(np.uint32) & 0xFFFFE000).astype(np.uint32).view(np.float32)
+
+
+def _emulated_3xtf32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a_hi = _round_tf32(a)
+    a_lo = _round_tf32(a - a_hi)
+    b_hi = _round_tf32(b)
+    b_lo = _round_tf32(b - b_hi)
+    a3 = _truncate_tf32(np.concatenate([a_lo, a_hi, a_hi], axis=1))
+    b3 = _truncate_tf32(np.concatenate([b_hi, b_lo, b_hi], axis=0))
+    d = np.zeros((a.shape[0], b.shape[1]), np.float32)
+    for kk in range(a3.shape[1]):  # one product at a time, rounded to float32: the worst order
+        d = (d + a3[:, kk:kk + 1] * b3[kk:kk + 1, :]).astype(np.float32)
+    return d
+
+
+@pytest.mark.parametrize("k", [1, 2, 5, 64, 300])
+def test_emulated_3xtf32_meets_its_bound(k):
+    rng = np.random.default_rng(k)
+    a = rng.standard_normal((40, k)).astype(np.float32)
+    b = rng.standard_normal((k, 30)).astype(np.float32)
+    d = _emulated_3xtf32(a, b)
+    assert check(d, a.astype(np.float64), b.astype(np.float64), np.dtype(np.float32), split=3) <= 1.0
+
+
+def test_plain_float32_bound_is_too_tight_for_3xtf32_at_k_1():
+    """Why the method has its own bound: with one product the split's 2^-22 terms dominate."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((200, 1)).astype(np.float32)
+    b = rng.standard_normal((1, 150)).astype(np.float32)
+    d = _emulated_3xtf32(a, b)
+    assert check(d, a.astype(np.float64), b.astype(np.float64), np.dtype(np.float32)) > 1.0
+
+
+def test_error_bound_rejects_other_splits():
+    a = np.ones((2, 2))
+    with pytest.raises(ValueError, match="split"):
+        check(a, a, a, np.dtype(np.float32), split=2)
