@@ -11,6 +11,7 @@ Numba type (dtype, ndim, contiguity) is part of the kernel's cache key through
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,7 @@ class DeviceArray:
     dtype: np.dtype
     ptr: int
     strides: tuple[int, ...]  # bytes
+    device: int = 0
 
     @property
     def span(self) -> Span:
@@ -48,11 +50,23 @@ class DeviceArray:
             from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
             return FakeCUDAArray(np.lib.stride_tricks.as_strided(self.obj._ary, shape=shape, strides=strides))
-        from numba import cuda
+        return _numba_view(self.device, self.ptr, shape, strides, self.dtype.str)
 
-        desc = {"shape": shape, "strides": strides, "typestr": self.dtype.str, "data": (self.ptr, False),
-                "version": 3}
-        return cuda.from_cuda_array_interface(desc, owner=self.obj, sync=False)
+
+@functools.lru_cache(maxsize=256)
+def _numba_view(device: int, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], typestr: str):
+    """A Numba device array over this memory: one object per (device, address, shape, strides, dtype).
+
+    Building one costs tens of microseconds (Numba wraps the pointer and lays out the
+    array), paid on every call for every extra array otherwise; a bias vector passed again
+    gets the same view.  The view holds no reference to the memory's owner, so the cache
+    keeps no array alive: the caller's array (held by the epilogue) does, for the call.
+    """
+    from numba import cuda
+
+    desc = {"shape": shape, "strides": strides, "typestr": typestr, "data": (ptr, False), "version": 3}
+    with cuda.gpus[device]:
+        return cuda.from_cuda_array_interface(desc, owner=None, sync=False)
 
 
 def span(name: str, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> Span:
@@ -75,9 +89,8 @@ def device_array(obj: Any, name: str, ctx: EpilogueContext) -> DeviceArray:
     shape = tuple(int(s) for s in shape)
     if strides is None:
         strides = tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) * dtype.itemsize for i in range(len(shape)))
-    described = DeviceArray(keep, name, shape, np.dtype(dtype), int(ptr), tuple(int(s) for s in strides))
-    operand = _arrays.Operand(keep, name, shape, described.dtype, described.ptr, (), library, None, 0)
+    operand = _arrays.Operand(keep, name, shape, np.dtype(dtype), int(ptr), (), library, None, 0)
     device = _arrays.device_of(operand)
     if device != ctx.device:
         raise ValueError(f"{name} is on GPU {device} but a and b are on GPU {ctx.device}; put them on one device")
-    return described
+    return DeviceArray(keep, name, shape, np.dtype(dtype), int(ptr), tuple(int(s) for s in strides), int(device))

@@ -11,8 +11,9 @@ ordered after whatever produced A and B and before whatever reads D):
 2. launches the init kernel (one thread in each of 4 blocks) that writes four device
    pipelines' storage (A/B pointers, extents, leading dimensions: the cp.async state,
    72 bytes each, or TMA descriptors for the TF32 kernels, 576 bytes);
-3. launches the GEMM on a ceil(m / tile_m) x ceil(n / tile_n) grid, then frees the
-   storage and any scratch stream-ordered.
+3. launches the GEMM on a ceil(m / tile_m) x ceil(n / tile_n) grid, then frees any
+   scratch stream-ordered.  The storage is allocated once per stream and kept: the init
+   rewrites it before every GEMM, and the two launches are enqueued under one lock.
 
 Any m, n, k >= 1: how, and why this way
 ---------------------------------------
@@ -337,6 +338,11 @@ class PipelineKernel:
         # one block per pipeline; entries built before "init_launch" existed run 4 threads of one block
         init = self.meta.get("init_launch", {"grid": 1, "block": 4})
         self._init_config = LaunchConfig(grid=(int(init["grid"]),), block=(int(init["block"]),))
+        import threading
+
+        self._streams: dict[int, Any] = {}
+        self._storage_buffers: dict[int, Any] = {}
+        self._pair_lock = threading.Lock()
         align = int(self.meta.get("storage_alignment", 8))
         self._storage_stride = -(-int(self.meta["storage_bytes"]) // max(align, 16)) * max(align, 16)
 
@@ -358,8 +364,7 @@ class PipelineKernel:
         tm, tn, tk = self.tile_m, self.tile_n, self.tile_k
         p = plan(m, n, k, (tm, tn, tk), self.depth, a.aligned(), b.aligned())
         if not isinstance(stream, Stream):
-            # 0 is the legacy default stream (CuPy's null stream); cuda.core names it itself
-            stream = self.device.default_stream if int(stream) == 0 else Stream.from_handle(int(stream))
+            stream = self._stream(int(stream))
         sh = int(stream.handle)
         scratch = _Scratch(self.device, stream)
         try:
@@ -374,14 +379,13 @@ class PipelineKernel:
                 c0 = p.nb_main * tn
                 src = Matrix(pb.at(0, c0), p.k_pipe, n - c0, pb.ld, pb.arrangement, pb.itemsize)
                 b_edge = _copy_scratch(src, p.k_main, n - c0, p.k_main, tn, False, scratch, sh)
-            storage = scratch.alloc(4 * self._storage_stride)
+            storage = self._storage(sh, stream)
             init_args = flatten(
                 (storage, self._storage_stride,
                  pa.ptr, m, p.k_main, pa.ld, a_edge.ptr, tm, a_edge.ld,
                  pb.ptr, p.k_main, n, pb.ld, b_edge.ptr, tn, b_edge.ld),
                 self.meta["init_params"],
             )
-            launch(stream, self._init_config, self._init, *init_args)
             d_rs, d_cs = d.strides
             a_rs, a_cs = a.strides
             b_rs, b_cs = b.strides
@@ -391,7 +395,35 @@ class PipelineKernel:
                       storage + 2 * self._storage_stride, storage + 3 * self._storage_stride)
             gemm_args = flatten(values, self.meta["gemm_params"])
             config = LaunchConfig(grid=p.grid, block=self.block, shmem_size=int(self.meta["dynamic_smem"]))
-            launch(stream, config, self._gemm, *gemm_args)
+            # init then GEMM, enqueued together: another thread's pair on the same stream
+            # cannot slip between them and overwrite this call's storage
+            with self._pair_lock:
+                launch(stream, self._init_config, self._init, *init_args)
+                launch(stream, config, self._gemm, *gemm_args)
         finally:
             scratch.close()
         return p
+
+    def _stream(self, handle: int):
+        """The cuda.core Stream for an integer handle, made once per handle (0: the legacy default stream)."""
+        from cuda.core import Stream
+
+        stream = self._streams.get(handle)
+        if stream is None:
+            stream = self.device.default_stream if handle == 0 else Stream.from_handle(handle)
+            if len(self._streams) > 256:
+                self._streams.clear()
+            self._streams[handle] = stream
+        return stream
+
+    def _storage(self, handle: int, stream: Any) -> int:
+        """The four pipelines' storage for calls on this stream, allocated once (a few hundred bytes).
+
+        The init kernel rewrites it before each GEMM; calls on one stream are ordered, and
+        calls on different streams use different buffers.
+        """
+        buf = self._storage_buffers.get(handle)
+        if buf is None:
+            buf = self.device.memory_resource.allocate(4 * self._storage_stride, stream=stream)
+            self._storage_buffers[handle] = buf
+        return int(buf.handle)

@@ -115,6 +115,26 @@ def _kernels(device: int) -> tuple[Any, Any]:
         return module.get_function("dxgemm_split_tf32x3"), module.get_function("dxgemm_zero_tail")
 
 
+_streams: dict[tuple[int, int], Any] = {}
+
+
+def _cupy_stream(handle: int, device: int) -> Any:
+    """CuPy's view of the caller's stream, made once per handle (it is on every call's path)."""
+    stream = _streams.get((handle, device))
+    if stream is None:
+        import warnings
+
+        import cupy
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # CuPy 14 prefers Stream.from_external
+            stream = cupy.cuda.ExternalStream(handle, device)
+        if len(_streams) > 256:
+            _streams.clear()
+        _streams[(handle, device)] = stream
+    return stream
+
+
 def split_extent(k: int, tile_k: int, depth: int) -> int:
     """``K3``: ``3 k`` rounded up to a multiple of ``tile_k`` and to at least ``depth`` tiles.
 
@@ -151,7 +171,7 @@ def split_operands(a: Any, b: Any, m: int, n: int, k: int, k3: int, device: int,
     """
     import cupy
 
-    stream = cupy.cuda.ExternalStream(int(stream_handle), device)
+    stream = _cupy_stream(int(stream_handle), device)
     with cupy.cuda.Device(device), stream:
         a_rs, a_cs = a.strides
         b_rs, b_cs = b.strides
