@@ -66,7 +66,6 @@ def run(dtype: np.dtype, method: str, configs: list[str], shapes, reps: int, log
             cu_bound, cu_rel = _errors(cp, cp.matmul(a, b), a64.astype(np.float64), b64.astype(np.float64), dtype)
         t_split = None
         if dtype == np.float32 and method == "tf32x3":
-            from dxgemm.pipelines._dispatch import matrix_of  # noqa: F401
             from dxgemm.pipelines._launch import Matrix
             from dxgemm.pipelines.tf32x3 import split_extent, split_operands
 

@@ -48,6 +48,9 @@ def cmd_info(args: argparse.Namespace) -> int:
         print("GPU: none found (CPU-only machine; kernels can still run under NUMBA_ENABLE_CUDASIM=1)")
     for name, version in _info.versions().items():
         print(f"  {name:24} {version or '-'}")
+    from .pipelines.config import float32_method
+
+    print(f"pipeline float32 method: {float32_method()} (DXGEMM_FLOAT32_PIPELINE: tf32x3 or fp32)")
     _print_cache(verbose=getattr(args, "verbose", False))
     return 0
 
@@ -70,7 +73,8 @@ def _print_cache(verbose: bool = False) -> None:
             meta = entry.meta
             cfg = meta.get("config", {})
             name = f"{cfg.get('tile_m')}x{cfg.get('tile_n')}x{cfg.get('tile_k')}_t{cfg.get('block_size')}_d{cfg.get('depth')}"
-            print(f"    {entry.key}  {meta.get('dtype'):8} {'/'.join(meta.get('arrangement', [])):20} {name:20} "
+            dtype = meta.get("dtype", "?") + ("/tf32" if meta.get("operands") == "tf32" else "")
+            print(f"    {entry.key}  {dtype:12} {'/'.join(meta.get('arrangement', [])):20} {name:20} "
                   f"epilogue {entry.fields.get('epilogue')}")
 
 

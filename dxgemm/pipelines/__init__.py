@@ -1,6 +1,6 @@
 """GEMM on cuBLASDx device pipelines (tensor cores, multi-stage shared-memory pipeline).
 
-Groundwork of the pipeline backend (issue 4), in layers:
+The pipeline backend, in layers:
 
 * :mod:`.config` — :class:`PipelineConfig` and :func:`suggest`: the host-side choice among
   a small fixed set of configurations (pure Python, no GPU);
@@ -12,6 +12,7 @@ Groundwork of the pipeline backend (issue 4), in layers:
 * :mod:`._lto` — libmathdx's LTO-IR objects on disk, compiled in parallel processes;
 * :mod:`.kernels` — memo -> disk cache -> compile;
 * :mod:`._dispatch` — ``dxgemm.gemm(..., backend="pipeline")``: operands -> launch;
+* :mod:`.tf32x3` — float32 on the TF32 tensor cores with float32 accuracy (split operands);
 * :mod:`.tuning` — ``autotune``: time candidate configurations, persist the winner per shape class;
 * :mod:`.warmup` — pre-compile the default configurations (``python -m dxgemm warmup``).
 
@@ -21,8 +22,8 @@ Nothing here imports ``nvmath`` at import time: it needs a CUDA driver to import
 
 from .tuning import autotune
 from .cache import CacheInfo, KernelCache, clear, info
-from .config import CONFIGS, DeviceInfo, PipelineConfig, suggest, use_config
+from .config import CONFIGS, TF32X3_CONFIGS, DeviceInfo, PipelineConfig, configs_for, float32_method, suggest, use_config
 from .warmup import warmup
 
-__all__ = ["PipelineConfig", "DeviceInfo", "CONFIGS", "suggest", "use_config", "autotune", "warmup", "KernelCache",
-           "CacheInfo", "clear", "info"]
+__all__ = ["PipelineConfig", "DeviceInfo", "CONFIGS", "TF32X3_CONFIGS", "configs_for", "float32_method", "suggest",
+           "use_config", "autotune", "warmup", "KernelCache", "CacheInfo", "clear", "info"]
