@@ -131,6 +131,20 @@ def test_tf32x3_meets_the_float32_bound_at_depth(cp):
     assert_close(d, a.astype(np.float64), b.astype(np.float64), np.dtype(np.float32))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_autotune_times_the_candidates_and_persists_the_winner(cp, dtype, tmp_path):
+    from dxgemm.pipelines import autotune, configs_for
+    from dxgemm.pipelines.tuning import lookup
+
+    _require_cached(dtype, ("row", "row"))
+    candidates = list(dict.fromkeys(configs_for(dtype).values()))
+    best = autotune(2048, 2048, 2048, dtype, candidates=candidates, reps=3, root=tmp_path)
+    assert best in candidates
+    assert (tmp_path / "autotune.json").exists()
+    assert lookup(2000, 2100, 2048, dtype, root=tmp_path) == best  # same shape class
+    assert lookup(256, 256, 256, dtype, root=tmp_path) is None
+
+
 def test_alpha_beta_with_c(cp):
     """A new epilogue structure (C read): compiles once (libmathdx objects from the LTO store)."""
     m, n, k = 1000, 1000, 1000
