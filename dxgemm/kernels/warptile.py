@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from numba import cuda, from_dtype
 
-from ._device import SMEM_ALIGN, U, load_frag, make_offset, make_tile_loader, make_tile_stager, mma_f64
+from ._device import SMEM_ALIGN, U, load_frag, make_offset, make_tile_stager, mma_f64
 from ._spec import BuiltKernel, KernelSpec, Layout
 
 WARP = 32
@@ -59,6 +59,15 @@ CONFIGS = {
 }
 
 
+STAGES = 2
+"""Shared-memory stages: the kernels are double-buffered (module docstring)."""
+
+
+def _check_stages(cfg: dict) -> None:
+    if cfg.get("stages", STAGES) != STAGES:
+        raise ValueError(f"warptile is double-buffered: stages must be {STAGES}, got {cfg['stages']}")
+
+
 def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     cfg = dict(CONFIGS[spec.dtype.name], **overrides)
     if cfg.pop("kind", "simt") == "dmma":
@@ -71,15 +80,12 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     WSUBM, WSUBN = WM // WMITER, WN // WNITER
     lanes_across = WSUBN // TN
 
+    _check_stages(cfg)
     dt = spec.dtype
-    load_a = make_tile_loader(dt, spec.layout_a, BM, BK, Layout.COL, threads, True)
-    load_b = make_tile_loader(dt, spec.layout_b, BK, BN, Layout.ROW, threads, True)
     d_off = make_offset(spec.layout_d)
     epilogue = spec.epilogue_fn
     nb = dt.type
     zero = nb(0)
-    STAGES = cfg.get("stages", 1)
-    DOUBLE = STAGES == 2
     UNROLL = cfg.get("unroll", 1)
     a_elems, b_elems = STAGES * BM * BK, STAGES * BK * BN
     uA_STAGE, uB_STAGE = U(BM * BK), U(BK * BN)
@@ -114,30 +120,22 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
         vec_a = (U(flags) & one) != U(0)
         vec_b = (U(flags) & two) != U(0)
         n_tiles = (uk + uBK - one) // uBK
-        if DOUBLE:
-            regs_a = cuda.local.array(A_REGS, nb)
-            regs_b = cuda.local.array(B_REGS, nb)
-            stage_a.fetch(a, U(lda), row0, U(0), um, uk, tid, vec_a, regs_a)
-            stage_b.fetch(b, U(ldb), U(0), col0, uk, un, tid, vec_b, regs_b)
-            stage_a.put(a_tile, tid, regs_a)
-            stage_b.put(b_tile, tid, regs_b)
-            cuda.syncthreads()
+        regs_a = cuda.local.array(A_REGS, nb)
+        regs_b = cuda.local.array(B_REGS, nb)
+        stage_a.fetch(a, U(lda), row0, U(0), um, uk, tid, vec_a, regs_a)
+        stage_b.fetch(b, U(ldb), U(0), col0, uk, un, tid, vec_b, regs_b)
+        stage_a.put(a_tile, tid, regs_a)
+        stage_b.put(b_tile, tid, regs_b)
+        cuda.syncthreads()
         for t in range(n_tiles):
-            if DOUBLE:
-                # Next K tile's global loads go out now and land while this tile is used.
-                a_off = (t & one) * uA_STAGE
-                b_off = (t & one) * uB_STAGE
-                more = t + one < n_tiles
-                if more:
-                    k_next = (t + one) * uBK
-                    stage_a.fetch(a, U(lda), row0, k_next, um, uk, tid, vec_a, regs_a)
-                    stage_b.fetch(b, U(ldb), k_next, col0, uk, un, tid, vec_b, regs_b)
-            else:
-                a_off = U(0)
-                b_off = U(0)
-                load_a(a, U(lda), row0, t * uBK, um, uk, a_tile, tid, vec_a)
-                load_b(b, U(ldb), t * uBK, col0, uk, un, b_tile, tid, vec_b)
-                cuda.syncthreads()
+            # Next K tile's global loads go out now and land while this tile is used.
+            a_off = (t & one) * uA_STAGE
+            b_off = (t & one) * uB_STAGE
+            more = t + one < n_tiles
+            if more:
+                k_next = (t + one) * uBK
+                stage_a.fetch(a, U(lda), row0, k_next, um, uk, tid, vec_a, regs_a)
+                stage_b.fetch(b, U(ldb), k_next, col0, uk, un, tid, vec_b, regs_b)
             for p_outer in range(BK // UNROLL):
                 for p_inner in range(UNROLL):
                     p = p_outer * UNROLL + p_inner
@@ -152,7 +150,7 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
                     for i in range(M_REG):
                         for j in range(N_REG):
                             acc[i * N_REG + j] += reg_m[i] * reg_n[j]
-            if DOUBLE and more:
+            if more:
                 stage_a.put(a_tile[uA_STAGE - a_off:], tid, regs_a)
                 stage_b.put(b_tile[uB_STAGE - b_off:], tid, regs_b)
             cuda.syncthreads()
@@ -193,15 +191,12 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
     MI, NI, KSTEPS = WM // MMA, WN // MMA, BK // MMA_K
     ALD, BLD = BM + PAD, BN + PAD
 
+    _check_stages(cfg)
     dt = spec.dtype
-    load_a = make_tile_loader(dt, spec.layout_a, BM, BK, Layout.COL, threads, True, smem_ld=ALD)
-    load_b = make_tile_loader(dt, spec.layout_b, BK, BN, Layout.ROW, threads, True, smem_ld=BLD)
     d_off = make_offset(spec.layout_d)
     epilogue = spec.epilogue_fn
     nb = dt.type
     zero = nb(0)
-    STAGES = cfg.get("stages", 1)
-    DOUBLE = STAGES == 2
     a_elems, b_elems, acc_elems = STAGES * BK * ALD, STAGES * BK * BLD, MI * NI * 2
     uA_STAGE, uB_STAGE = U(BK * ALD), U(BK * BLD)
     smem_type = from_dtype(dt)
@@ -233,31 +228,23 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
         vec_a = (U(flags) & one) != U(0)
         vec_b = (U(flags) & two) != U(0)
         n_tiles = (uk + uBK - one) // uBK
-        if DOUBLE:
-            regs_a = cuda.local.array(A_REGS, nb)
-            regs_b = cuda.local.array(B_REGS, nb)
-            stage_a.fetch(a, U(lda), row0, U(0), um, uk, tid, vec_a, regs_a)
-            stage_b.fetch(b, U(ldb), U(0), col0, uk, un, tid, vec_b, regs_b)
-            stage_a.put(a_tile, tid, regs_a)
-            stage_b.put(b_tile, tid, regs_b)
-            cuda.syncthreads()
+        regs_a = cuda.local.array(A_REGS, nb)
+        regs_b = cuda.local.array(B_REGS, nb)
+        stage_a.fetch(a, U(lda), row0, U(0), um, uk, tid, vec_a, regs_a)
+        stage_b.fetch(b, U(ldb), U(0), col0, uk, un, tid, vec_b, regs_b)
+        stage_a.put(a_tile, tid, regs_a)
+        stage_b.put(b_tile, tid, regs_b)
+        cuda.syncthreads()
         for t in range(n_tiles):
-            if DOUBLE:
-                # Issue the next K tile's global loads now; they land in registers while
-                # this tile is multiplied, and go to the other shared stage afterwards.
-                a_off = (t & one) * uA_STAGE
-                b_off = (t & one) * uB_STAGE
-                more = t + one < n_tiles
-                if more:
-                    k_next = (t + one) * uBK
-                    stage_a.fetch(a, U(lda), row0, k_next, um, uk, tid, vec_a, regs_a)
-                    stage_b.fetch(b, U(ldb), k_next, col0, uk, un, tid, vec_b, regs_b)
-            else:
-                a_off = U(0)
-                b_off = U(0)
-                load_a(a, U(lda), row0, t * uBK, um, uk, a_tile, tid, vec_a)
-                load_b(b, U(ldb), t * uBK, col0, uk, un, b_tile, tid, vec_b)
-                cuda.syncthreads()
+            # Issue the next K tile's global loads now; they land in registers while
+            # this tile is multiplied, and go to the other shared stage afterwards.
+            a_off = (t & one) * uA_STAGE
+            b_off = (t & one) * uB_STAGE
+            more = t + one < n_tiles
+            if more:
+                k_next = (t + one) * uBK
+                stage_a.fetch(a, U(lda), row0, k_next, um, uk, tid, vec_a, regs_a)
+                stage_b.fetch(b, U(ldb), k_next, col0, uk, un, tid, vec_b, regs_b)
             for s in range(KSTEPS):
                 a_base = a_off + U(s) * uMMA_K * uALD + w_row
                 b_base = b_off + U(s) * uMMA_K * uBLD + w_col
@@ -270,7 +257,7 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
                         c = 2 * (i * NI + j)
                         acc[c], acc[c + 1] = mma_f64(a_frag[i], b_frag[j], acc[c], acc[c + 1], lane,
                                                      a_tile, uALD, b_tile, uBLD)
-            if DOUBLE and more:
+            if more:
                 # The previous step's closing barrier means no warp still reads this stage.
                 stage_a.put(a_tile[uA_STAGE - a_off:], tid, regs_a)
                 stage_b.put(b_tile[uB_STAGE - b_off:], tid, regs_b)
