@@ -16,7 +16,7 @@ Two Numba-specific habits run through the ladder (see ``shared/notes/numba-gemm.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 from numba import config, cuda
@@ -98,6 +98,48 @@ else:
         return sig, codegen
 
 
+class _TilePlan(NamedTuple):
+    """How ``nthreads`` threads split a ``rows x cols`` tile copy (shared by loader and stager)."""
+
+    width: int  # elements per chunk (a 16-byte vector, or 1)
+    along_cols: bool  # chunks run along columns (row-major global operand)
+    iters: int  # chunks per thread
+    chunks_per_line: Any
+    NT: Any
+    W: Any
+    R: Any  # shared line length when the shared tile is column-major
+    C: Any  # ... and when it is row-major
+    smem_row: bool
+    zero: Any
+    g_off: Callable
+
+
+def _tile_plan(dtype: np.dtype, layout: Layout, rows: int, cols: int, smem_layout: Layout, nthreads: int,
+               width: int, smem_ld: int | None) -> _TilePlan:
+    """Validate a tile copy and compute its constants: consecutive threads take consecutive
+    ``width``-element chunks along the operand's contiguous dimension."""
+    along_cols = layout == Layout.ROW
+    line_len = cols if along_cols else rows
+    if line_len % width:
+        raise ValueError(f"tile dimension {line_len} is not a multiple of the vector width {width}")
+    chunks = rows * cols // width
+    if chunks % nthreads:
+        raise ValueError(f"a {rows}x{cols} tile does not split evenly over {nthreads} threads")
+    return _TilePlan(
+        width=width,
+        along_cols=along_cols,
+        iters=chunks // nthreads,
+        chunks_per_line=U(line_len // width),
+        NT=U(nthreads),
+        W=U(width),
+        R=U(rows if smem_ld is None else smem_ld),
+        C=U(cols if smem_ld is None else smem_ld),
+        smem_row=smem_layout == Layout.ROW,
+        zero=np.dtype(dtype).type(0),
+        g_off=make_offset(layout),
+    )
+
+
 def make_tile_loader(
     dtype: np.dtype,
     layout: Layout,
@@ -127,23 +169,8 @@ def make_tile_loader(
     (rows when ``smem_layout`` is ROW, columns when COL); default unpadded.  Padding
     shifts each line onto other banks, which the tensor-core fragment loads need.
     """
-    width = vec_width(dtype) if vectorize else 1
-    along_cols = layout == Layout.ROW
-    line_len = cols if along_cols else rows
-    if line_len % width:
-        raise ValueError(f"tile dimension {line_len} is not a multiple of the vector width {width}")
-    chunks = rows * cols // width
-    if chunks % nthreads:
-        raise ValueError(f"a {rows}x{cols} tile does not split evenly over {nthreads} threads")
-    iters = chunks // nthreads
-    chunks_per_line = U(line_len // width)
-    NT = U(nthreads)
-    W = U(width)
-    R = U(rows if smem_ld is None else smem_ld)
-    C = U(cols if smem_ld is None else smem_ld)
-    smem_row = smem_layout == Layout.ROW
-    zero = np.dtype(dtype).type(0)
-    g_off = make_offset(layout)
+    width, along_cols, iters, chunks_per_line, NT, W, R, C, smem_row, zero, g_off = _tile_plan(
+        dtype, layout, rows, cols, smem_layout, nthreads, vec_width(dtype) if vectorize else 1, smem_ld)
 
     @cuda.jit(device=True)
     def load(g, ld, row0, col0, nrows, ncols, s, tid, vec_ok):
@@ -214,23 +241,8 @@ def make_tile_stager(
     smem_ld: int | None = None,
 ) -> TileStager:
     """:class:`TileStager` for a tile; the same chunking and arguments as :func:`make_tile_loader`."""
-    width = vec_width(dtype)
-    along_cols = layout == Layout.ROW
-    line_len = cols if along_cols else rows
-    if line_len % width:
-        raise ValueError(f"tile dimension {line_len} is not a multiple of the vector width {width}")
-    chunks = rows * cols // width
-    if chunks % nthreads:
-        raise ValueError(f"a {rows}x{cols} tile does not split evenly over {nthreads} threads")
-    iters = chunks // nthreads
-    chunks_per_line = U(line_len // width)
-    NT = U(nthreads)
-    W = U(width)
-    R = U(rows if smem_ld is None else smem_ld)
-    C = U(cols if smem_ld is None else smem_ld)
-    smem_row = smem_layout == Layout.ROW
-    zero = np.dtype(dtype).type(0)
-    g_off = make_offset(layout)
+    width, along_cols, iters, chunks_per_line, NT, W, R, C, smem_row, zero, g_off = _tile_plan(
+        dtype, layout, rows, cols, smem_layout, nthreads, vec_width(dtype), smem_ld)
 
     @cuda.jit(device=True)
     def chunk(tid, it):
