@@ -215,8 +215,37 @@ def _make_device_pipeline(mm, depth: int, arrangement: tuple[str, str], dtype: n
     return dp, h
 
 
+STORES = ("loop", "unrolled")
+"""How the kernel stores its accumulator fragment: ``"loop"`` (a run-time loop over the
+fragment: the fragment goes through local memory, ``STL``/``LDL`` in SASS) or ``"unrolled"``
+(experimental: one straight-line block per fragment element, so every index is a
+constant and the fragment can stay in registers)."""
+
+
+def _unrolled_store(frag_size: int, epilogue: Callable) -> Callable:
+    """A device function storing a fragment element by element, with constant indices."""
+    from numba import cuda, int64
+
+    lines = ["def store(accumulator, results, row0, col0, m, n, k_main, k, a, a_rs, a_cs, b, b_rs, b_cs,",
+             "          d, d_rs, d_cs, epi_args):"]
+    for i in range(frag_size):
+        lines += [
+            f"    r, c = accumulator.map_fragment_index({i})",
+            "    row = row0 + int64(r)",
+            "    col = col0 + int64(c)",
+            "    if row < m and col < n:",
+            f"        value = results[{i}]",
+            "        for kk in range(k_main, k):",
+            "            value += a[row * a_rs + kk * a_cs] * b[kk * b_rs + col * b_cs]",
+            "        d[row * d_rs + col * d_cs] = epilogue(value, row, col, epi_args)",
+        ]
+    namespace = {"int64": int64, "epilogue": epilogue}
+    exec("\n".join(lines), namespace)  # noqa: S102 - generated from constants above
+    return cuda.jit(device=True, forceinline=True)(namespace["store"])
+
+
 def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, buffer_alignment: int,
-                 epilogue: Callable) -> Callable:
+                 epilogue: Callable, store: str = "loop") -> Callable:
     """The kernel's Python function, specialised by closure on everything compile-time.
 
     Edges (measured on the H100, ``benchmarks/results/h100_pipeline_edges.log``): the
@@ -243,6 +272,10 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
 
     tile_m, tile_n = config.tile_m, config.tile_n
     value_type = np.dtype(dtype).type
+    if store not in STORES:
+        raise ValueError(f"store must be one of {STORES}, got {store!r}")
+    UNROLLED = store == "unrolled"
+    store_unrolled = _unrolled_store(frag_size, epilogue) if UNROLLED else None
 
     def gemm(d, d_rs, d_cs, m, n, k, k_main, a, a_rs, a_cs, b, b_rs, b_cs, mb_main, nb_main, epi_args,
              p_main, p_bottom, p_right, p_corner):
@@ -278,15 +311,19 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
             results = accumulator.get_results()
             row0 = bm * tile_m
             col0 = bn * tile_n
-            for i in range(frag_size):
-                r, c = accumulator.map_fragment_index(i)
-                row = row0 + int64(r)
-                col = col0 + int64(c)
-                if row < m and col < n:
-                    value = results[i]
-                    for kk in range(k_main, k):
-                        value += a[row * a_rs + kk * a_cs] * b[kk * b_rs + col * b_cs]
-                    d[row * d_rs + col * d_cs] = epilogue(value, row, col, epi_args)
+            if UNROLLED:
+                store_unrolled(accumulator, results, row0, col0, m, n, k_main, k, a, a_rs, a_cs, b, b_rs, b_cs,
+                               d, d_rs, d_cs, epi_args)
+            else:
+                for i in range(frag_size):
+                    r, c = accumulator.map_fragment_index(i)
+                    row = row0 + int64(r)
+                    col = col0 + int64(c)
+                    if row < m and col < n:
+                        value = results[i]
+                        for kk in range(k_main, k):
+                            value += a[row * a_rs + kk * a_cs] * b[kk * b_rs + col * b_cs]
+                        d[row * d_rs + col * d_cs] = epilogue(value, row, col, epi_args)
         tile_pipeline._del()
 
     return gemm
@@ -361,18 +398,18 @@ def _link_init(create_lto: bytes, symbol: str, cc: tuple[int, int]) -> bytes:
 
 
 def _lower(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str, str], epilogue: Callable | None,
-           epi_args: tuple, cc: tuple[int, int], operands: str = "native") -> dict:
+           epi_args: tuple, cc: tuple[int, int], operands: str = "native", store: str = "loop") -> dict:
     """Descriptors, pipeline traits and Numba lowering: everything up to the LTO-IR objects.
 
     With :mod:`._lto` intercepting in ``defer`` mode no device-function NVRTC runs here;
     libmathdx's objects come back as placeholders.  ``operands``: see :func:`_operand_precision`.
     """
     with _operand_precision(operands, dtype):
-        return _lower_inner(config, dtype, arrangement, epilogue, epi_args, cc)
+        return _lower_inner(config, dtype, arrangement, epilogue, epi_args, cc, store)
 
 
 def _lower_inner(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str, str], epilogue: Callable | None,
-                 epi_args: tuple, cc: tuple[int, int]) -> dict:
+                 epi_args: tuple, cc: tuple[int, int], store: str = "loop") -> dict:
     from numba import cuda, typeof, types
     from nvmath.device import cublasdx_backend as be
     from nvmath.device.cublasdx import _blas_tensors_handle
@@ -392,7 +429,7 @@ def _lower_inner(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str
         def epilogue(value, row, col, args):
             return value
 
-    pyfunc = _gemm_pyfunc(mm, config, dtype, frag_size, dp._buffer_alignment_bytes, epilogue)
+    pyfunc = _gemm_pyfunc(mm, config, dtype, frag_size, dp._buffer_alignment_bytes, epilogue, store)
     arg_types = gemm_arg_types(dtype, typeof(epi_args), DevicePipelineType(dp))
     t = time.perf_counter()
     codes, _ = cuda.compile_all(
@@ -619,6 +656,7 @@ def build(
     workers: int | None = None,
     lto_dir: str | os.PathLike[str] | None = None,
     operands: str = "native",
+    fragment_store: str = "loop",
 ) -> tuple[dict, dict[str, bytes]]:
     """Compile the pipeline GEMM for ``(config, dtype, arrangement of A and B, epilogue)``.
 
@@ -670,7 +708,7 @@ def build(
     _lto.intercept(store, mode="defer" if workers > 1 else "eager", target=target)
     _lto.begin()
     try:
-        lowered = _lower(config, dtype, arrangement, epilogue, epi_args, cc, operands)
+        lowered = _lower(config, dtype, arrangement, epilogue, epi_args, cc, operands, fragment_store)
         times.update(lowered["times"])
         dp = lowered["dp"]
         say(f"lowered in {time.perf_counter() - t_start:.1f} s: storage {dp._storage_bytes} B, buffer "
@@ -724,6 +762,7 @@ def build(
         "config": config.as_dict(),
         "dtype": dtype.name,
         "operands": operands,
+        "store": fragment_store,
         "arrangement": list(arrangement),
         "cc": list(cc),
         "arch": arch,

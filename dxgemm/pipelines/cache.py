@@ -191,6 +191,7 @@ def key_fields(
     kind: str = "gemm",
     versions: Mapping[str, Any] | None = None,
     operands: str = "native",
+    store: str = "loop",
 ) -> dict[str, Any]:
     """The fields a pipeline kernel's cache key is made of (see the module docstring).
 
@@ -212,6 +213,8 @@ def key_fields(
     }
     if operands != "native":
         fields["operands"] = str(operands)
+    if store != "loop":
+        fields["store"] = str(store)
     return fields
 
 

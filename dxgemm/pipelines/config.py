@@ -162,6 +162,20 @@ def float32_method() -> str:
     return method
 
 
+def pipeline_store() -> str:
+    """How new pipeline kernels store their fragment: ``DXGEMM_PIPELINE_STORE`` (experimental), default ``"loop"``.
+
+    ``"unrolled"`` builds (and keys) separate kernels whose store is straight-line code
+    (see ``_build.STORES``).
+    """
+    import os
+
+    store = os.environ.get("DXGEMM_PIPELINE_STORE", "loop")
+    if store not in ("loop", "unrolled"):
+        raise ValueError(f"DXGEMM_PIPELINE_STORE must be 'loop' or 'unrolled', got {store!r}")
+    return store
+
+
 def configs_for(dtype: Any) -> dict[str, PipelineConfig]:
     """The fixed set :func:`suggest` chooses from for ``dtype`` under the float32 method in effect."""
     dt = np.dtype(dtype)

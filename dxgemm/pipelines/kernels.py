@@ -40,6 +40,7 @@ def entry_fields(
     epi_arg_types: str = "()",
     cc: tuple[int, int] = (9, 0),
     operands: str = "native",
+    store: str = "loop",
 ) -> dict:
     """The cache-key fields of one kernel.  ``epi_arg_types``: the Numba type of the epilogue's arguments, as text."""
     return key_fields(
@@ -49,6 +50,7 @@ def entry_fields(
         arrangement=tuple(arrangement)[:2],
         epilogue_key=(epilogue_key, epi_arg_types),
         operands=operands,
+        store=store,
     )
 
 
@@ -69,10 +71,13 @@ def get_entry(
 
     ``operands="tf32"``: a float32 kernel whose tensor cores read A and B as TF32 (the
     building block of :mod:`.tf32x3`)."""
+    from .config import pipeline_store
+
     cache = cache or KernelCache()
     arg_types = _numba_type_text(epi_args)
+    store = pipeline_store()
     fields = entry_fields(config, dtype, arrangement, epilogue_key, epi_arg_types=arg_types, cc=cc,
-                          operands=operands)
+                          operands=operands, store=store)
 
     def build():
         global _compiles
@@ -89,7 +94,7 @@ def get_entry(
 
         epilogue = make_epilogue() if make_epilogue is not None else None
         meta, blobs = compile_kernel(config, dtype, tuple(arrangement)[:2], epilogue, epi_args, cc=cc, log=log,
-                                     operands=operands)
+                                     operands=operands, fragment_store=store)
         _compiles += 1
         return meta, blobs
 
@@ -108,7 +113,7 @@ def get_kernel(
     from ._launch import PipelineKernel
 
     key = (config, np.dtype(dtype).name, tuple(arrangement), kwargs.get("epilogue_key", IDENTITY_EPILOGUE),
-           _numba_type_text(kwargs.get("epi_args", ())), kwargs.get("operands", "native"), device)
+           _numba_type_text(kwargs.get("epi_args", ())), kwargs.get("operands", "native"), _store(), device)
     hit = _memo.get(key)
     if hit is not None:
         return hit
@@ -132,6 +137,12 @@ def get_kernel(
 
 
 _type_texts: dict[tuple, str] = {}
+
+
+def _store() -> str:
+    from .config import pipeline_store
+
+    return pipeline_store()
 
 
 def _numba_type_text(epi_args: tuple) -> str:
