@@ -69,8 +69,11 @@ def _require_cached(dtype, arrangement):
         from dxgemm.pipelines.tf32x3 import ARRANGEMENT as arr
 
         operands = "tf32"
+    from dxgemm.pipelines.config import pipeline_store
+
     fields = entry_fields(configs_for(dtype)["large"], dtype, arr, bound.key,
-                          epi_arg_types=_numba_type_text(bound.args), operands=operands)
+                          epi_arg_types=_numba_type_text(bound.args), operands=operands,
+                          store=pipeline_store(operands))
     if not KernelCache().path(cache_key(fields)).exists():
         pytest.skip(f"{np.dtype(dtype).name} {arr} not pre-built: run `python -m dxgemm warmup --config large` "
                     "or set DXGEMM_TEST_COMPILE=1")

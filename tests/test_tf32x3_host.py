@@ -84,3 +84,16 @@ def test_error_bound_rejects_other_splits():
     a = np.ones((2, 2))
     with pytest.raises(ValueError, match="split"):
         check(a, a, a, np.dtype(np.float32), split=2)
+
+
+def test_tf32_kernels_store_unrolled_and_float64_loops(monkeypatch):
+    from dxgemm.pipelines.config import pipeline_store
+
+    monkeypatch.delenv("DXGEMM_PIPELINE_STORE", raising=False)
+    assert pipeline_store("tf32") == "unrolled"
+    assert pipeline_store("native") == "loop"
+    monkeypatch.setenv("DXGEMM_PIPELINE_STORE", "loop")
+    assert pipeline_store("tf32") == "loop"
+    monkeypatch.setenv("DXGEMM_PIPELINE_STORE", "sideways")
+    with pytest.raises(ValueError, match="DXGEMM_PIPELINE_STORE"):
+        pipeline_store("tf32")

@@ -162,15 +162,19 @@ def float32_method() -> str:
     return method
 
 
-def pipeline_store() -> str:
-    """How new pipeline kernels store their fragment: ``DXGEMM_PIPELINE_STORE`` (experimental), default ``"loop"``.
+def pipeline_store(operands: str = "native") -> str:
+    """How a pipeline kernel stores its accumulator fragment (``_build.STORES``).
 
-    ``"unrolled"`` builds (and keys) separate kernels whose store is straight-line code
-    (see ``_build.STORES``).
+    Measured on the H100 (``benchmarks/results/h100_pipeline_store_unrolled.log``, two
+    alternating runs): the unrolled store keeps the fragment out of local memory and made
+    the TF32 kernels 7-17 % faster (8192^2x512: 1.43 -> 1.19 ms; 4096^3: 1.97 -> 1.83 ms),
+    while the float64 kernel, whose K tail is unrolled with it, was slower at 8192^2x512
+    (2.14 -> 2.42 ms) and 4097^3.  So TF32 kernels store unrolled and float64 ones loop;
+    ``DXGEMM_PIPELINE_STORE`` overrides both.
     """
     import os
 
-    store = os.environ.get("DXGEMM_PIPELINE_STORE", "loop")
+    store = os.environ.get("DXGEMM_PIPELINE_STORE") or ("unrolled" if operands == "tf32" else "loop")
     if store not in ("loop", "unrolled"):
         raise ValueError(f"DXGEMM_PIPELINE_STORE must be 'loop' or 'unrolled', got {store!r}")
     return store
