@@ -73,7 +73,7 @@ def _require_cached(dtype, arrangement):
 
     fields = entry_fields(configs_for(dtype)["large"], dtype, arr, bound.key,
                           epi_arg_types=_numba_type_text(bound.args), operands=operands,
-                          store=pipeline_store(operands))
+                          store=pipeline_store(operands, configs_for(dtype)["large"], bound.key))
     if not KernelCache().path(cache_key(fields)).exists():
         pytest.skip(f"{np.dtype(dtype).name} {arr} not pre-built: run `python -m dxgemm warmup --config large` "
                     "or set DXGEMM_TEST_COMPILE=1")

@@ -86,14 +86,21 @@ def test_error_bound_rejects_other_splits():
         check(a, a, a, np.dtype(np.float32), split=2)
 
 
-def test_tf32_kernels_store_unrolled_and_float64_loops(monkeypatch):
-    from dxgemm.pipelines.config import pipeline_store
+def test_store_rule_follows_the_measurements(monkeypatch):
+    from dxgemm.epilogues._base import AlphaBeta, Chain, EpilogueContext
+    from dxgemm.pipelines.config import CONFIGS, pipeline_store
 
     monkeypatch.delenv("DXGEMM_PIPELINE_STORE", raising=False)
-    assert pipeline_store("tf32") == "unrolled"
-    assert pipeline_store("native") == "loop"
-    monkeypatch.setenv("DXGEMM_PIPELINE_STORE", "loop")
-    assert pipeline_store("tf32") == "loop"
+    ctx = EpilogueContext(8, 8, np.dtype(np.float32), adapt=None)
+    plain = Chain((AlphaBeta(1.0, 0.0),)).bind(ctx).key
+    small, large = TF32X3_CONFIGS["small"], TF32X3_CONFIGS["large"]
+    assert pipeline_store("tf32", small, plain) == "unrolled"  # 64 elements per thread, no epilogue
+    assert pipeline_store("tf32", large, plain) == "loop"  # 128 elements per thread
+    fused = ("chain", ("alphabeta", "no-c"), ("bias", "col", "float32"), ("gelu", "none", "float32"))
+    assert pipeline_store("tf32", small, fused) == "loop"  # a real epilogue
+    assert pipeline_store("native", CONFIGS[np.dtype(np.float64)]["large"], plain) == "loop"
+    monkeypatch.setenv("DXGEMM_PIPELINE_STORE", "unrolled")
+    assert pipeline_store("native", CONFIGS[np.dtype(np.float64)]["large"], fused) == "unrolled"
     monkeypatch.setenv("DXGEMM_PIPELINE_STORE", "sideways")
     with pytest.raises(ValueError, match="DXGEMM_PIPELINE_STORE"):
-        pipeline_store("tf32")
+        pipeline_store("tf32", small, plain)

@@ -162,22 +162,41 @@ def float32_method() -> str:
     return method
 
 
-def pipeline_store(operands: str = "native") -> str:
+def pipeline_store(operands: str = "native", config: "PipelineConfig | None" = None, epilogue_key: Any = None) -> str:
     """How a pipeline kernel stores its accumulator fragment (``_build.STORES``).
 
-    Measured on the H100 (``benchmarks/results/h100_pipeline_store_unrolled.log``, two
-    alternating runs): the unrolled store keeps the fragment out of local memory and made
-    the TF32 kernels 7-17 % faster (8192^2x512: 1.43 -> 1.19 ms; 4096^3: 1.97 -> 1.83 ms),
-    while the float64 kernel, whose K tail is unrolled with it, was slower at 8192^2x512
-    (2.14 -> 2.42 ms) and 4097^3.  So TF32 kernels store unrolled and float64 ones loop;
-    ``DXGEMM_PIPELINE_STORE`` overrides both.
+    Measured on the H100, unrolled against loop (``benchmarks/results/
+    h100_pipeline_store_unrolled.log`` and ``h100_fusion_store_unrolled.log``):
+
+    * TF32 128x128 (64 fragment elements per thread), plain GEMM: 7-17 % faster
+      (8192^2x512: 1.43 -> 1.19 ms; 4096^3: 1.97 -> 1.83 ms) — the fragment leaves local
+      memory;
+    * TF32 128x256 (128 elements per thread), plain: slower (4096^3: 1.66 -> 1.78 ms);
+    * any kernel with a real epilogue (bias | gelu): slower, up to 35 % (128 inlined
+      copies of the epilogue);
+    * float64, whose K tail is unrolled with it: slower at 8192^2x512 and 4097^3.
+
+    So a TF32 kernel with at most 64 fragment elements per thread and nothing but
+    alpha/beta in its epilogue stores unrolled; every other kernel loops.
+    ``DXGEMM_PIPELINE_STORE`` (``loop`` or ``unrolled``) overrides the rule.
     """
     import os
 
-    store = os.environ.get("DXGEMM_PIPELINE_STORE") or ("unrolled" if operands == "tf32" else "loop")
+    store = os.environ.get("DXGEMM_PIPELINE_STORE")
+    if store is None:
+        light = epilogue_key is None or _only_alpha_beta(epilogue_key)
+        small = config is None or config.tile_m * config.tile_n <= 64 * config.block_size
+        store = "unrolled" if operands == "tf32" and light and small else "loop"
     if store not in ("loop", "unrolled"):
         raise ValueError(f"DXGEMM_PIPELINE_STORE must be 'loop' or 'unrolled', got {store!r}")
     return store
+
+
+def _only_alpha_beta(epilogue_key: Any) -> bool:
+    """Whether an epilogue chain key holds no stage but alpha/beta (``("chain", ("alphabeta", ...)``)."""
+    if not isinstance(epilogue_key, (tuple, list)) or not epilogue_key or epilogue_key[0] != "chain":
+        return False
+    return all(isinstance(stage, (tuple, list)) and stage and stage[0] == "alphabeta" for stage in epilogue_key[1:])
 
 
 def configs_for(dtype: Any) -> dict[str, PipelineConfig]:

@@ -75,7 +75,7 @@ def get_entry(
 
     cache = cache or KernelCache()
     arg_types = _numba_type_text(epi_args)
-    store = pipeline_store(operands)
+    store = pipeline_store(operands, config, epilogue_key)
     fields = entry_fields(config, dtype, arrangement, epilogue_key, epi_arg_types=arg_types, cc=cc,
                           operands=operands, store=store)
 
@@ -114,7 +114,7 @@ def get_kernel(
 
     key = (config, np.dtype(dtype).name, tuple(arrangement), kwargs.get("epilogue_key", IDENTITY_EPILOGUE),
            _numba_type_text(kwargs.get("epi_args", ())), kwargs.get("operands", "native"),
-           _store(kwargs.get("operands", "native")), device)
+           _store(kwargs.get("operands", "native"), config, kwargs.get("epilogue_key", IDENTITY_EPILOGUE)), device)
     hit = _memo.get(key)
     if hit is not None:
         return hit
@@ -140,10 +140,10 @@ def get_kernel(
 _type_texts: dict[tuple, str] = {}
 
 
-def _store(operands: str) -> str:
+def _store(operands: str, config: PipelineConfig, epilogue_key: Hashable) -> str:
     from .config import pipeline_store
 
-    return pipeline_store(operands)
+    return pipeline_store(operands, config, epilogue_key)
 
 
 def _numba_type_text(epi_args: tuple) -> str:
