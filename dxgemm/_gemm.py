@@ -143,9 +143,9 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     if dt == np.float64 and m * n * k >= 2**31:
         return "pipeline"
     if dt == np.float32 and m * n * k >= 2**30:
-        from .pipelines.config import float32_method
+        from .pipelines.config import uses_tf32x3
 
-        if float32_method() == "tf32x3":
+        if uses_tf32x3(dt):
             return "pipeline"
     return "warptile"
 

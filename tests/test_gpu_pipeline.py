@@ -63,17 +63,11 @@ def _require_cached(dtype, arrangement):
     from dxgemm.pipelines.warmup import plain_epilogue
 
     bound = plain_epilogue(dtype)
-    arr = tuple("row_major" if x == "row" else "col_major" for x in arrangement)
-    operands = "native"
-    if _split(dtype) == 3:  # one K-major kernel serves every arrangement
-        from dxgemm.pipelines.tf32x3 import ARRANGEMENT as arr
+    from dxgemm.pipelines.tf32x3 import kernel_variant
 
-        operands = "tf32"
-    from dxgemm.pipelines.config import pipeline_store
-
+    arr, operands = kernel_variant(dtype, tuple("row_major" if x == "row" else "col_major" for x in arrangement))
     fields = entry_fields(configs_for(dtype)["large"], dtype, arr, bound.key,
-                          epi_arg_types=_numba_type_text(bound.args), operands=operands,
-                          store=pipeline_store(operands, configs_for(dtype)["large"], bound.key))
+                          epi_arg_types=_numba_type_text(bound.args), operands=operands)
     if not KernelCache().path(cache_key(fields)).exists():
         pytest.skip(f"{np.dtype(dtype).name} {arr} not pre-built: run `python -m dxgemm warmup --config large` "
                     "or set DXGEMM_TEST_COMPILE=1")
@@ -81,9 +75,9 @@ def _require_cached(dtype, arrangement):
 
 def _split(dtype) -> int:
     """3 when float32 runs the 3xTF32 method (its accuracy bound, dxgemm.testing), else 1."""
-    from dxgemm.pipelines.config import float32_method
+    from dxgemm.pipelines.config import uses_tf32x3
 
-    return 3 if np.dtype(dtype) == np.float32 and float32_method() == "tf32x3" else 1
+    return 3 if uses_tf32x3(dtype) else 1
 
 
 def _matrix(cp, rows, cols, dtype, order, seed):

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .config import PipelineConfig, float32_method, suggest
+from .config import PipelineConfig, suggest, uses_tf32x3
 
 __all__ = ["PipelineUnavailable", "availability", "run", "matrix_of"]
 
@@ -88,7 +88,7 @@ def run(op_a: Any, op_b: Any, op_d: Any, m: int, n: int, k: int, bound: Any, str
     dtype = np.dtype(op_a.dtype)
     cfg = config or suggest(m, n, k, dtype, device=device)
     a, b, d = matrix_of(op_a), matrix_of(op_b), matrix_of(op_d)
-    if dtype == np.dtype(np.float32) and float32_method() == "tf32x3":
+    if uses_tf32x3(dtype):
         from .tf32x3 import run as run_tf32x3
 
         return run_tf32x3(a, b, d, m, n, k, bound, stream, device, cfg)

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["PipelineConfig", "DeviceInfo", "CONFIGS", "TF32X3_CONFIGS", "FLOAT32_METHODS", "float32_method",
-           "configs_for", "H100", "suggest", "waves", "wave_efficiency", "use_config",
+           "uses_tf32x3", "pipeline_store", "configs_for", "H100", "suggest", "waves", "wave_efficiency", "use_config",
            "parse_config"]
 
 
@@ -153,7 +153,7 @@ pipeline)."""
 
 
 def float32_method() -> str:
-    """The float32 method in effect: ``DXGEMM_FLOAT32_PIPELINE`` (one of :data:`FLOAT32_METHODS`), default ``"tf32x3"``."""
+    """The float32 method in effect: ``DXGEMM_FLOAT32_PIPELINE`` (:data:`FLOAT32_METHODS`), default ``"tf32x3"``."""
     import os
 
     method = os.environ.get("DXGEMM_FLOAT32_PIPELINE", "tf32x3")
@@ -199,12 +199,17 @@ def _only_alpha_beta(epilogue_key: Any) -> bool:
     return all(isinstance(stage, (tuple, list)) and stage and stage[0] == "alphabeta" for stage in epilogue_key[1:])
 
 
+def uses_tf32x3(dtype: Any) -> bool:
+    """Whether a pipeline GEMM in ``dtype`` runs the 3xTF32 split (float32 under the ``"tf32x3"`` method)."""
+    return np.dtype(dtype) == _F32 and float32_method() == "tf32x3"
+
+
 def configs_for(dtype: Any) -> dict[str, PipelineConfig]:
     """The fixed set :func:`suggest` chooses from for ``dtype`` under the float32 method in effect."""
     dt = np.dtype(dtype)
     if dt not in CONFIGS:
         raise TypeError(f"pipeline GEMM supports float32 and float64, not {dt}")
-    if dt == _F32 and float32_method() == "tf32x3":
+    if uses_tf32x3(dt):
         return TF32X3_CONFIGS
     return CONFIGS[dt]
 

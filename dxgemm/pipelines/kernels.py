@@ -14,7 +14,7 @@ from typing import Any, Callable, Hashable
 import numpy as np
 
 from .cache import CacheEntry, KernelCache, key_fields
-from .config import PipelineConfig
+from .config import PipelineConfig, pipeline_store
 
 __all__ = ["IDENTITY_EPILOGUE", "entry_fields", "get_entry", "get_kernel", "compile_count"]
 
@@ -40,9 +40,11 @@ def entry_fields(
     epi_arg_types: str = "()",
     cc: tuple[int, int] = (9, 0),
     operands: str = "native",
-    store: str = "loop",
 ) -> dict:
-    """The cache-key fields of one kernel.  ``epi_arg_types``: the Numba type of the epilogue's arguments, as text."""
+    """The cache-key fields of one kernel.  ``epi_arg_types``: the Numba type of the epilogue's arguments, as text.
+
+    How the kernel stores its fragment follows from the rest (:func:`.config.pipeline_store`).
+    """
     return key_fields(
         cc=cc,
         config=config,
@@ -50,7 +52,7 @@ def entry_fields(
         arrangement=tuple(arrangement)[:2],
         epilogue_key=(epilogue_key, epi_arg_types),
         operands=operands,
-        store=store,
+        store=pipeline_store(operands, config, epilogue_key),
     )
 
 
@@ -71,13 +73,11 @@ def get_entry(
 
     ``operands="tf32"``: a float32 kernel whose tensor cores read A and B as TF32 (the
     building block of :mod:`.tf32x3`)."""
-    from .config import pipeline_store
-
     cache = cache or KernelCache()
     arg_types = _numba_type_text(epi_args)
-    store = pipeline_store(operands, config, epilogue_key)
     fields = entry_fields(config, dtype, arrangement, epilogue_key, epi_arg_types=arg_types, cc=cc,
-                          operands=operands, store=store)
+                          operands=operands)
+    store = fields.get("store", "loop")
 
     def build():
         global _compiles
@@ -114,7 +114,8 @@ def get_kernel(
 
     key = (config, np.dtype(dtype).name, tuple(arrangement), kwargs.get("epilogue_key", IDENTITY_EPILOGUE),
            _numba_type_text(kwargs.get("epi_args", ())), kwargs.get("operands", "native"),
-           _store(kwargs.get("operands", "native"), config, kwargs.get("epilogue_key", IDENTITY_EPILOGUE)), device)
+           pipeline_store(kwargs.get("operands", "native"), config, kwargs.get("epilogue_key", IDENTITY_EPILOGUE)),
+           device)
     hit = _memo.get(key)
     if hit is not None:
         return hit
@@ -138,12 +139,6 @@ def get_kernel(
 
 
 _type_texts: dict[tuple, str] = {}
-
-
-def _store(operands: str, config: PipelineConfig, epilogue_key: Hashable) -> str:
-    from .config import pipeline_store
-
-    return pipeline_store(operands, config, epilogue_key)
 
 
 def _numba_type_text(epi_args: tuple) -> str:

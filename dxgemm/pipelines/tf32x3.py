@@ -49,10 +49,21 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["split_extent", "split_operands", "run", "ARRANGEMENT", "SPLIT_SOURCE"]
+__all__ = ["split_extent", "split_operands", "run", "kernel_variant", "ARRANGEMENT", "SPLIT_SOURCE"]
 
 ARRANGEMENT = ("row_major", "col_major")
 """A3 and B3 are K-major whatever the user's layouts: one kernel per configuration and epilogue."""
+
+
+def kernel_variant(dtype: Any, arrangement: tuple[str, str]) -> tuple[tuple[str, str], str]:
+    """``(arrangement, operands)`` of the kernel a ``dtype`` GEMM with A/B in ``arrangement`` runs.
+
+    Under 3xTF32 that is always :data:`ARRANGEMENT` with TF32 operands; otherwise the
+    operands' own arrangement, read natively.
+    """
+    from .config import uses_tf32x3
+
+    return (ARRANGEMENT, "tf32") if uses_tf32x3(dtype) else (tuple(arrangement)[:2], "native")
 
 _TILE = 32  # the split kernel's square tile (threads: 32 x 8)
 
@@ -190,8 +201,9 @@ def run(a: Any, b: Any, d: Any, m: int, n: int, k: int, bound: Any, stream: Any,
     from ._launch import Matrix
     from .kernels import get_kernel
 
+    arrangement, operands = kernel_variant(np.float32, ARRANGEMENT)
     kernel = get_kernel(
-        config, np.float32, ARRANGEMENT, device=device, operands="tf32",
+        config, np.float32, arrangement, device=device, operands=operands,
         epilogue_key=bound.key, make_epilogue=bound.make, epi_args=bound.args,
     )
     handle = int(getattr(stream, "handle", stream))

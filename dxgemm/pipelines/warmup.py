@@ -21,7 +21,8 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from .config import CONFIGS, float32_method, parse_config
+from .config import CONFIGS, parse_config
+from .tf32x3 import kernel_variant
 
 __all__ = ["warmup", "plain_epilogue", "ARRANGEMENT_PAIRS"]
 
@@ -77,13 +78,10 @@ def warmup(
         dt = np.dtype(dtype)
         if dt not in CONFIGS:
             raise TypeError(f"dtypes: pipeline GEMM supports float32 and float64, not {dt}")
-        split = dt == np.dtype(np.float32) and float32_method() == "tf32x3"
-        if split:
-            from .tf32x3 import ARRANGEMENT
-
+        variants = dict.fromkeys(kernel_variant(dt, arrangement) for arrangement in arrangements)
         for config in dict.fromkeys(parse_config(name, dt) for name in configs):
-            for arrangement in ((ARRANGEMENT,) if split else arrangements):
-                todo.append((config, dt.name, tuple(arrangement), cache_root, workers, "tf32" if split else "native"))
+            for arrangement, operands in variants:
+                todo.append((config, dt.name, arrangement, cache_root, workers, operands))
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     bar = None
