@@ -104,3 +104,57 @@ def test_store_rule_follows_the_measurements(monkeypatch):
     monkeypatch.setenv("DXGEMM_PIPELINE_STORE", "sideways")
     with pytest.raises(ValueError, match="DXGEMM_PIPELINE_STORE"):
         pipeline_store("tf32", small, plain)
+
+
+def test_dispatch_routes_float32_through_the_split_and_float64_straight(monkeypatch):
+    """``_dispatch.run`` on the CPU with the GPU pieces replaced: which kernel, which operands, which K."""
+    from types import SimpleNamespace
+
+    from dxgemm.pipelines import _dispatch, kernels, tf32x3
+
+    calls = []
+
+    class FakeKernel:
+        tile_k, depth = 32, 3
+
+        def __call__(self, stream, a, b, d, m, n, k, epi_args):
+            calls.append(("launch", a, b, m, n, k))
+            return "plan"
+
+    def fake_get_kernel(config, dtype, arrangement, **kwargs):
+        calls.append(("kernel", np.dtype(dtype).name, tuple(arrangement), kwargs["operands"]))
+        return FakeKernel()
+
+    def fake_split(a, b, m, n, k, k3, device, stream):
+        calls.append(("split", m, n, k, k3))
+        return (SimpleNamespace(data=SimpleNamespace(ptr=1 << 20)), SimpleNamespace(data=SimpleNamespace(ptr=2 << 20)))
+
+    monkeypatch.delenv("DXGEMM_FLOAT32_PIPELINE", raising=False)
+    monkeypatch.setattr(_dispatch, "availability", lambda device: None)
+    monkeypatch.setattr(kernels, "get_kernel", fake_get_kernel)
+    monkeypatch.setattr(tf32x3, "split_operands", fake_split)
+
+    def operand(dtype, rows, cols, layout):
+        ld = cols if layout == "row" else rows
+        return SimpleNamespace(dtype=np.dtype(dtype), shape=(rows, cols), layout=SimpleNamespace(value=layout),
+                               ptr=4096, ld=ld)
+
+    bound = SimpleNamespace(key=("chain", ("alphabeta", "no-c")), make=None, args=())
+    m, n, k = 100, 70, 50
+    plan = _dispatch.run(operand(np.float32, m, k, "col"), operand(np.float32, k, n, "row"),
+                         operand(np.float32, m, n, "row"), m, n, k, bound, 0, 0,
+                         config=TF32X3_CONFIGS["large"])  # suggest would ask the driver
+    k3 = split_extent(k, 32, 3)
+    assert plan == "plan"
+    assert calls[0] == ("kernel", "float32", ("row_major", "col_major"), "tf32")
+    assert calls[1] == ("split", m, n, k, k3)
+    _, a3, b3, lm, ln, lk = calls[2]
+    assert (lm, ln, lk) == (m, n, k3)
+    assert (a3.rows, a3.cols, a3.arrangement, b3.rows, b3.cols, b3.arrangement) == (
+        m, k3, "row_major", k3, n, "col_major")
+
+    calls.clear()
+    _dispatch.run(operand(np.float64, m, k, "col"), operand(np.float64, k, n, "row"),
+                  operand(np.float64, m, n, "row"), m, n, k, bound, 0, 0, config=TF32X3_CONFIGS["large"])
+    assert calls[0] == ("kernel", "float64", ("col_major", "row_major"), "native")
+    assert calls[1][0] == "launch" and calls[1][3:] == (m, n, k)

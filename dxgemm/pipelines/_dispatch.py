@@ -30,7 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from .config import PipelineConfig, suggest, uses_tf32x3
+from .config import PipelineConfig, suggest
+from .tf32x3 import kernel_variant
+from .tf32x3 import run as run_tf32x3
 
 __all__ = ["PipelineUnavailable", "availability", "run", "matrix_of"]
 
@@ -88,12 +90,11 @@ def run(op_a: Any, op_b: Any, op_d: Any, m: int, n: int, k: int, bound: Any, str
     dtype = np.dtype(op_a.dtype)
     cfg = config or suggest(m, n, k, dtype, device=device)
     a, b, d = matrix_of(op_a), matrix_of(op_b), matrix_of(op_d)
-    if uses_tf32x3(dtype):
-        from .tf32x3 import run as run_tf32x3
-
-        return run_tf32x3(a, b, d, m, n, k, bound, stream, device, cfg)
+    arrangement, operands = kernel_variant(dtype, (a.arrangement, b.arrangement))
     kernel = get_kernel(
-        cfg, dtype, (a.arrangement, b.arrangement), device=device,
+        cfg, dtype, arrangement, device=device, operands=operands,
         epilogue_key=bound.key, make_epilogue=bound.make, epi_args=bound.args,
     )
+    if operands == "tf32":
+        return run_tf32x3(kernel, a, b, d, m, n, k, bound.args, stream, device)
     return kernel(stream, a, b, d, m, n, k, bound.args)

@@ -157,11 +157,13 @@ def split_extent(k: int, tile_k: int, depth: int) -> int:
 
 
 def _split(src_ptr: int, s_r: int, s_k: int, rows: int, k: int, k3: int, lo_segment: int, device: int,
-           stream: Any) -> Any:
+           stream: Any, out: Any = None) -> Any:
+    """Split ``rows`` source rows (element ``(r, kk)`` at ``src_ptr + 4 (r s_r + kk s_k)``) into ``out`` (rows x k3)."""
     import cupy
 
     split, zero_tail = _kernels(device)
-    out = cupy.empty((rows, k3), dtype=np.float32)
+    if out is None:
+        out = cupy.empty((rows, k3), dtype=np.float32)
     grid = (-(-k // _TILE), -(-rows // _TILE))
     split(grid, (_TILE, 8), (np.uint64(src_ptr), np.int64(s_r), np.int64(s_k), np.int64(rows), np.int64(k),
                              out, np.int64(k3), np.int32(lo_segment)), stream=stream)
@@ -191,26 +193,21 @@ def split_operands(a: Any, b: Any, m: int, n: int, k: int, k3: int, device: int,
     return a3, b3
 
 
-def run(a: Any, b: Any, d: Any, m: int, n: int, k: int, bound: Any, stream: Any, device: int, config: Any):
-    """``D = bound_epilogue(A @ B)`` for float32 through the split and the TF32 pipeline.
+def run(kernel: Any, a: Any, b: Any, d: Any, m: int, n: int, k: int, epi_args: tuple, stream: Any, device: int):
+    """``D = epilogue(A @ B)`` for float32: split A and B, then run the TF32 ``kernel`` on them.
 
-    ``a``, ``b``, ``d``: :class:`._launch.Matrix` views; ``bound``: the bound epilogue
-    chain; ``config``: the TF32 configuration (:data:`.config.TF32X3_CONFIGS`).  Returns
-    the launch :class:`._launch.Plan`.
+    ``kernel``: the loaded TF32 pipeline kernel (:func:`kernel_variant` names its
+    arrangement and operands); ``a``, ``b``, ``d``: :class:`._launch.Matrix` views of the
+    float32 operands; ``epi_args``: the bound epilogue's run-time arguments.  Returns the
+    launch :class:`._launch.Plan`.
     """
     from ._launch import Matrix
-    from .kernels import get_kernel
 
-    arrangement, operands = kernel_variant(np.float32, ARRANGEMENT)
-    kernel = get_kernel(
-        config, np.float32, arrangement, device=device, operands=operands,
-        epilogue_key=bound.key, make_epilogue=bound.make, epi_args=bound.args,
-    )
     handle = int(getattr(stream, "handle", stream))
-    k3 = split_extent(k, config.tile_k, config.depth)
+    k3 = split_extent(k, kernel.tile_k, kernel.depth)
     a3, b3 = split_operands(a, b, m, n, k, k3, device, handle)
     a3_view = Matrix(int(a3.data.ptr), m, k3, k3, "row_major", 4)
     b3_view = Matrix(int(b3.data.ptr), k3, n, k3, "col_major", 4)
     # a3/b3 go back to CuPy's pool for this stream when they die: later work on the
     # stream is ordered after the GEMM that reads them
-    return kernel(stream, a3_view, b3_view, d, m, n, k3, bound.args)
+    return kernel(stream, a3_view, b3_view, d, m, n, k3, epi_args)
