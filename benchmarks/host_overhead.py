@@ -6,27 +6,52 @@ kernel.  Run on the GPU host with the kernels cached::
 
     . .whl/activate.sh && python benchmarks/host_overhead.py
 """
-import cProfile, pstats, time, sys, io
-import cupy as cp, numpy as np
-import dxgemm
-from dxgemm import epilogues as E
-m = n = 4096; k = 256
+
+from __future__ import annotations
+
+import cProfile
+import io
+import pstats
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import cupy as cp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import dxgemm  # noqa: E402
+from dxgemm import epilogues as E  # noqa: E402
+
+CALLS = 50
+m = n = 4096
+k = 256
 rng = cp.random.default_rng(0)
-a = rng.standard_normal((m, k), dtype=np.float32); b = rng.standard_normal((k, n), dtype=np.float32)
-v = rng.standard_normal(n, dtype=np.float32); d = cp.empty((m, n), np.float32)
+a = rng.standard_normal((m, k), dtype=np.float32)
+b = rng.standard_normal((k, n), dtype=np.float32)
+v = rng.standard_normal(n, dtype=np.float32)
+d = cp.empty((m, n), np.float32)
 for label, epi in (("none", None), ("bias|gelu", E.bias(v) | E.gelu())):
-    for _ in range(3):
+    def call():
         dxgemm.gemm(a, b, d, epilogue=epi, backend="pipeline")
+
+    for _ in range(3):
+        call()
     cp.cuda.Device().synchronize()
     t = time.perf_counter()
-    for _ in range(50):
-        dxgemm.gemm(a, b, d, epilogue=epi, backend="pipeline")
-    host = (time.perf_counter() - t) / 50
+    for _ in range(CALLS):
+        call()
+    host = (time.perf_counter() - t) / CALLS
     cp.cuda.Device().synchronize()
-    wall = (time.perf_counter() - t) / 50
-    print(f"{label}: host {host*1e3:.3f} ms/call, wall {wall*1e3:.3f} ms/call", flush=True)
-    pr = cProfile.Profile(); pr.enable()
-    for _ in range(50):
-        dxgemm.gemm(a, b, d, epilogue=epi, backend="pipeline")
-    pr.disable(); cp.cuda.Device().synchronize()
-    s = io.StringIO(); pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(18); print(s.getvalue()[:6000])
+    wall = (time.perf_counter() - t) / CALLS
+    print(f"{label}: host {host * 1e3:.3f} ms/call, wall {wall * 1e3:.3f} ms/call", flush=True)
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(CALLS):
+        call()
+    profile.disable()
+    cp.cuda.Device().synchronize()
+    text = io.StringIO()
+    pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(18)
+    print(text.getvalue()[:6000])
