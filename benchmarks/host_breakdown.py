@@ -22,7 +22,7 @@ import cupy as cp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import dxgemm  # noqa: E402
-from dxgemm import _gemm  # noqa: E402
+from dxgemm import _calls, _gemm  # noqa: E402
 from dxgemm._arrays import as_operand  # noqa: E402
 from dxgemm._streams import stream_handle  # noqa: E402
 from dxgemm.epilogues import bias, gelu  # noqa: E402
@@ -54,7 +54,13 @@ def pieces(dtype, m: int, n: int, k: int, epilogue) -> None:
     d = cp.empty((m, n), dtype)
     label = f"{np.dtype(dtype).name} {m}x{n}x{k} {'bias|gelu' if epilogue is not None else 'none'}"
     rows = {"cupy matmul (cuBLAS)": host_us(lambda: cp.matmul(a, b, out=d))}
-    rows["dxgemm.gemm, pipeline"] = host_us(lambda: dxgemm.gemm(a, b, d, epilogue=epilogue, backend="pipeline"))
+    rows["dxgemm.gemm, pipeline (repeat call)"] = host_us(
+        lambda: dxgemm.gemm(a, b, d, epilogue=epilogue, backend="pipeline"))
+    rows["dxgemm.gemm, pipeline (repeat, new output)"] = host_us(
+        lambda: dxgemm.gemm(a, b, epilogue=epilogue, backend="pipeline"))
+    rows["dxgemm.gemm, pipeline (first call of a signature)"] = host_us(
+        lambda: (_calls.clear(), dxgemm.gemm(a, b, d, epilogue=epilogue, backend="pipeline")))
+    rows["  _calls.signature"] = host_us(lambda: _calls.signature(a, b, d, 1.0, 0.0, epilogue, "pipeline"))
     rows["  as_operand x3"] = host_us(lambda: (as_operand(a, "a"), as_operand(b, "b"), as_operand(d, "c", output=True)))
     op_a, op_b, op_d = as_operand(a, "a"), as_operand(b, "b"), as_operand(d, "c", output=True)
     device = 0
@@ -84,7 +90,7 @@ def pieces(dtype, m: int, n: int, k: int, epilogue) -> None:
     rows["    get_kernel (memo hit)"] = host_us(kernel_lookup)
     kernel = kernel_lookup()
     a_m, b_m, d_m = mats
-    stream = kernel._stream(handle)
+    stream = kernel._stream(handle)[0]
     if operands == "tf32":
         k3 = tf32x3.split_extent(k, kernel.tile_k, kernel.depth)
         rows["    split_operands (2-3 launches)"] = host_us(
@@ -95,27 +101,24 @@ def pieces(dtype, m: int, n: int, k: int, epilogue) -> None:
         kk = k3
     else:
         kk = k
-    rows["    PipelineKernel.__call__ (init + GEMM)"] = host_us(lambda: kernel(stream, a_m, b_m, d_m, m, n, kk, bound.args))
+    rows["    PipelineKernel.__call__ (init + GEMM)"] = host_us(lambda: kernel(handle, a_m, b_m, d_m, m, n, kk, bound.args))
     p = _launch.plan(m, n, kk, (kernel.tile_m, kernel.tile_n, kernel.tile_k), kernel.depth, a_m.aligned(), b_m.aligned())
     rows["      plan"] = host_us(lambda: _launch.plan(m, n, kk, (kernel.tile_m, kernel.tile_n, kernel.tile_k),
                                                       kernel.depth, a_m.aligned(), b_m.aligned()))
-    storage = kernel._storage(int(stream.handle), stream)
+    storage = kernel._storage(handle, stream)
     d_rs, d_cs = d_m.strides
     values = (d_m.vector_slots(), d_rs, d_cs, m, n, kk, p.k_tail_start, a_m.vector_slots(), *a_m.strides,
-              b_m.vector_slots(), *b_m.strides, p.mb_main, p.nb_main, bound.args, storage, storage + 1024,
-              storage + 2048, storage + 3072)
-    rows["      flatten GEMM args"] = host_us(lambda: _launch.flatten(values, kernel.meta["gemm_params"]))
-    from cuda.core import LaunchConfig, launch
-
+              b_m.vector_slots(), *b_m.strides, p.mb_main, p.nb_main, bound.args,
+              *(storage + i * kernel._storage_stride for i in range(4)))
+    rows["      flatten GEMM args (generic)"] = host_us(lambda: _launch.flatten(values, kernel.meta["gemm_params"]))
     gemm_args = _launch.flatten(values, kernel.meta["gemm_params"])
-    cfg_launch = LaunchConfig(grid=p.grid, block=kernel.block, shmem_size=int(kernel.meta["dynamic_smem"]))
-    rows["      LaunchConfig"] = host_us(
-        lambda: LaunchConfig(grid=p.grid, block=kernel.block, shmem_size=int(kernel.meta["dynamic_smem"])))
-    init_args = _launch.flatten((storage, 1024, a_m.ptr, m, p.k_main, a_m.ld, a_m.ptr, kernel.tile_m, a_m.ld, b_m.ptr,
-                                 p.k_main, n, b_m.ld, b_m.ptr, kernel.tile_n, b_m.ld), kernel.meta["init_params"])
-    rows["      cuda.core launch, init kernel"] = host_us(lambda: launch(stream, kernel._init_config, kernel._init, *init_args))
-    rows[f"      cuda.core launch, GEMM ({len(gemm_args)} args; no init: results not meaningful)"] = host_us(
-        lambda: launch(stream, cfg_launch, kernel._gemm, *gemm_args), calls=20)
+    cu_stream = kernel._stream(handle)[1]
+    init_args = (storage, kernel._storage_stride, a_m.ptr, m, p.k_main, a_m.ld, a_m.ptr, kernel.tile_m, a_m.ld, b_m.ptr,
+                 p.k_main, n, b_m.ld, b_m.ptr, kernel.tile_n, b_m.ld)
+    rows["      packed launch, init kernel"] = host_us(
+        lambda: kernel._launch_init(cu_stream, kernel._init_grid, kernel._init_block, 0, init_args))
+    rows[f"      packed launch, GEMM ({len(gemm_args)} args)"] = host_us(
+        lambda: kernel._launch_gemm(cu_stream, p.grid, kernel.block, kernel._smem, gemm_args), calls=20)
     print(f"== {label}: host microseconds per call (median of 3 loops of {CALLS})", flush=True)
     for name, us in rows.items():
         print(f"  {name:<70} {us:8.1f}")

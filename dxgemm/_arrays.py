@@ -15,6 +15,7 @@ contiguous buffer; such an *output* is refused.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,30 @@ ACCEPTED = (
     "CuPy arrays, PyTorch CUDA tensors, Numba device arrays, or any object with "
     "__cuda_array_interface__ or a CUDA DLPack capsule"
 )
+
+
+def cupy_ndarray_type() -> type | None:
+    """``cupy.ndarray`` when CuPy has been imported (by anyone), else None; imports nothing."""
+    cupy = sys.modules.get("cupy")
+    return getattr(cupy, "ndarray", None)
+
+
+def matrix_signature(obj: Any) -> tuple | None:
+    """What validating ``obj`` as a matrix depends on besides its address, for a CuPy array.
+
+    ``(shape, strides, dtype, device)``, read from attributes (no ``__cuda_array_interface__``
+    dict): the layout, leading dimension, dtype and device checks of :func:`as_operand`
+    follow from it.  None for every other type (those calls are validated in full).
+    """
+    if type(obj) is not cupy_ndarray_type():
+        return None
+    return (obj.shape, obj.strides, obj.dtype, obj.device.id)
+
+
+def array_signature(obj: Any) -> tuple | None:
+    """:func:`matrix_signature` plus the address: an epilogue array bound by its location."""
+    sig = matrix_signature(obj)
+    return None if sig is None else sig + (obj.data.ptr,)
 
 
 def _library_of(obj: Any) -> str:

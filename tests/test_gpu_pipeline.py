@@ -166,11 +166,50 @@ def test_new_sizes_compile_nothing(cp):
     assert kernels.compile_count() == before
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_repeat_calls_take_the_kept_path_with_new_arrays_and_values(cp, dtype):
+    """Same signature, new addresses, scalars, bias values and outputs: results stay right (dxgemm._calls)."""
+    from dxgemm import _calls
+    from dxgemm import epilogues as E
+    from dxgemm.epilogues.reference import check
+
+    _require_cached(dtype, ("row", "row"))
+    m, n, k = 1000, 777, 513
+    v = cp.empty(n, dtype)
+    for with_epilogue in (False, True):
+        for seed in range(3):
+            a = _matrix(cp, m, k, dtype, "row", 20 + seed)
+            b = _matrix(cp, k, n, dtype, "row", 30 + seed)
+            c = _matrix(cp, m, n, dtype, "row", 40 + seed)
+            v[...] = cp.random.default_rng(seed).standard_normal(n).astype(dtype)  # new values, same vector
+            epilogue = E.bias(v) | E.gelu() if with_epilogue else None
+            alpha, beta = 1.0 + seed, (-1.5 if with_epilogue and seed else 0.0)
+            c0 = c.astype(np.float64)
+            key = _calls.signature(a, b, c, alpha, beta, epilogue, "pipeline")
+            kept = _calls.lookup(key) is not None
+            dxgemm.gemm(a, b, c, alpha=alpha, beta=beta, epilogue=epilogue, backend="pipeline")
+            assert _calls.lookup(key) is not None
+            assert kept == (seed == 2 or (seed == 1 and not with_epilogue))
+            worst = check(c, epilogue, a.astype(np.float64), b.astype(np.float64), np.dtype(dtype), alpha=alpha,
+                          beta=beta, c=c0)
+            assert worst <= 1.0, f"seed {seed}, epilogue {with_epilogue}: error {worst:.3g} x the bound"
+        d = dxgemm.gemm(a, b, epilogue=epilogue, backend="pipeline")  # a new output on every call
+        d2 = dxgemm.gemm(a, b, epilogue=epilogue, backend="pipeline")
+        assert d2.data.ptr != d.data.ptr and bool(cp.all(d == d2))
+    big, other = (_matrix(cp, m, k + n, dtype, "row", s) for s in (50, 51))
+    dxgemm.gemm(big[:, :k], b, other[:, k:], backend="pipeline")  # kept: same shapes and strides as below
+    with pytest.raises(ValueError, match="c overlaps a"):  # the kept path re-checks addresses
+        dxgemm.gemm(big[:, :k], b, big[:, k - 1:k - 1 + n], backend="pipeline")
+
+
 def test_auto_falls_back_and_pipeline_refuses_clearly(cp, monkeypatch):
     from dxgemm.pipelines import _dispatch
 
+    from dxgemm import _calls
+
     a = _matrix(cp, 64, 64, np.float64, "row", 11)
     monkeypatch.setattr(_dispatch, "availability", lambda device: "pretend this is not an H100")
+    _calls.clear()  # a kept call would not ask again (availability does not change in a real process)
     d = dxgemm.gemm(a, a, backend="auto")  # falls back to warptile
     assert_close(d, a, a, np.dtype(np.float64))
     with pytest.raises(ValueError, match="backend='pipeline'.*pretend"):

@@ -92,6 +92,24 @@ class Epilogue(abc.ABC):
         """The single stages this epilogue applies, in order."""
         return (self,)
 
+    def call_signature(self) -> Hashable | None:
+        """Everything :meth:`bind` reads from this stage, as a hashable value; None if it cannot say.
+
+        Two stages with equal signatures bind to the same key and the same run-time
+        arguments for the same problem, so ``dxgemm.gemm`` may reuse a previous binding
+        (:mod:`dxgemm._calls`).  The default covers stages whose attributes are plain
+        scalars, strings, tuples/dicts of them and CuPy arrays (by address, shape,
+        strides, dtype and device); anything else answers None, and the call is bound
+        afresh.
+        """
+        parts = []
+        for name, value in vars(self).items():
+            atom = signature_atom(value)
+            if atom is None:
+                return None
+            parts.append((name, atom))
+        return (type(self), tuple(parts))
+
     @property
     def name(self) -> str:
         """Short name used in benchmark records (``"bias|gelu"``)."""
@@ -153,6 +171,27 @@ class Chain(Epilogue):
         return BoundEpilogue(key, args, lambda: compose([make() for make in makers]), reads, writes)
 
 
+_PLAIN_TYPES = (int, float, bool, str, type(None))
+
+
+def signature_atom(value: Any) -> Hashable | None:
+    """A hashable stand-in for one attribute of a stage (see :meth:`Epilogue.call_signature`)."""
+    kind = type(value)
+    if kind is float:
+        return (kind, value.hex())  # exact: -0.0 and 0.0 differ, NaN equals NaN
+    if kind in _PLAIN_TYPES:
+        return (kind, value)
+    if isinstance(value, np.generic):
+        return (kind, value.tobytes())
+    if kind is tuple or kind is dict:
+        items = value.items() if kind is dict else enumerate(value)
+        parts = tuple((k, signature_atom(v)) for k, v in items)
+        return None if any(p[1] is None for p in parts) else (kind, parts)
+    from .._arrays import array_signature
+
+    return array_signature(value)
+
+
 def _span_of(operand: Any) -> Span:
     lo, hi = operand.nbytes_span
     return Span(operand.name, lo, hi)
@@ -160,9 +199,17 @@ def _span_of(operand: Any) -> Span:
 
 def _check_races(ctx: EpilogueContext, bound: list[BoundEpilogue]) -> None:
     """Refuse an array a stage writes that shares memory with anything else the kernel touches."""
-    output = [_span_of(ctx.output)] if ctx.output is not None else []
-    reads = [_span_of(op) for op in ctx.inputs] + [r for b in bound for r in b.reads]
-    writes = [w for b in bound for w in b.writes]
+    output = _span_of(ctx.output) if ctx.output is not None else None
+    check_spans([_span_of(op) for op in ctx.inputs], output,
+                [r for b in bound for r in b.reads], [w for b in bound for w in b.writes])
+
+
+def check_spans(inputs: list[Span], output: Span | None, reads: list[Span], writes: list[Span]) -> None:
+    """The race rule of :func:`_check_races` on byte ranges: the GEMM's inputs and output,
+    and what the epilogue stages read and write."""
+    output = [output] if output is not None else []
+    reads = list(inputs) + list(reads)
+    writes = list(writes)
     for i, w in enumerate(writes):
         for other in reads + output + writes[:i]:
             if w.overlaps(other):
@@ -170,7 +217,7 @@ def _check_races(ctx: EpilogueContext, bound: list[BoundEpilogue]) -> None:
                     f"{w.name} overlaps {other.name} in memory; an array an epilogue writes must not share "
                     "memory with the GEMM's operands or with another epilogue array"
                 )
-    for r in reads[len(ctx.inputs):]:
+    for r in reads[len(inputs):]:
         for other in output:
             if r.overlaps(other):
                 raise ValueError(f"{r.name} overlaps the output {other.name} in memory; the kernel would read it "

@@ -34,7 +34,7 @@ from .config import PipelineConfig, suggest
 from .tf32x3 import kernel_variant
 from .tf32x3 import run as run_tf32x3
 
-__all__ = ["PipelineUnavailable", "availability", "run", "matrix_of"]
+__all__ = ["PipelineUnavailable", "PipelineCall", "availability", "prepare", "run", "matrix_of"]
 
 
 class PipelineUnavailable(RuntimeError):
@@ -74,27 +74,56 @@ def matrix_of(op: Any):
     return Matrix(int(op.ptr), int(rows), int(cols), int(op.ld), arrangement, int(op.dtype.itemsize))
 
 
-def run(op_a: Any, op_b: Any, op_d: Any, m: int, n: int, k: int, bound: Any, stream: int, device: int,
-        *, config: PipelineConfig | None = None):
-    """Run ``D = bound_epilogue(A @ B)`` through the pipeline; returns the launch :class:`~._launch.Plan`.
+class PipelineCall:
+    """What a pipeline call decided before launching: the loaded kernel and how to feed it.
 
-    ``bound`` is the bound epilogue chain (alpha/beta first); its key and the Numba type
-    of its arguments select the compiled kernel.  Raises :class:`PipelineUnavailable`
-    when the pipeline cannot run here (module docstring).
+    Depends only on the problem's structure (dtype, shape, arrangements, epilogue
+    structure and argument types), never on addresses, so ``dxgemm.gemm`` keeps one per
+    call signature and a repeated call goes straight to :meth:`__call__`.
+    """
+
+    __slots__ = ("kernel", "tf32x3", "device")
+
+    def __init__(self, kernel: Any, tf32x3: bool, device: int):
+        self.kernel, self.tf32x3, self.device = kernel, tf32x3, device
+
+    def __call__(self, a: Any, b: Any, d: Any, m: int, n: int, k: int, epi_args: tuple | list, stream: int):
+        """Launch on ``stream`` for :class:`~._launch.Matrix` views ``a``, ``b``, ``d``; returns the Plan."""
+        if self.tf32x3:
+            return run_tf32x3(self.kernel, a, b, d, m, n, k, epi_args, stream, self.device)
+        return self.kernel(stream, a, b, d, m, n, k, epi_args)
+
+
+def prepare(dtype: Any, arrangements: tuple[str, str], m: int, n: int, k: int, bound: Any, device: int,
+            *, config: PipelineConfig | None = None) -> PipelineCall:
+    """Choose the configuration and kernel variant for this problem and load the kernel.
+
+    ``arrangements``: A's and B's (``"row_major"``/``"col_major"``); ``bound``: the bound
+    epilogue chain (alpha/beta first), whose key and argument types select the kernel.
+    Raises :class:`PipelineUnavailable` when the pipeline cannot run here (module docstring).
     """
     from .kernels import get_kernel
 
     reason = availability(device)
     if reason is not None:
         raise PipelineUnavailable(f"the pipeline backend cannot run: {reason}")
-    dtype = np.dtype(op_a.dtype)
+    dtype = np.dtype(dtype)
     cfg = config or suggest(m, n, k, dtype, device=device)
-    a, b, d = matrix_of(op_a), matrix_of(op_b), matrix_of(op_d)
-    arrangement, operands = kernel_variant(dtype, (a.arrangement, b.arrangement))
+    arrangement, operands = kernel_variant(dtype, arrangements)
     kernel = get_kernel(
         cfg, dtype, arrangement, device=device, operands=operands,
         epilogue_key=bound.key, make_epilogue=bound.make, epi_args=bound.args,
     )
-    if operands == "tf32":
-        return run_tf32x3(kernel, a, b, d, m, n, k, bound.args, stream, device)
-    return kernel(stream, a, b, d, m, n, k, bound.args)
+    return PipelineCall(kernel, operands == "tf32", device)
+
+
+def run(op_a: Any, op_b: Any, op_d: Any, m: int, n: int, k: int, bound: Any, stream: int, device: int,
+        *, config: PipelineConfig | None = None):
+    """Run ``D = bound_epilogue(A @ B)`` through the pipeline; returns the launch :class:`~._launch.Plan`.
+
+    ``bound`` is the bound epilogue chain (alpha/beta first).  Raises
+    :class:`PipelineUnavailable` when the pipeline cannot run here (module docstring).
+    """
+    a, b, d = matrix_of(op_a), matrix_of(op_b), matrix_of(op_d)
+    call = prepare(op_a.dtype, (a.arrangement, b.arrangement), m, n, k, bound, device, config=config)
+    return call(a, b, d, m, n, k, bound.args, stream)

@@ -62,8 +62,10 @@ the device pipeline is one pointer.  ``meta["gemm_params"]`` lists the kinds;
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import math
+import struct
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -141,6 +143,49 @@ def flatten(values: Sequence[Any], kinds: Sequence[str]) -> list:
 @functools.lru_cache(maxsize=64)
 def _converters(kinds: tuple[str, ...]) -> tuple:
     return tuple(_KIND_TO_NUMPY[k] for k in kinds)
+
+
+# Each parameter in its own 8-byte slot: the driver reads a parameter from the address
+# given for it, with the size it knows from the cubin, so narrower kinds are padded.
+_SLOT_FORMATS = {"ptr": "Q", "i64": "q", "u64": "Q", "f64": "d", "i32": "i4x", "u32": "I4x", "f32": "f4x",
+                 "i16": "h6x", "i8": "b7x", "u8": "B7x"}
+
+
+class PackedLaunch:
+    """One kernel launched with ``cuLaunchKernel`` from parameters packed by one ``struct`` call.
+
+    Why not ``cuda.core.launch``: it converts and stores every argument on each call
+    (16-22 microseconds for the GEMM's ~40 parameters on the H100 host,
+    ``benchmarks/results/h100_host_breakdown.log``); here the kinds recorded at build time
+    give a fixed ``struct`` layout, packed into one reused buffer, and the driver gets
+    the address of a fixed array of pointers into it.  The driver copies the values at
+    launch, so the buffer may be refilled as soon as the call returns; callers serialise
+    calls on one instance (the kernel's launch lock).
+    """
+
+    def __init__(self, kernel: Any, kinds: Sequence[str]):
+        self.kinds = tuple(kinds)
+        self.format = struct.Struct("=" + "".join(_SLOT_FORMATS[k] for k in self.kinds))
+        self._buffer = ctypes.create_string_buffer(max(8 * len(self.kinds), 8))
+        base = ctypes.addressof(self._buffer)
+        self._pointers = (ctypes.c_void_p * max(len(self.kinds), 1))(*[base + 8 * i for i in range(len(self.kinds))])
+        self._params = ctypes.addressof(self._pointers)
+        from cuda.bindings import driver
+
+        # a CUkernel (cuda.core loads library kernels) is launched as a CUfunction (CUDA >= 12)
+        self._function = driver.CUfunction(int(kernel.handle))
+
+    def __call__(self, stream: Any, grid: tuple[int, int], block: tuple[int, ...], smem: int, values: Sequence) -> None:
+        """Launch on ``stream`` (a ``driver.CUstream``) with ``values`` in the recorded kinds' order."""
+        from cuda.bindings import driver
+
+        if len(values) != len(self.kinds):
+            raise TypeError(f"kernel takes {len(self.kinds)} flattened parameters, got {len(values)}")
+        self.format.pack_into(self._buffer, 0, *values)
+        bx, by, bz = (tuple(block) + (1, 1))[:3]
+        err, = driver.cuLaunchKernel(self._function, grid[0], grid[1], 1, bx, by, bz, smem, stream, self._params, 0)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuLaunchKernel failed: {err!r}")
 
 
 def _check_params(kernel: Any, kinds: Sequence[str], entry: str) -> None:
@@ -333,88 +378,99 @@ class PipelineKernel:
         self.block = tuple(int(x) for x in self.meta["block_dim"])
         self.itemsize = np.dtype(self.meta["dtype"]).itemsize
         self.arrangement = tuple(self.meta["arrangement"][:2])
-        from cuda.core import LaunchConfig
-
         # one block per pipeline; entries built before "init_launch" existed run 4 threads of one block
         init = self.meta.get("init_launch", {"grid": 1, "block": 4})
-        self._init_config = LaunchConfig(grid=(int(init["grid"]),), block=(int(init["block"]),))
         import threading
 
-        self._streams: dict[int, Any] = {}
+        self._streams: dict[int, tuple[Any, Any]] = {}
         self._storage_buffers: dict[int, Any] = {}
+        self._plans: dict[tuple, Plan] = {}
         self._pair_lock = threading.Lock()
         align = int(self.meta.get("storage_alignment", 8))
         self._storage_stride = -(-int(self.meta["storage_bytes"]) // max(align, 16)) * max(align, 16)
+        self._launch_gemm = PackedLaunch(self._gemm, self.meta["gemm_params"])
+        self._launch_init = PackedLaunch(self._init, self.meta["init_params"])
+        self._init_grid = (int(init["grid"]), 1)
+        self._init_block = (int(init["block"]),)
+        self._smem = smem
 
     def __call__(self, stream: Any, a: Matrix, b: Matrix, d: Matrix, m: int, n: int, k: int,
-                 epi_args: tuple = ()) -> Plan:
+                 epi_args: tuple | list = ()) -> Plan:
         """``d = epilogue(A @ B)`` on ``stream`` (a cuda.core Stream or an integer CUstream handle).
 
         ``a`` (m x k) and ``b`` (k x n) must be in the arrangements the kernel was built
         for; ``d`` (m x n) may be either.  ``epi_args`` is the bound epilogue's run-time
-        tuple.  Returns the :class:`Plan` that ran (tests and benchmarks read it).
+        tuple (or a list of its already flattened kernel slots).  Returns the
+        :class:`Plan` that ran (tests and benchmarks read it).
         """
-        from cuda.core import LaunchConfig, Stream, launch
-
         if (a.arrangement, b.arrangement) != self.arrangement:
             raise ShapeError(f"kernel built for A/B {self.arrangement}, called with {(a.arrangement, b.arrangement)}")
         if (a.rows, a.cols, b.rows, b.cols, d.rows, d.cols) != (m, k, k, n, m, n):
             raise ShapeError(f"operand shapes {a.rows}x{a.cols}, {b.rows}x{b.cols}, {d.rows}x{d.cols} "
                              f"do not form an {m}x{n}x{k} GEMM")
-        tm, tn, tk = self.tile_m, self.tile_n, self.tile_k
-        p = plan(m, n, k, (tm, tn, tk), self.depth, a.aligned(), b.aligned())
-        if not isinstance(stream, Stream):
-            stream = self._stream(int(stream))
-        sh = int(stream.handle)
-        scratch = _Scratch(self.device, stream)
+        tm, tn = self.tile_m, self.tile_n
+        a_aligned, b_aligned = a.aligned(), b.aligned()
+        plan_key = (m, n, k, a_aligned, b_aligned)
+        p = self._plans.get(plan_key)
+        if p is None:
+            p = plan(m, n, k, (tm, tn, self.tile_k), self.depth, a_aligned, b_aligned)
+            if len(self._plans) > 1024:
+                self._plans.clear()
+            self._plans[plan_key] = p
+        handle = int(getattr(stream, "handle", stream))
+        stream, cu_stream = self._stream(handle)
+        epi_slots = epi_args if type(epi_args) is list else _values(tuple(epi_args))
+        scratch = None
         try:
-            pa = _copy_scratch(a, m, k, m, p.k_pipe, p.zero_pad_k, scratch, sh) if p.copy_a else a
-            pb = _copy_scratch(b, k, n, p.k_pipe, n, p.zero_pad_k, scratch, sh) if p.copy_b else b
+            pa, pb = a, b
+            if p.copy_a or p.copy_b or p.mb_main * tm < m or p.nb_main * tn < n:
+                scratch = _Scratch(self.device, stream)
+                if p.copy_a:
+                    pa = _copy_scratch(a, m, k, m, p.k_pipe, p.zero_pad_k, scratch, handle)
+                if p.copy_b:
+                    pb = _copy_scratch(b, k, n, p.k_pipe, n, p.zero_pad_k, scratch, handle)
             a_edge, b_edge = pa, pb
             if p.mb_main * tm < m:  # bottom strip: rows mb_main*tm .. m-1 of A, tile_m rows allocated
                 r0 = p.mb_main * tm
                 src = Matrix(pa.at(r0, 0), m - r0, p.k_pipe, pa.ld, pa.arrangement, pa.itemsize)
-                a_edge = _copy_scratch(src, m - r0, p.k_main, tm, p.k_main, False, scratch, sh)
+                a_edge = _copy_scratch(src, m - r0, p.k_main, tm, p.k_main, False, scratch, handle)
             if p.nb_main * tn < n:  # right strip: columns nb_main*tn .. n-1 of B
                 c0 = p.nb_main * tn
                 src = Matrix(pb.at(0, c0), p.k_pipe, n - c0, pb.ld, pb.arrangement, pb.itemsize)
-                b_edge = _copy_scratch(src, p.k_main, n - c0, p.k_main, tn, False, scratch, sh)
-            storage = self._storage(sh, stream)
-            init_args = flatten(
-                (storage, self._storage_stride,
-                 pa.ptr, m, p.k_main, pa.ld, a_edge.ptr, tm, a_edge.ld,
-                 pb.ptr, p.k_main, n, pb.ld, b_edge.ptr, tn, b_edge.ld),
-                self.meta["init_params"],
-            )
+                b_edge = _copy_scratch(src, p.k_main, n - c0, p.k_main, tn, False, scratch, handle)
+            storage = self._storage(handle, stream)
+            stride = self._storage_stride
+            init_values = (storage, stride, pa.ptr, m, p.k_main, pa.ld, a_edge.ptr, tm, a_edge.ld,
+                           pb.ptr, p.k_main, n, pb.ld, b_edge.ptr, tn, b_edge.ld)
             d_rs, d_cs = d.strides
             a_rs, a_cs = a.strides
             b_rs, b_cs = b.strides
-            values = (d.vector_slots(), d_rs, d_cs, m, n, k, p.k_tail_start,
-                      a.vector_slots(), a_rs, a_cs, b.vector_slots(), b_rs, b_cs,
-                      p.mb_main, p.nb_main, epi_args, storage, storage + self._storage_stride,
-                      storage + 2 * self._storage_stride, storage + 3 * self._storage_stride)
-            gemm_args = flatten(values, self.meta["gemm_params"])
-            config = LaunchConfig(grid=p.grid, block=self.block, shmem_size=int(self.meta["dynamic_smem"]))
+            gemm_values = [*d.vector_slots(), d_rs, d_cs, m, n, k, p.k_tail_start,
+                           *a.vector_slots(), a_rs, a_cs, *b.vector_slots(), b_rs, b_cs,
+                           p.mb_main, p.nb_main, *epi_slots,
+                           storage, storage + stride, storage + 2 * stride, storage + 3 * stride]
             # init then GEMM, enqueued together: another thread's pair on the same stream
             # cannot slip between them and overwrite this call's storage
             with self._pair_lock:
-                launch(stream, self._init_config, self._init, *init_args)
-                launch(stream, config, self._gemm, *gemm_args)
+                self._launch_init(cu_stream, self._init_grid, self._init_block, 0, init_values)
+                self._launch_gemm(cu_stream, p.grid, self.block, self._smem, gemm_values)
         finally:
-            scratch.close()
+            if scratch is not None:
+                scratch.close()
         return p
 
-    def _stream(self, handle: int):
-        """The cuda.core Stream for an integer handle, made once per handle (0: the legacy default stream)."""
-        from cuda.core import Stream
+    def _stream(self, handle: int) -> tuple[Any, Any]:
+        """``(cuda.core Stream, driver.CUstream)`` for an integer handle, made once per handle (0: legacy default)."""
+        hit = self._streams.get(handle)
+        if hit is None:
+            from cuda.bindings import driver
+            from cuda.core import Stream
 
-        stream = self._streams.get(handle)
-        if stream is None:
             stream = self.device.default_stream if handle == 0 else Stream.from_handle(handle)
             if len(self._streams) > 256:
                 self._streams.clear()
-            self._streams[handle] = stream
-        return stream
+            hit = self._streams[handle] = (stream, driver.CUstream(handle))
+        return hit
 
     def _storage(self, handle: int, stream: Any) -> int:
         """The four pipelines' storage for calls on this stream, allocated once (a few hundred bytes).

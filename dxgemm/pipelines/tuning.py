@@ -56,6 +56,19 @@ def _default_table_path(_cache_dir_env: str | None, _xdg_env: str | None) -> Pat
     return default_cache_dir() / "autotune.json"
 
 
+def table_stamp() -> tuple:
+    """``(path, modification time)`` of the default table (time None when absent).
+
+    Changes whenever a decision is written or forgotten, by this process or another:
+    ``dxgemm.gemm``'s repeat-call path (:mod:`dxgemm._calls`) keys on it.
+    """
+    path = table_path()
+    try:
+        return (path, path.stat().st_mtime_ns)
+    except OSError:
+        return (path, None)
+
+
 def _read(path: Path) -> dict:
     try:
         mtime = path.stat().st_mtime_ns

@@ -1,0 +1,186 @@
+"""The repeat-call path of ``dxgemm.gemm`` (``dxgemm._calls``) on the CPU, with stand-in arrays.
+
+The GPU tests run it for real (every repeated pipeline call takes it); here each rule is
+checked on its own: what the signature holds and what it leaves out, what a repeat
+call re-checks, and which calls are never kept.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from dxgemm import _arrays, _calls
+from dxgemm import epilogues as E
+from dxgemm.epilogues._base import BoundEpilogue, Span
+from dxgemm.pipelines import config
+
+
+class FakeArray:
+    """Just the attributes ``matrix_signature`` reads from a CuPy array."""
+
+    def __init__(self, shape, ptr, dtype=np.float32, order="C", device=0):
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        item = self.dtype.itemsize
+        if len(shape) == 2 and order == "F":
+            self.strides = (item, shape[0] * item)
+        elif len(shape) == 2:
+            self.strides = (shape[1] * item, item)
+        else:
+            self.strides = (item,)
+        self.device = SimpleNamespace(id=device)
+        self.data = SimpleNamespace(ptr=ptr)
+
+
+@pytest.fixture(autouse=True)
+def fake_cupy(monkeypatch):
+    monkeypatch.setattr(_arrays, "cupy_ndarray_type", lambda: FakeArray)
+    for name in _calls._STEERING_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    _calls.clear()
+    yield
+    _calls.clear()
+
+
+def sig(a, b, c=None, alpha=1.0, beta=0.0, epilogue=None, backend="pipeline"):
+    return _calls.signature(a, b, c, alpha, beta, epilogue, backend)
+
+
+def test_signature_ignores_addresses_and_values():
+    a1, b1 = FakeArray((64, 32), 1 << 20), FakeArray((32, 48), 2 << 20)
+    a2, b2 = FakeArray((64, 32), 5 << 20), FakeArray((32, 48), 7 << 20)
+    assert sig(a1, b1) == sig(a2, b2)
+    assert sig(a1, b1, alpha=2.0, beta=0.0) == sig(a2, b2, alpha=-3.0, beta=0.0)
+    assert hash(sig(a1, b1, epilogue=E.leaky_relu(0.1) | E.gelu())) is not None
+
+
+def test_signature_separates_what_changes_the_kernel_or_its_checks():
+    a, b = FakeArray((64, 32), 1 << 20), FakeArray((32, 48), 2 << 20)
+    base = sig(a, b)
+    assert sig(FakeArray((64, 32), 1 << 20, order="F"), b) != base  # arrangement
+    assert sig(FakeArray((64, 32), 1 << 20, dtype=np.float64), FakeArray((32, 48), 0, np.float64)) != base
+    assert sig(FakeArray((64, 32), 1 << 20, device=1), b) != base
+    assert sig(FakeArray((65, 32), 1 << 20), b) != base  # shape
+    c = FakeArray((64, 48), 3 << 20)
+    assert sig(a, b, c, beta=0.0) != sig(a, b, c, beta=1.0)  # beta == 0 compiles without reading C
+    assert sig(a, b, c) != base
+    assert sig(a, b, alpha=1) != base  # an int alpha is validated (and cast) like any other: its own entry
+    assert sig(a, b, backend="auto") != base
+    assert sig(a, b, epilogue=E.leaky_relu(0.1)) != sig(a, b, epilogue=E.leaky_relu(0.2))
+    assert sig(a, b, epilogue=E.gelu()) != sig(a, b, epilogue=E.gelu("tanh"))
+    assert sig(a, b, epilogue=E.relu() | E.tanh()) != sig(a, b, epilogue=E.tanh() | E.relu())
+    v1, v2 = FakeArray((48,), 9 << 20), FakeArray((48,), 10 << 20)
+    assert sig(a, b, epilogue=E.bias(v1)) != sig(a, b, epilogue=E.bias(v2))  # an epilogue array by address
+    assert sig(a, b, epilogue=E.bias(v1)) == sig(a, b, epilogue=E.bias(FakeArray((48,), 9 << 20)))
+
+
+def test_signature_follows_the_steering_state(monkeypatch, tmp_path):
+    a, b = FakeArray((64, 32), 1 << 20), FakeArray((32, 48), 2 << 20)
+    base = sig(a, b)
+    monkeypatch.setenv("DXGEMM_FLOAT32_PIPELINE", "fp32")
+    assert sig(a, b) != base
+    monkeypatch.delenv("DXGEMM_FLOAT32_PIPELINE")
+    with config.use_config("small"):
+        assert sig(a, b) != base
+    assert sig(a, b) == base
+    monkeypatch.setenv("DXGEMM_CACHE_DIR", str(tmp_path))
+    before = sig(a, b)
+    (tmp_path / "autotune.json").write_text("{}")  # a tuning decision written (here or by another process)
+    assert sig(a, b) != before
+
+
+def test_calls_that_are_never_kept():
+    a, b = FakeArray((64, 32), 1 << 20), FakeArray((32, 48), 2 << 20)
+    assert sig(np.zeros((64, 32), np.float32), b) is None  # not a CuPy array: validated in full
+    assert sig(a, b, FakeArray((64, 48), 0), alpha=np.float32(1.0)) is None
+    assert sig(a, b, epilogue=E.custom(lambda x, row, col: x)) is None  # may read changing globals
+    assert sig(a, b, epilogue="relu") is None  # gemm's own check raises for this
+
+
+def _operand(array, name):
+    return _arrays.Operand(array, name, array.shape, array.dtype, array.data.ptr,
+                           tuple(s // array.dtype.itemsize for s in array.strides), "cupy",
+                           _arrays._layout_of(array.shape, tuple(s // array.dtype.itemsize for s in array.strides))[0],
+                           _arrays._layout_of(array.shape, tuple(s // array.dtype.itemsize for s in array.strides))[1])
+
+
+class RecordingCall:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, a, b, d, m, n, k, epi, stream):
+        self.calls.append((a, b, d, m, n, k, list(epi), stream))
+
+
+def _remembered(c_given=True, beta=1.0, bound=None):
+    m, n, k = 64, 48, 32
+    a, b = FakeArray((m, k), 1 << 20), FakeArray((k, n), 2 << 20, order="F")
+    c = FakeArray((m, n), 3 << 20)
+    call = RecordingCall()
+    op_a, op_b, op_d = _operand(a, "a"), _operand(b, "b"), _operand(c, "c")
+    d_flat = SimpleNamespace(__cuda_array_interface__={"shape": (m * n,), "typestr": "<f4", "data": (c.data.ptr, False),
+                                                        "strides": None, "version": 3})
+    if bound is None:
+        head = (np.float32(2.0), np.float32(beta), d_flat, np.int64(n)) if beta != 0 else (np.float32(2.0),)
+        bound = BoundEpilogue(("chain",), (head, (np.float32(0.5),)), lambda: None)
+    key = sig(a, b, c if c_given else None, 2.0, beta)
+    _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, 2.0, beta, c_given)
+    return key, call, (a, b, c)
+
+
+def test_repeat_call_rebuilds_the_arguments_for_new_addresses_and_scalars(monkeypatch):
+    monkeypatch.setattr(_calls, "stream_handle", lambda stream, library: 77)
+    key, call, (a, b, c) = _remembered()
+    entry = _calls.lookup(key)
+    assert entry is not None
+    a2, b2, c2 = FakeArray(a.shape, 11 << 20), FakeArray(b.shape, 12 << 20, order="F"), FakeArray(c.shape, 13 << 20)
+    assert sig(a2, b2, c2, alpha=-1.5, beta=3.0) == key
+    assert entry.run(a2, b2, c2, -1.5, 3.0, None) is c2
+    ma, mb, md, m, n, k, epi, stream = call.calls[-1]
+    assert (ma.ptr, mb.ptr, md.ptr, stream) == (11 << 20, 12 << 20, 13 << 20, 77)
+    assert (ma.arrangement, mb.arrangement, md.arrangement, ma.ld, mb.ld, md.ld) == (
+        "row_major", "col_major", "row_major", 32, 32, 48)
+    m_n = 64 * 48
+    assert epi == [np.float32(-1.5), np.float32(3.0), 0, 0, m_n, 4, 13 << 20, m_n, 4, 48, np.float32(0.5)]
+
+
+def test_repeat_call_refuses_an_output_that_overlaps_an_input(monkeypatch):
+    monkeypatch.setattr(_calls, "stream_handle", lambda stream, library: 0)
+    key, call, (a, b, c) = _remembered()
+    entry = _calls.lookup(key)
+    overlapping = FakeArray(c.shape, a.data.ptr + 64)
+    with pytest.raises(ValueError, match="c overlaps a"):
+        entry.run(a, b, overlapping, 1.0, 1.0, None)
+    assert not call.calls
+
+
+def test_repeat_call_rechecks_epilogue_races(monkeypatch):
+    monkeypatch.setattr(_calls, "stream_handle", lambda stream, library: 0)
+    writes = (Span("store target", 50 << 20, (50 << 20) + 64 * 48 * 4),)
+    bound = BoundEpilogue(("chain",), ((np.float32(2.0),),), lambda: None, (), writes)
+    key, call, (a, b, c) = _remembered(c_given=False, beta=0.0, bound=bound)
+    entry = _calls.lookup(key)
+    entry.new_output = lambda: FakeArray(c.shape, 60 << 20)
+    entry.run(a, b, None, 1.0, 0.0, None)
+    assert len(call.calls) == 1
+    with pytest.raises(ValueError, match="store target overlaps a"):
+        entry.run(FakeArray(a.shape, 50 << 20), b, None, 1.0, 0.0, None)
+
+
+def test_copied_inputs_and_mismatched_arguments_are_not_kept():
+    m, n, k = 64, 48, 32
+    a, b, c = FakeArray((m, k), 1 << 20), FakeArray((k, n), 2 << 20), FakeArray((m, n), 3 << 20)
+    op_a, op_b, op_d = _operand(a, "a"), _operand(b, "b"), _operand(c, "c")
+    key = sig(a, b, c, 2.0, 0.0)
+    bound = BoundEpilogue(("chain",), ((np.float32(2.0),),), lambda: None)
+    copied = _operand(FakeArray((m, k), 4 << 20), "a")  # what as_operand returns for a strided input
+    _calls.remember(key, RecordingCall(), copied, op_b, op_d, (a, b), m, n, k, bound, 2.0, 0.0, True)
+    assert _calls.lookup(key) is None
+    other = BoundEpilogue(("chain",), ((np.float32(5.0),),), lambda: None)  # not what the repeat would build
+    _calls.remember(key, RecordingCall(), op_a, op_b, op_d, (a, b), m, n, k, other, 2.0, 0.0, True)
+    assert _calls.lookup(key) is None
+    _calls.remember(key, RecordingCall(), op_a, op_b, op_d, (a, b), m, n, k, bound, 2.0, 0.0, True)
+    assert _calls.lookup(key) is not None
