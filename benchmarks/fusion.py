@@ -233,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--json", help="merge the records into this result file")
     parser.add_argument("--dry-run", action="store_true", help="print what would be measured; needs no GPU")
+    parser.add_argument("--config", help="run the pipeline with this configuration ('large', 'small' or a name "
+                                         "like 128x128x32_t256_d2) instead of the one suggest picks")
     args = parser.parse_args(argv)
     shapes = [tuple(int(p) for p in s.lower().split("x")) for s in args.shapes.split(",")]
     dtypes = args.dtypes.split(",")
@@ -245,10 +247,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     log = lambda text: print(text, flush=True)  # noqa: E731
     records: list[dict] = []
-    for dtype in dtypes:
-        for shape in shapes:
-            records += measure(shape, dtype, args.backend, warmup=args.warmup, reps=args.reps,
-                               overhead=args.overhead, log=log)
+    import contextlib
+
+    from dxgemm.pipelines import use_config
+
+    with use_config(args.config) if args.config else contextlib.nullcontext():
+        for dtype in dtypes:
+            for shape in shapes:
+                records += measure(shape, dtype, args.backend, warmup=args.warmup, reps=args.reps,
+                                   overhead=args.overhead, log=log)
     print(table(records))
     bad = [r for r in records if not r["max_error_ratio"] <= 1]
     if bad:

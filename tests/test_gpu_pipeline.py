@@ -101,6 +101,33 @@ def test_shapes_and_arrangements(cp, shape, dtype, arrangement):
     assert_close(d, a.astype(np.float64), b.astype(np.float64), np.dtype(dtype), split=_split(dtype))
 
 
+@pytest.mark.parametrize("epilogue", ["none", "bias|gelu"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_staged_store_on_edges_and_both_d_orders(cp, dtype, epilogue, monkeypatch):
+    """The staged fragment store (``_build.STORES``) on the small configuration: edges, K tails, D either way."""
+    from dxgemm import _calls
+    from dxgemm import epilogues as E
+    from dxgemm.epilogues.reference import check
+    from dxgemm.pipelines import use_config
+
+    monkeypatch.setenv("DXGEMM_PIPELINE_STORE", "staged")
+    _calls.clear()
+    b_order = "col" if _split(dtype) == 3 else "row"  # the arrangement the small kernels were built for
+    with use_config("small"):
+        for m, n, k in [(1000, 1000, 1000), (129, 257, 95), (17, 33, 5), (4096, 64, 4096), (1, 4096, 4096),
+                        (4096, 4096, 40), (2048, 2048, 256)]:
+            for d_order in ("row", "col"):
+                a = _matrix(cp, m, k, dtype, "row", 60)
+                b = _matrix(cp, k, n, dtype, b_order, 61)
+                d = _matrix(cp, m, n, dtype, d_order, 62)
+                d.fill(cp.nan)
+                v = cp.random.default_rng(63).standard_normal(n).astype(dtype)
+                chain = E.bias(v) | E.gelu() if epilogue != "none" else None
+                dxgemm.gemm(a, b, d, epilogue=chain, backend="pipeline")
+                worst = check(d, chain, a.astype(np.float64), b.astype(np.float64), np.dtype(dtype))
+                assert worst <= 1.0, f"{m}x{n}x{k} D {d_order}: error {worst:.3g} x the bound"
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_strided_views(cp, dtype):
     """Views with a unit stride run in place or through an aligned copy; others are copied by dxgemm."""

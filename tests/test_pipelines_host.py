@@ -544,3 +544,242 @@ def test_lto_store_roundtrip_damage_and_manifest(tmp_path):
     assert _lto.manifest_complete(store, "cfg")
     store._path("b").unlink()
     assert not _lto.manifest_complete(store, "cfg")  # an object went missing: workers needed again
+
+
+# --------------------------------------------------------------------------- finalize traits (_lto.FinalizeTraits)
+
+
+class _FakeMathdx:
+    """Just enough of nvmath's mathdx bindings to exercise FinalizeTraits without libmathdx.
+
+    Traits follow libmathdx's rules: tensors and pipelines answer only once finalized; a
+    descriptor's first trait query "compiles"; tensor UIDs count up per process.
+    """
+
+    import enum as _enum
+
+    class CublasdxTensorTrait(_enum.IntEnum):
+        STORAGE_BYTES = 0
+        ALIGNMENT_BYTES = 1
+        UID = 2
+        OPAQUE_NAME = 4
+        LOGICAL_SIZE = 5
+
+    class CublasdxPipelineTrait(_enum.IntEnum):
+        STORAGE_BYTES = 0
+        BUFFER_SIZE = 2
+        OPAQUE_NAME = 4
+        BLOCK_DIM = 5
+
+    class CublasdxTraitType(_enum.IntEnum):
+        VALUE_TYPE = 0
+        BLOCK_SIZE = 2
+        SYMBOL_NAME = 5
+
+    def __init__(self, first_handle: int):
+        self.next = first_handle  # handle values differ between "processes": keys must not use them
+        self.objects: dict[int, dict] = {}
+        self.finalized: set[int] = set()
+        self.calls: list = []  # the expensive calls: finalize batches and descriptor compiles
+        self.uid = 0
+
+    def _new(self, **info) -> int:
+        self.next += 1
+        self.objects[self.next] = info
+        return self.next
+
+    def cublasdx_create_descriptor(self):
+        return self._new(kind="descriptor", ops={})
+
+    def cublasdx_set_operator_int64s(self, handle, op, count, values):
+        self.objects[handle]["ops"][int(op)] = list(values) if not isinstance(values, int) else values
+
+    def cublasdx_create_tensor(self, handle, tensor_type):
+        ops = self.objects[handle]["ops"].values()
+        return self._new(kind="tensor", size=8 * int(tensor_type) + sum(v[0] for v in ops if isinstance(v, list)),
+                         name=f"T{int(tensor_type)}")
+
+    def cublasdx_create_device_pipeline(self, handle, ptype, depth, strategy, a, b):
+        return self._new(kind="pipeline", depth=int(depth), name="dp")
+
+    def cublasdx_create_tile_pipeline(self, handle, ptype, device_pipeline):
+        return self._new(kind="pipeline", depth=self.objects[device_pipeline]["depth"] + 10, name="tp")
+
+    def cublasdx_finalize_tensors(self, count, handles):
+        self.calls.append(("tensor", count))
+        for h in handles:
+            self.finalized.add(h)
+            self.objects[h]["uid"] = self.uid
+            self.uid += 1
+
+    def cublasdx_finalize_pipelines(self, count, handles):
+        self.calls.append(("pipeline", count))
+        self.finalized.update(handles)
+
+    def _final(self, handle):
+        if handle not in self.finalized:
+            raise RuntimeError("LIBMATHDX_INVALID_VALUE: not finalized")
+        return self.objects[handle]
+
+    def cublasdx_get_tensor_trait_int64(self, handle, trait):
+        o = self._final(handle)
+        return {0: o["size"], 1: 16, 2: o["uid"], 5: o["size"] // 8}[int(trait)]
+
+    def cublasdx_get_tensor_trait_str_size(self, handle, trait):
+        return len(self._final(handle)["name"]) + 1
+
+    def cublasdx_get_tensor_trait_str(self, handle, trait, size, buf):
+        buf[:] = self._final(handle)["name"].encode() + b"\0"
+
+    def cublasdx_get_pipeline_trait_int64(self, handle, trait):
+        return self._final(handle)["depth"] * 100 + int(trait)
+
+    def cublasdx_get_pipeline_trait_int64s(self, handle, trait, count, ptr):
+        import ctypes
+
+        (ctypes.c_int64 * count).from_address(ptr)[:] = [self._final(handle)["depth"], 1, 1][:count]
+
+    def cublasdx_get_pipeline_trait_str_size(self, handle, trait):
+        return len(self._final(handle)["name"]) + 1
+
+    def cublasdx_get_pipeline_trait_str(self, handle, trait, size, buf):
+        buf[:] = self._final(handle)["name"].encode() + b"\0"
+
+    def cublasdx_get_trait_int64s(self, handle, trait, count, ptr):
+        import ctypes
+
+        o = self.objects[handle]
+        if not o.get("compiled"):
+            self.calls.append(("descriptor", 1))
+            o["compiled"] = True
+        (ctypes.c_int64 * count).from_address(ptr)[:] = [int(trait) + 7] * count
+
+    def cublasdx_destroy_tensor(self, handle):
+        self.objects.pop(handle)
+
+
+def _fake_process(store, target="t1", first_handle=1000):
+    """A fresh "process": fake bindings, a FinalizeTraits installed on them, and the handles a lowering makes."""
+    import types
+
+    from dxgemm.pipelines import _lto
+
+    fake = _FakeMathdx(first_handle)
+    orig_int64s = fake.cublasdx_get_trait_int64s
+
+    def get_int_traits(handle, trait, size):  # nvmath's closure over the raw binding
+        buf = np.zeros(size, np.int64)
+        orig_int64s(handle, trait, size, buf.ctypes.data)
+        return tuple(int(x) for x in buf)
+
+    module = types.SimpleNamespace(get_int_traits=get_int_traits)
+    tr = _lto.FinalizeTraits()
+    tr.install(fake, (module,))
+    tr.store, tr.target = store, target
+    with tr.deferring():
+        mm = fake.cublasdx_create_descriptor()
+        fake.cublasdx_set_operator_int64s(mm, 1, 3, [128, 64, 32])
+        rmem, acc = fake.cublasdx_create_tensor(mm, 3), fake.cublasdx_create_tensor(mm, 4)
+        fake.cublasdx_finalize_tensors(2, [rmem, acc])
+        dp = fake.cublasdx_create_device_pipeline(mm, 0, 2, 0, rmem, acc)
+        tp = fake.cublasdx_create_tile_pipeline(mm, 0, dp)
+        fake.cublasdx_finalize_pipelines(2, [dp, tp])
+    return fake, tr, module, dict(mm=mm, rmem=rmem, acc=acc, dp=dp, tp=tp)
+
+
+def _fake_answers(fake, module, h):
+    import ctypes
+
+    T, P = fake.CublasdxTensorTrait, fake.CublasdxPipelineTrait
+    block = (ctypes.c_int64 * 3)()
+    fake.cublasdx_get_pipeline_trait_int64s(h["dp"], P.BLOCK_DIM, 3, ctypes.addressof(block))
+    return {
+        "rmem": [fake.cublasdx_get_tensor_trait_int64(h["rmem"], t) for t in (T.STORAGE_BYTES, T.ALIGNMENT_BYTES,
+                                                                             T.LOGICAL_SIZE)],
+        "acc": fake.cublasdx_get_tensor_trait_int64(h["acc"], T.STORAGE_BYTES),
+        "uids": [fake.cublasdx_get_tensor_trait_int64(h[k], T.UID) for k in ("rmem", "acc", "rmem")],
+        "tp": fake.cublasdx_get_pipeline_trait_int64(h["tp"], P.BUFFER_SIZE),
+        "dp_block": list(block),
+        "mm": module.get_int_traits(h["mm"], fake.CublasdxTraitType.VALUE_TYPE, 3),
+    }
+
+
+def test_finalize_traits_deferred_batched_stored_and_reused(tmp_path):
+    from dxgemm.pipelines import _lto
+
+    store = _lto.LtoStore(tmp_path / "lto")
+    fake, tr, module, h = _fake_process(store)
+    assert fake.calls == []  # inside deferring(), finalize only records the handles
+    first = _fake_answers(fake, module, h)
+    # one finalize per kind for the whole batch, one descriptor compile
+    assert sorted(fake.calls) == [("descriptor", 1), ("pipeline", 2), ("tensor", 2)]
+    assert first["rmem"] == [8 * 3 + 128, 16, (8 * 3 + 128) // 8] and first["tp"] == 1202 and first["dp_block"] == [2, 1, 1]
+    assert first["mm"] == (7, 7, 7)
+    # UIDs as libmathdx numbers them: per tensor type, in the order finalizes were asked for
+    assert first["uids"] == [0, 1, 0]
+    with tr.deferring():
+        late = [fake.cublasdx_create_tensor(h["mm"], t) for t in (9, 3)]  # a new type, then rmem's type again
+        fake.cublasdx_finalize_tensors(2, late)
+    assert [fake.cublasdx_get_tensor_trait_int64(x, fake.CublasdxTensorTrait.UID) for x in reversed(late)] == [0, 2]
+
+    # another process, other handle values: everything from the store, nothing finalized
+    fake2, tr2, module2, h2 = _fake_process(store, first_handle=50_000)
+    assert _fake_answers(fake2, module2, h2) == first
+    assert fake2.calls == [] and tr2.stats()["computed"] == 0
+
+    # another toolchain target: nothing reused
+    fake3, _, module3, h3 = _fake_process(store, target="t2")
+    assert _fake_answers(fake3, module3, h3) == first and len(fake3.calls) == 3
+
+
+def test_finalize_traits_damaged_entry_is_recomputed(tmp_path):
+    from dxgemm.pipelines import _lto
+
+    store = _lto.LtoStore(tmp_path / "lto")
+    fake, tr, module, h = _fake_process(store)
+    first = _fake_answers(fake, module, h)
+    key = tr._key(tr.description(h["rmem"]))
+    # a well-formed file whose content is not a trait entry, then a truncated file
+    for damage in (lambda: store.store(key, b'{"kind": "tensor"}', 0),
+                   lambda: store._path(key).write_bytes(store._path(key).read_bytes()[:-3])):
+        damage()
+        fake2, tr2, module2, h2 = _fake_process(store, first_handle=90_000)
+        assert _fake_answers(fake2, module2, h2) == first
+        assert fake2.calls == [("tensor", 2)]  # the damaged entry's batch finalized again, nothing else
+        assert _lto.decode_traits(store.load(key)[0]) is not None  # and rewritten whole
+
+
+def test_finalize_traits_outside_deferring_and_undescribable_handles_finalize_for_real(tmp_path):
+    from dxgemm.pipelines import _lto
+
+    store = _lto.LtoStore(tmp_path / "lto")
+    fake, tr, module, h = _fake_process(store)
+    t = fake.cublasdx_create_tensor(h["mm"], 5)
+    fake.cublasdx_finalize_tensors(1, [t])  # not deferring: finalized at once, as before
+    assert fake.calls == [("tensor", 1)] and t in fake.finalized
+    with tr.deferring():
+        raw = fake.cublasdx_create_descriptor()
+        fake.cublasdx_set_operator_int64s(raw, 1, 3, 12345)  # values behind a raw pointer: not describable
+        t2 = fake.cublasdx_create_tensor(raw, 3)
+        assert tr.description(t2) is None
+        fake.cublasdx_finalize_tensors(1, [t2])
+    assert fake.calls[-1] == ("tensor", 1) and t2 in fake.finalized
+    before = store.count()[0]
+    fake.cublasdx_get_tensor_trait_int64(t2, fake.CublasdxTensorTrait.STORAGE_BYTES)
+    assert store.count()[0] == before  # nothing stored under a description it does not have
+    # a never-finalized handle still fails the way libmathdx does
+    t3 = fake.cublasdx_create_tensor(h["mm"], 6)
+    with pytest.raises(RuntimeError, match="not finalized"):
+        fake.cublasdx_get_tensor_trait_int64(t3, fake.CublasdxTensorTrait.STORAGE_BYTES)
+
+
+def test_trait_entry_encoding():
+    from dxgemm.pipelines import _lto
+
+    entry = {"kind": "pipeline", "int64": {"0": 72}, "int64s": {"5x3": [256, 1, 1]}, "str": {"4": "p"}}
+    assert _lto.decode_traits(_lto.encode_traits(entry)) == entry
+    for bad in (b"", b"not json", b"[]", b'{"kind": "pipeline"}',
+                _lto.encode_traits({**entry, "int64": {"0": "72"}}),
+                _lto.encode_traits({**entry, "kind": "function"}),
+                _lto.encode_traits({**entry, "int64s": {"5x3": [1, 2.5]}})):
+        assert _lto.decode_traits(bad) is None

@@ -215,11 +215,15 @@ def _make_device_pipeline(mm, depth: int, arrangement: tuple[str, str], dtype: n
     return dp, h
 
 
-STORES = ("loop", "unrolled")
+STORES = ("loop", "unrolled", "staged")
 """How the kernel stores its accumulator fragment: ``"loop"`` (a run-time loop over the
-fragment: the fragment goes through local memory, ``STL``/``LDL`` in SASS) or ``"unrolled"``
-(experimental: one straight-line block per fragment element, so every index is a
-constant and the fragment can stay in registers)."""
+fragment: the fragment goes through local memory, ``STL``/``LDL`` in SASS), ``"unrolled"``
+(one straight-line block per fragment element, so every index is a constant and the
+fragment can stay in registers; the epilogue is inlined once per element) or
+``"staged"`` (the fragment is written, with constant indices, into the pipeline's shared
+memory buffer, which the finished main loop no longer needs; then the block walks the
+tile in D's memory order and applies the epilogue once per element in one loop: one copy
+of the epilogue's code, and coalesced stores)."""
 
 
 def _unrolled_store(frag_size: int, epilogue: Callable) -> Callable:
@@ -242,6 +246,25 @@ def _unrolled_store(frag_size: int, epilogue: Callable) -> Callable:
     namespace = {"int64": int64, "epilogue": epilogue}
     exec("\n".join(lines), namespace)  # noqa: S102 - generated from constants above
     return cuda.jit(device=True, forceinline=True)(namespace["store"])
+
+
+def _staging_store(frag_size: int) -> Callable:
+    """A device function writing a fragment into the tile-sized staging area, with constant indices.
+
+    Element ``(r, c)`` of the tile goes to ``r * tile_n + ((c + r) mod tile_n)``: rows are
+    rotated by their index, so the lanes of a warp that hold the same column of different
+    rows hit different banks (no padding, which would not fit: a 128x128 float64 tile
+    fills the whole buffer).
+    """
+    from numba import cuda
+
+    lines = ["def stage(accumulator, results, smem, tile_n):"]
+    for i in range(frag_size):
+        lines += [f"    r, c = accumulator.map_fragment_index({i})",
+                  f"    smem[r * tile_n + ((c + r) & (tile_n - 1))] = results[{i}]"]
+    namespace: dict = {}
+    exec("\n".join(lines), namespace)  # noqa: S102 - generated from constants above
+    return cuda.jit(device=True, forceinline=True)(namespace["stage"])
 
 
 def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, buffer_alignment: int,
@@ -275,7 +298,15 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
     if store not in STORES:
         raise ValueError(f"store must be one of {STORES}, got {store!r}")
     UNROLLED = store == "unrolled"
+    STAGED = store == "staged"
     store_unrolled = _unrolled_store(frag_size, epilogue) if UNROLLED else None
+    stage = _staging_store(frag_size) if STAGED else None
+    threads = config.block_size
+    tile_elements = tile_m * tile_n
+    if STAGED and (tile_m & (tile_m - 1) or tile_n & (tile_n - 1)):
+        raise ValueError(f"the staged store needs power-of-two tile sides, got {tile_m}x{tile_n}")
+    if STAGED and tile_elements * np.dtype(dtype).itemsize > config.smem_bytes(np.dtype(dtype).itemsize):
+        raise ValueError(f"the staged store needs the {tile_m}x{tile_n} tile to fit the pipeline buffer")
 
     def gemm(d, d_rs, d_cs, m, n, k, k_main, a, a_rs, a_cs, b, b_rs, b_cs, mb_main, nb_main, epi_args,
              p_main, p_bottom, p_right, p_corner):
@@ -307,10 +338,33 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
         tile_pipeline = pipeline.get_tile(smem, ti, tj)
         accumulator = mm.suggest_accumulator()
         tile_pipeline.execute(accumulator)
-        if accumulator.is_thread_active():
+        row0 = bm * tile_m
+        col0 = bn * tile_n
+        if STAGED:
+            # The main loop has consumed every stage it loaded: once all warps are past
+            # their last MMA, the buffer holds nothing anyone still needs.
+            cuda.syncthreads()
+            if accumulator.is_thread_active():
+                stage(accumulator, accumulator.get_results(), smem, tile_n)
+            cuda.syncthreads()
+            first = int64(cuda.threadIdx.x)
+            rows_fastest = d_rs == 1 and d_cs != 1  # walk the tile in D's memory order
+            for e in range(first, tile_elements, threads):
+                if rows_fastest:
+                    r = e % tile_m
+                    c = e // tile_m
+                else:
+                    r = e // tile_n
+                    c = e % tile_n
+                row = row0 + r
+                col = col0 + c
+                if row < m and col < n:
+                    value = smem[r * tile_n + ((c + r) & (tile_n - 1))]
+                    for kk in range(k_main, k):
+                        value += a[row * a_rs + kk * a_cs] * b[kk * b_rs + col * b_cs]
+                    d[row * d_rs + col * d_cs] = epilogue(value, row, col, epi_args)
+        elif accumulator.is_thread_active():
             results = accumulator.get_results()
-            row0 = bm * tile_m
-            col0 = bn * tile_n
             if UNROLLED:
                 store_unrolled(accumulator, results, row0, col0, m, n, k_main, k, a, a_rs, a_cs, b, b_rs, b_cs,
                                d, d_rs, d_cs, epi_args)
@@ -404,7 +458,9 @@ def _lower(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str, str]
     With :mod:`._lto` intercepting in ``defer`` mode no device-function NVRTC runs here;
     libmathdx's objects come back as placeholders.  ``operands``: see :func:`_operand_precision`.
     """
-    with _operand_precision(operands, dtype):
+    from . import _lto
+
+    with _operand_precision(operands, dtype), _lto.traits.deferring():
         return _lower_inner(config, dtype, arrangement, epilogue, epi_args, cc, store)
 
 
@@ -434,7 +490,10 @@ def _lower_inner(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str
     t = time.perf_counter()
     codes, _ = cuda.compile_all(
         pyfunc, types.void(*arg_types), device=False, abi="numba", output="ltoir", cc=cc,
-        launch_bounds=(config.block_size, 1),
+        # staged: the accumulator and the staging addresses are live together (167 registers for
+        # TF32 128x128/256 threads unbounded, one block per SM); bound them so that as many
+        # blocks fit as the buffer allows, and one block's epilogue overlaps another's main loop
+        launch_bounds=(config.block_size, config.bounded_blocks(dtype.itemsize) if store == "staged" else 1),
     )
     out["times"]["compile_all"] = time.perf_counter() - t
     t = time.perf_counter()
@@ -457,23 +516,121 @@ def compile_workers() -> int:
     return max(min((os.cpu_count() or 1) - 1, 12), 1)
 
 
-def _worker(config: dict, dtype: str, arrangement: list[str], cc: list[int], store_root: str,
-            target: str, index: int, workers: int, operands: str = "native") -> dict:
-    """Worker process: replay the lowering in ``defer`` mode, compile every ``workers``-th object."""
+TRAIT_GROUPS = ("pipeline", "tensor", "descriptor")
+"""The finalize batches a cold build runs at the same time (see :func:`_trait_plan`)."""
+
+
+def _trait_plan(mm, config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str, str]) -> dict[str, list[int]]:
+    """The libmathdx handles whose finalize traits :func:`_lower_inner` reads, by batch.
+
+    Made the way nvmath makes them during the lowering (same builders, same arguments,
+    hence the same descriptions in :class:`._lto.FinalizeTraits`), without finalizing
+    anything or querying a trait.  Call inside ``_operand_precision`` and
+    ``_lto.traits.deferring()``.  ``"pipeline"``: the device and tile pipelines (one
+    finalize, ~12 s on the 2-core machine); ``"tensor"``: the global A/B tensors and the
+    suggested register C and accumulator (one finalize, ~8.5 s); ``"descriptor"``: the
+    Matmul descriptor nvmath reads value types, leading dimensions, block dim and
+    alignment from (its first trait query compiles it, ~6.7 s).  The device pipeline's
+    value types are derived from ``dtype`` here, where nvmath reads them from the
+    descriptor's traits; a handle this plan gets wrong only costs its finalize in the
+    lowering (a store miss), never a wrong answer.
+    """
+    from nvmath.device import cublasdx_backend as be
+    from nvmath.device.common_backend import NP_TYPES_TO_MATHDX_TYPES
+    from nvmath.device.cublasdx import _blas_tensors_handle
+
+    traits_handle = be.generate_MM(  # as nvmath's _MatmulTraits makes it
+        size=mm._size, function=mm._function, precision=mm._precision, data_type=mm._data_type, sm=mm._sm,
+        transpose_mode=mm._transpose_mode, arrangement=mm._arrangement, alignment=mm._alignment,
+        block_dim=mm._block_dim, static_block_dim=mm._static_block_dim, leading_dimension=mm._leading_dimension,
+        execution=mm._execution, with_pipeline=mm._with_pipeline, enable_input_streaming=mm._enable_input_streaming,
+    ).descriptor
+    mm_handle = _blas_tensors_handle(mm)
+    value_type = NP_TYPES_TO_MATHDX_TYPES[np.dtype(dtype).type]
+    a, b = _placeholder(arrangement[0], dtype), _placeholder(arrangement[1], dtype)
+    device_pipeline = be.generate_device_pipeline(mm_handle, config.depth, value_type, value_type, a.shape, b.shape,
+                                                  a.strides, b.strides).descriptor
+    tile_pipeline = be.generate_tile_pipeline(mm_handle, device_pipeline).descriptor
+    tensors = [be.generate_tensor(mm_handle, t).descriptor for t in ("suggested_rmem_c", "suggested_accumulator_c")]
+    return {"pipeline": [device_pipeline, tile_pipeline], "tensor": tensors, "descriptor": [traits_handle]}
+
+
+@contextlib.contextmanager
+def _planned(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str, str], cc: tuple[int, int],
+             operands: str):
+    """``(plan, missing groups)`` with the plan's handles alive inside the block."""
+    from . import _lto
+
+    with _operand_precision(operands, dtype), _lto.traits.deferring():
+        plan = _trait_plan(_make_matmul(config, dtype, arrangement, cc), config, dtype, arrangement)
+        missing = []
+        for group, handles in plan.items():
+            descriptions = [_lto.traits.description(h) for h in handles]
+            if any(d is None or _lto.traits.cached(d) is None for d in descriptions):
+                missing.append(group)
+        yield plan, missing
+
+
+def _compute_traits(plan: dict[str, list[int]], group: str) -> None:
+    """Finalize one group of the plan (one libmathdx call) and store its traits."""
+    from . import _lto
+
+    if group == "descriptor":
+        for handle in plan[group]:
+            _lto.traits.entry(handle)
+    else:
+        _lto.traits.materialize(group)
+
+
+def _trait_job(config: dict, dtype: str, arrangement: list[str], cc: list[int], store_root: str, target: str,
+               group: str, operands: str = "native") -> dict:
+    """Trait process: finalize one group of :func:`_trait_plan` and store its traits."""
     from . import _lto, _standin
 
     t0 = time.perf_counter()
     _standin.activate(tuple(cc))
     _lto.intercept(_lto.LtoStore(store_root), mode="defer", target=target)
-    _lower(PipelineConfig(**config), np.dtype(dtype), tuple(arrangement), None, (), tuple(cc), operands)
     t1 = time.perf_counter()
+    with _planned(PipelineConfig(**config), np.dtype(dtype), tuple(arrangement), tuple(cc), operands) as (plan, missing):
+        if group in missing:
+            _compute_traits(plan, group)
+    return {"traits": group, "import_s": t1 - t0, "finalize_s": time.perf_counter() - t1,
+            "stats": _lto.traits.stats()}
+
+
+def _worker(config: dict, dtype: str, arrangement: list[str], cc: list[int], store_root: str,
+            target: str, index: int, workers: int, operands: str = "native", wait: bool = False,
+            fragment_store: str = "loop") -> dict:
+    """Worker process: replay the lowering in ``defer`` mode, compile every ``workers``-th object.
+
+    With ``wait``, the worker imports everything and then waits for a ``go`` line on stdin:
+    the parent sends it once the finalize traits are on disk, so the replay reads them
+    instead of finalizing (anything else on stdin, or its end, stops the worker).
+    """
+    from . import _lto, _standin
+
+    t0 = time.perf_counter()
+    _standin.activate(tuple(cc))
+    _lto.intercept(_lto.LtoStore(store_root), mode="defer", target=target)
+    waited = 0.0
+    if wait:
+        t = time.perf_counter()
+        import sys
+
+        if sys.stdin.readline().strip() != "go":
+            return {"index": index, "compiled": 0, "replay_s": 0.0, "compile_s": 0.0, "stopped": True}
+        waited = time.perf_counter() - t
+    t1 = time.perf_counter()
+    _lower(PipelineConfig(**config), np.dtype(dtype), tuple(arrangement), None, (), tuple(cc), operands,
+           fragment_store)
+    t2 = time.perf_counter()
     done = _lto.compile_pending(index, workers)
-    return {"index": index, "compiled": done, "replay_s": t1 - t0, "compile_s": time.perf_counter() - t1}
+    return {"index": index, "compiled": done, "import_s": t1 - t0 - waited, "wait_s": waited, "replay_s": t2 - t1,
+            "compile_s": time.perf_counter() - t2, "traits": _lto.traits.stats()}
 
 
-def _start_workers(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str, str], cc: tuple[int, int],
-                   store: Any, target: str, workers: int, operands: str = "native") -> list:
-    """Start ``workers`` processes running :func:`_worker` (``python -m dxgemm.pipelines._build``).
+def _spawn(job: list) -> Any:
+    """``python -m dxgemm.pipelines._build <job>``: a worker or a trait process.
 
     Plain subprocesses, not ``multiprocessing``: its ``spawn`` start method re-imports the
     caller's ``__main__``, and a user script without a ``__main__`` guard that calls
@@ -483,16 +640,52 @@ def _start_workers(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[s
     import subprocess
     import sys
 
-    procs = []
-    for i in range(workers):
-        job = json.dumps([config.as_dict(), dtype.name, list(arrangement), list(cc), str(store.root), target, i,
-                          workers, operands])
-        procs.append(subprocess.Popen([sys.executable, "-m", "dxgemm.pipelines._build", job],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      env=dict(os.environ, PYTHONPATH=os.pathsep.join(
-                                          [str(Path(__file__).resolve().parents[2])]
-                                          + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))))
-    return procs
+    return subprocess.Popen([sys.executable, "-m", "dxgemm.pipelines._build", json.dumps(job)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                                [str(Path(__file__).resolve().parents[2])]
+                                + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])))
+
+
+def _start_traits(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str, str], cc: tuple[int, int],
+                  store: Any, target: str, groups: list[str], operands: str = "native") -> list:
+    """One process per finalize group (:func:`_trait_job`)."""
+    return [_spawn(["traits", config.as_dict(), dtype.name, list(arrangement), list(cc), str(store.root), target,
+                    group, operands]) for group in groups]
+
+
+def _start_workers(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str, str], cc: tuple[int, int],
+                   store: Any, target: str, workers: int, operands: str = "native", wait: bool = False,
+                   fragment_store: str = "loop") -> list:
+    """Start ``workers`` processes running :func:`_worker`."""
+    return [_spawn(["worker", config.as_dict(), dtype.name, list(arrangement), list(cc), str(store.root), target, i,
+                    workers, operands, wait, fragment_store]) for i in range(workers)]
+
+
+def _release_workers(procs: list) -> None:
+    """Send ``go`` to workers started with ``wait``."""
+    for proc in procs:
+        try:
+            proc.stdin.write("go\n")
+            proc.stdin.flush()  # not closed here: communicate() flushes stdin again, and a closed one raises
+        except (OSError, ValueError):
+            pass  # a worker that died: the parent compiles its share (resolve() falls back)
+
+
+def _wait_traits(procs: list):
+    """Wait for the trait processes; yield one log line each."""
+    import json
+
+    for proc in procs:
+        out, err = proc.communicate()
+        lines = [x for x in out.splitlines() if x.startswith("{")]
+        if proc.returncode != 0 or not lines:
+            # the lowering finalizes whatever is missing itself (slower, same result)
+            yield f"trait process failed (exit {proc.returncode}): {err.strip()[-400:]}"
+            continue
+        r = json.loads(lines[-1])
+        yield (f"traits {r['traits']}: import {r['import_s']:.1f} s, finalize {r['finalize_s']:.1f} s "
+               f"{r['stats']['finalizes']}")
 
 
 def _wait_workers(procs: list, desc: str):
@@ -520,8 +713,11 @@ def _wait_workers(procs: list, desc: str):
                 yield f"worker failed (exit {proc.returncode}): {err.strip()[-400:]}"
                 continue
             r = json.loads(lines[-1])
-            yield (f"worker {r['index']}: replay {r['replay_s']:.1f} s, {r['compiled']} object(s) in "
-                   f"{r['compile_s']:.1f} s")
+            if r.get("stopped"):
+                yield f"worker {r['index']}: stopped before its replay"
+                continue
+            yield (f"worker {r['index']}: import {r['import_s']:.1f} s, waited {r['wait_s']:.1f} s, replay "
+                   f"{r['replay_s']:.1f} s, {r['compiled']} object(s) in {r['compile_s']:.1f} s")
         time.sleep(0.05)
     if bar is not None:
         bar.close()
@@ -703,11 +899,38 @@ def build(
     times["import"] = time.perf_counter() - t_start
 
     procs: list = []
-    if workers > 1:  # start the workers first: they replay the lowering alongside this process
-        procs = _start_workers(config, dtype, arrangement, cc, store, target, workers, operands)
+    trait_procs: list = []
     _lto.intercept(store, mode="defer" if workers > 1 else "eager", target=target)
     _lto.begin()
     try:
+        missing: list[str] = []
+        if _lto.trait_cache_enabled():
+            # The finalize traits: from the store, or computed by one process per group at
+            # the same time (the parent takes the descriptor group itself).  Workers start
+            # now, import, and wait for them before their replay.
+            t = time.perf_counter()
+            try:
+                with _planned(config, dtype, arrangement, cc, operands) as (plan, missing):
+                    trait_procs = _start_traits(config, dtype, arrangement, cc, store, target,
+                                                [g for g in missing if g != "descriptor"], operands)
+                    if workers > 1:
+                        procs = _start_workers(config, dtype, arrangement, cc, store, target, workers, operands,
+                                               wait=True, fragment_store=fragment_store)
+                    if "descriptor" in missing:
+                        _compute_traits(plan, "descriptor")
+            except Exception as e:  # noqa: BLE001 - a plan that fails only costs time: the lowering finalizes
+                say(f"finalize-trait plan failed ({e!r}); the lowering finalizes what it needs")
+            for line in _wait_traits(trait_procs):
+                say(line)
+            times["traits_wait"] = time.perf_counter() - t
+            say(f"finalize traits in {times['traits_wait']:.1f} s (computed: {missing or 'none'})")
+            _release_workers(procs)
+            if workers > 1 and not procs:
+                procs = _start_workers(config, dtype, arrangement, cc, store, target, workers, operands,
+                                       fragment_store=fragment_store)
+        elif workers > 1:  # start the workers first: they replay the lowering alongside this process
+            procs = _start_workers(config, dtype, arrangement, cc, store, target, workers, operands,
+                                   fragment_store=fragment_store)
         lowered = _lower(config, dtype, arrangement, epilogue, epi_args, cc, operands, fragment_store)
         times.update(lowered["times"])
         dp = lowered["dp"]
@@ -720,7 +943,7 @@ def build(
                 say(line)
             times["workers_wait"] = time.perf_counter() - t
     finally:
-        for proc in procs:
+        for proc in procs + trait_procs:
             if proc.poll() is None:
                 proc.kill()
     frag_size = lowered["frag_size"]
@@ -729,18 +952,32 @@ def build(
     create_lto, create_symbol = lowered["create"]
     create_lto = _lto.resolve([create_lto])[0]
     times["lto_stats"] = _lto.stats()
+    times["trait_stats"] = _lto.traits.stats()
     _lto.write_manifest(store, manifest, _lto.requested())
 
     from cuda.core import Linker, LinkerOptions, ObjectCode
 
     arch = f"sm_{cc[0]}{cc[1]}{'a' if cc >= (9, 0) else ''}"
     objects = [ObjectCode.from_ltoir(c) for c in codes]
-    t = time.perf_counter()
-    # nvJitLink's split compile: measured 13.8 -> 11.9 s for this link on the H100 host (notes)
-    split = max(min(os.cpu_count() or 1, 8), 1)
-    options = LinkerOptions(link_time_optimization=True, arch=arch, split_compile=split)
-    gemm_cubin = bytes(Linker(*objects, options=options).link("cubin").code)
-    times["link"] = time.perf_counter() - t
+
+    def link_init() -> tuple[bytes, float]:
+        t0 = time.perf_counter()
+        return _link_init(create_lto, create_symbol, cc), time.perf_counter() - t0
+
+    # The init kernel (NVRTC + a small link) is linked in a thread while nvJitLink links
+    # the GEMM: both release the GIL.
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        init_job = pool.submit(link_init)
+        t = time.perf_counter()
+        # nvJitLink's split compile: measured 13.8 -> 11.9 s for this link on the H100 host (notes)
+        split = max(min(os.cpu_count() or 1, 8), 1)
+        options = LinkerOptions(link_time_optimization=True, arch=arch, split_compile=split)
+        gemm_cubin = bytes(Linker(*objects, options=options).link("cubin").code)
+        times["link"] = time.perf_counter() - t
+        init_cubin, times["init_link"] = init_job.result()
+    times["links_wall"] = time.perf_counter() - t
     entries = kernel_entries(gemm_cubin)
     if len(entries) != 1:
         raise RuntimeError(f"expected one kernel in the linked cubin, found {entries}")
@@ -749,14 +986,11 @@ def build(
     gemm_params = _param_layout(arg_types)
     _check_param_sizes(gemm_cubin, entries[0], gemm_params)
 
-    t = time.perf_counter()
-    init_cubin = _link_init(create_lto, create_symbol, cc)
-    times["init_link"] = time.perf_counter() - t
     _check_param_sizes(init_cubin, INIT_ENTRY, ["ptr", *INIT_PARAMS])
     if INIT_ENTRY not in kernel_entries(init_cubin):
         raise RuntimeError("init kernel entry missing from its cubin")
     times["total"] = time.perf_counter() - t_start
-    say(f"init kernel linked in {times['init_link']:.1f} s; total {times['total']:.1f} s")
+    say(f"init kernel linked in {times['init_link']:.1f} s (alongside); total {times['total']:.1f} s")
 
     meta = {
         "config": config.as_dict(),
@@ -785,8 +1019,9 @@ def build(
     return meta, {"gemm": gemm_cubin, "init": init_cubin}
 
 
-if __name__ == "__main__":  # a compile worker (see _start_workers)
+if __name__ == "__main__":  # a compile worker or a trait process (see _spawn)
     import json
     import sys
 
-    print(json.dumps(_worker(*json.loads(sys.argv[1]))), flush=True)
+    _kind, *_args = json.loads(sys.argv[1])
+    print(json.dumps((_trait_job if _kind == "traits" else _worker)(*_args)), flush=True)

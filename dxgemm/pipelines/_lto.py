@@ -28,24 +28,54 @@ plus the target.  A request is answered
    once they exist.  Numba only collects LTO-IR objects while lowering, so placeholders
    pass through ``compile_all`` untouched.
 
-:func:`parallel_compile` starts worker processes (``spawn``) that each replay the same
-lowering in ``defer`` mode — cheap: descriptors and Numba, no device-function NVRTC —
-and then really compile every ``workers``-th pending request (sorted by key, so all
-processes agree on the split), writing the objects to the store.  The parent does the
-same replay, waits, and links.  Duplicates are compiled once.
+``_build`` starts worker processes that each replay the same lowering in ``defer`` mode —
+cheap once the finalize traits below come from the store: descriptors and Numba, no
+NVRTC — and then really compile every ``workers``-th pending request (sorted by key, so
+all processes agree on the split) with :func:`compile_pending`, writing the objects to
+the store.  The parent lowers the real kernel meanwhile, waits, and links.  Duplicates
+are compiled once.
+
+Finalize traits
+---------------
+Before any device function is compiled, nvmath's lowering reads plain integers from
+libmathdx handles: the Matmul descriptor's value types, leading dimensions, block dim and
+alignment; the device and tile pipelines' storage and buffer sizes; the register C
+fragment's and the accumulator's sizes.  libmathdx only answers for a *finalized* handle,
+and every finalize (or a descriptor's first trait query) is a full NVRTC compile of
+cuBLASDx + CuTe.  Measured on the 2-core machine, fp64 128x64x32/128/d2, one after another
+in the lowering: descriptor traits 6.7 s, device pipeline 12.2 s, its A/B tensors 3.0 s,
+register C 6.6 s, tile pipeline 11.3 s, accumulator 6.2 s — 46 of the lowering's 48 s
+(Numba itself ~2 s).  On the H100 host that was ``pipeline_traits`` ~24 s plus most of
+``compile_all`` ~17 s, in the parent and again in every worker's replay.
+
+:class:`FinalizeTraits` keeps those integers on disk, next to the LTO-IR, keyed by the
+handle's *description* — the libmathdx calls that made it, with the handles they took
+described in turn — plus the target.  Inside :meth:`FinalizeTraits.deferring` a finalize
+only records its handles; a trait query is answered from the store, or else finalizes
+every recorded handle of its kind in *one* call (4 tensors: 8.5 s, both pipelines: 12 s,
+where one by one they took 15.8 s and 23.5 s) and stores all their traits.  Checked on
+this machine: libmathdx creates device functions, gives their symbols and compiles them
+from unfinalized handles, with byte-identical LTO-IR (the pipeline ``create`` and a
+fragment copy, compared); any other call given an unfinalized handle finalizes it first;
+tensor UIDs are numbered as libmathdx numbers them; and kernels built with traits from
+the store have the same code as before (fp64 and TF32; see ``_build``).  Damaged entries
+are recomputed; writes are atomic (:class:`LtoStore`).  ``DXGEMM_TRAIT_CACHE=0`` turns
+this off (every finalize runs, in order, as nvmath issues it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 __all__ = ["LtoStore", "Pending", "intercept", "resolve", "pending_keys", "compile_pending", "begin", "requested",
-           "manifest_complete", "write_manifest"]
+           "manifest_complete", "write_manifest", "FinalizeTraits", "traits", "encode_traits", "decode_traits"]
 
 PLACEHOLDER = b"DXGEMM-PENDING:"
 _TOKEN_BASE = -(1 << 40)  # fake "descriptors": negative, never a real mathdx handle
@@ -95,6 +125,12 @@ class LtoStore:
             os.replace(tmp, self._path(key))
         except OSError:
             pass  # a read-only cache only costs a recompile next time
+
+    def discard(self, key: str) -> None:
+        try:
+            self._path(key).unlink()
+        except OSError:
+            pass
 
     def count(self) -> tuple[int, int]:
         """(objects, bytes) in the store."""
@@ -160,15 +196,22 @@ def _answer(p: Pending) -> tuple[bytes, int]:
     return p.ltoir, p.isa
 
 
+def trait_cache_enabled() -> bool:
+    """Whether finalize traits are kept on disk (``DXGEMM_TRAIT_CACHE=0`` turns it off)."""
+    return os.environ.get("DXGEMM_TRAIT_CACHE", "1").strip().lower() not in ("0", "off", "no", "false")
+
+
 def intercept(store: LtoStore | None, *, mode: str = "eager", target: str = "") -> None:
-    """Route nvmath's device-function compiles through this module (see the module doc).
+    """Route nvmath's device-function compiles and trait queries through this module (see the module doc).
 
     ``target`` is added to every key (dxgemm passes the compute capability and the
     toolchain versions).  Idempotent; ``mode`` and ``store`` may be changed by calling again.
+    Must run before anything creates the libmathdx handles whose traits it should answer.
     """
     if mode not in ("eager", "defer"):
         raise ValueError(f"mode must be 'eager' or 'defer', got {mode!r}")
     _state.store, _state.mode, _state.target = store, mode, target
+    traits.store, traits.target = store, target
     if _state.installed:
         return
     from nvmath.bindings import mathdx
@@ -176,6 +219,9 @@ def intercept(store: LtoStore | None, *, mode: str = "eager", target: str = "") 
     from nvmath.device import cublasdx as dx
     from nvmath.device import cublasdx_backend as be
     from nvmath.device import cublasdx_numba as dxn
+
+    if trait_cache_enabled():
+        traits.install(mathdx, (be, dx))
 
     orig_generate_code = be.generate_code
     orig_get_lto = common_backend.get_lto
@@ -315,3 +361,469 @@ def write_manifest(store: LtoStore, name: str, keys: list[str]) -> None:
 def stats() -> dict[str, Any]:
     """How many objects this process compiled and loaded from the store."""
     return {"compiled": _state.compiled, "loaded": _state.loaded, "requests": len(_state.by_key)}
+
+
+# --------------------------------------------------------------------------- finalize traits
+#
+# See "Finalize traits" in the module doc.
+
+_MISS = object()
+
+
+class _Opaque(Exception):
+    """An argument that cannot be described by value (a raw pointer, an unknown handle)."""
+
+
+def encode_traits(entry: dict) -> bytes:
+    """A trait entry as stored: canonical JSON."""
+    import json
+
+    return json.dumps(entry, sort_keys=True, separators=(",", ":")).encode()
+
+
+def decode_traits(data: bytes) -> dict | None:
+    """The trait entry in ``data``, or None when it is not a well-formed entry."""
+    import json
+
+    try:
+        entry = json.loads(data.decode())
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(entry, dict) or set(entry) != {"kind", "int64", "int64s", "str"}:
+        return None
+    if entry["kind"] not in ("descriptor", "tensor", "pipeline"):
+        return None
+    ok = (all(isinstance(k, str) and type(v) is int for k, v in entry["int64"].items())
+          and all(isinstance(k, str) and isinstance(v, list) and all(type(x) is int for x in v)
+                  for k, v in entry["int64s"].items())
+          and all(isinstance(k, str) and isinstance(v, str) for k, v in entry["str"].items()))
+    return entry if ok else None
+
+
+class FinalizeTraits:
+    """libmathdx's finalize-time traits answered from the store (see the module doc).
+
+    Wraps the functions of a ``mathdx`` bindings module (nvmath's, or a fake in tests):
+
+    * every ``cublasdx_create_*`` / ``cublasdx_make_*`` / ``cublasdx_set_*`` call is recorded
+      as the handle's *description* (the calls that made it, handle arguments replaced by
+      their own descriptions), so equal descriptions mean equal objects in any process;
+    * inside :meth:`deferring`, ``cublasdx_finalize_tensors`` / ``_pipelines`` / ``cublasdx_finalize``
+      only remember the handles (device functions, their symbols and their code are the
+      same from unfinalized handles: measured, identical LTO-IR);
+    * a trait query is answered from this process's memo, else the store (key:
+      ``traits|<description>|<target>``), else by finalizing *every* deferred handle of
+      that kind in one call (one NVRTC compile for the batch) and storing all their traits;
+    * any other call given a deferred handle finalizes it first, so nothing can see an
+      unfinalized handle it would not have seen before.
+
+    Tensor UIDs (``CUBLASDX_TENSOR_TRAIT_UID``) are per process in libmathdx: it numbers
+    tensor *types* 0, 1, 2... in the order tensors are finalized (a type seen before keeps
+    its number; measured).  They are never stored: this class numbers types the same way,
+    in the order the program *asked* for finalizes, naming each tensor's type by its opaque
+    name from the store.  nvmath puts the UID in Numba type names, which reach the kernel's
+    symbol names, so this keeps the kernel the same as without the store (measured: the
+    TF32 kernel's SASS changed when UIDs were numbered differently).
+    """
+
+    FINALIZERS = {"cublasdx_finalize_tensors": "tensor", "cublasdx_finalize_pipelines": "pipeline"}
+    CREATORS = {"cublasdx_create_descriptor": "descriptor", "cublasdx_create_tensor": "tensor",
+                "cublasdx_create_tensor_strided": "tensor", "cublasdx_make_tensor_like": "tensor",
+                "cublasdx_create_device_pipeline": "pipeline", "cublasdx_create_tile_pipeline": "pipeline",
+                "cublasdx_create_device_function": "function",
+                "cublasdx_create_device_function_with_pipelines": "function"}
+    # Calls measured to behave the same on unfinalized handles (no finalize forced for them)
+    SAFE = {"cublasdx_create_tile_pipeline", "cublasdx_create_device_function",
+            "cublasdx_create_device_function_with_pipelines", "cublasdx_get_device_function_trait_str",
+            "cublasdx_get_device_function_trait_str_size", "cublasdx_finalize_device_functions",
+            "cublasdx_get_ltoir", "cublasdx_get_ltoir_size", "cublasdx_trait_type_to_str",
+            "cublasdx_operator_type_to_str"}
+
+    def __init__(self) -> None:
+        self.desc: dict[int, str | None] = {}
+        self.kind: dict[int, str] = {}
+        self.deferred: dict[int, None] = {}  # ordered set
+        self.final: set[int] = set()
+        self.memo: dict[str, dict] = {}
+        self.tensor_order: list[str] = []  # tensors in finalize-call order, by description ("#<h>": none)
+        self.type_uids: dict[str, int] = {}  # tensor type (opaque name) -> UID
+        self.order_uids: dict[str, int] = {}  # entry of tensor_order -> UID
+        self.defer = False
+        self.store: LtoStore | None = None
+        self.target = ""
+        self.hits = 0
+        self.stored_hits = 0
+        self.computed = 0
+        self.finalizes: list[tuple[str, int, float]] = []  # (kind, handles, seconds) really run
+        self.orig: dict[str, Callable] = {}
+        self.mathdx: Any = None
+        self.orig_int_traits: Callable | None = None
+
+    # ---- descriptions
+    def _describe(self, value: Any) -> str:
+        import numbers
+
+        if isinstance(value, bool):
+            return str(int(value))
+        if isinstance(value, numbers.Integral):
+            value = int(value)
+            if value in self.desc:
+                d = self.desc[value]
+                if d is None:
+                    raise _Opaque
+                return f"<{d}>"
+            return str(value)
+        if isinstance(value, str):
+            return repr(value)
+        if isinstance(value, (bytes, bytearray)):
+            return repr(bytes(value))
+        if isinstance(value, (list, tuple)) or hasattr(value, "tolist"):
+            seq = value.tolist() if hasattr(value, "tolist") else value
+            if not isinstance(seq, (list, tuple)):
+                return self._describe(seq)
+            return "[" + ",".join(self._describe(v) for v in seq) + "]"
+        raise _Opaque
+
+    def _call_text(self, name: str, args: tuple) -> str | None:
+        if name.endswith("s") and args and isinstance(args[-1], int) and not isinstance(args[-1], bool) and \
+                name.startswith("cublasdx_set_"):
+            return None  # values given as a raw pointer: not describable by value
+        try:
+            return f"{name[len('cublasdx_'):]}({','.join(self._describe(a) for a in args)})"
+        except _Opaque:
+            return None
+
+    def description(self, handle: int) -> str | None:
+        return self.desc.get(int(handle))
+
+    # ---- installation
+    def install(self, mathdx: Any, int_trait_modules: tuple = ()) -> None:
+        """Wrap ``mathdx``'s cuBLASDx functions; rebind ``get_int_traits`` in ``int_trait_modules``."""
+        self.mathdx = mathdx
+        for name in dir(mathdx):
+            fn = getattr(mathdx, name)
+            if not name.startswith("cublasdx_") or not callable(fn) or isinstance(fn, type):
+                continue
+            self.orig[name] = fn
+            setattr(mathdx, name, self._wrap(name, fn))
+        if int_trait_modules:
+            self.orig_int_traits = int_trait_modules[0].get_int_traits
+            for module in int_trait_modules:
+                module.get_int_traits = self.get_int_traits
+
+    def _wrap(self, name: str, fn: Callable) -> Callable:
+        if name in self.CREATORS:
+            kind = self.CREATORS[name]
+            guard = name == "cublasdx_make_tensor_like"
+
+            def create(*args):
+                if guard:
+                    self._finalize_args(args)
+                handle = fn(*args)
+                self.desc[int(handle)] = self._call_text(name, args)
+                self.kind[int(handle)] = kind
+                return handle
+            return create
+        if name.startswith("cublasdx_set_"):
+            def setter(handle, *args):
+                fn(handle, *args)
+                h = int(handle)
+                if h in self.desc:
+                    text = self._call_text(name, args)
+                    self.desc[h] = None if text is None or self.desc[h] is None else f"{self.desc[h]}+{text}"
+            return setter
+        if name.startswith("cublasdx_destroy_"):
+            def destroy(handle):
+                h = int(handle)
+                for table in (self.desc, self.kind, self.deferred):
+                    table.pop(h, None)
+                self.final.discard(h)
+                return fn(handle)
+            return destroy
+        if name in self.FINALIZERS:
+            kind = self.FINALIZERS[name]
+
+            def finalize(count, array):
+                return self._finalize({kind: array}, lambda: fn(count, array))
+            return finalize
+        if name == "cublasdx_finalize":
+            def finalize_both(n_tensors, tensors, n_pipelines, pipelines):
+                return self._finalize({"tensor": tensors, "pipeline": pipelines},
+                                      lambda: fn(n_tensors, tensors, n_pipelines, pipelines))
+            return finalize_both
+        if name == "cublasdx_get_tensor_trait_int64":
+            return self._tensor_trait
+        if name == "cublasdx_get_pipeline_trait_int64":
+            def pipeline_trait(handle, trait):
+                v = self._lookup(handle, "int64", str(int(trait)))
+                return v if v is not _MISS else self._real(name, handle, trait)
+            return pipeline_trait
+        if name == "cublasdx_get_pipeline_trait_int64s":
+            def pipeline_traits(handle, trait, count, array):
+                v = self._lookup(handle, "int64s", f"{int(trait)}x{int(count)}") if isinstance(array, int) else _MISS
+                if v is _MISS or len(v) != int(count):
+                    return self._real(name, handle, trait, count, array)
+                import ctypes
+
+                (ctypes.c_int64 * int(count)).from_address(array)[:] = v
+                return None
+            return pipeline_traits
+        if name in self.SAFE:
+            return fn
+
+        def guarded(*args):
+            self._finalize_args(args)
+            return fn(*args)
+        return guarded
+
+    # ---- finalize, deferred or real
+    def _finalize(self, groups: dict[str, Any], real: Callable) -> None:
+        handles = {kind: (None if isinstance(arr, int) else [int(h) for h in arr]) for kind, arr in groups.items()}
+        for h in handles.get("tensor") or ():  # libmathdx's UID order: the order finalizes are asked for
+            d = self.desc.get(h)
+            tag = d if d is not None else f"#{h}"
+            if tag not in self.tensor_order:
+                self.tensor_order.append(tag)
+        describable = all(hs is not None and all(self.desc.get(h) is not None for h in hs) for hs in handles.values())
+        if self.defer and describable:
+            for hs in handles.values():
+                for h in hs:
+                    if h not in self.final:
+                        self.deferred[h] = None
+            return None
+        out = real()
+        for hs in handles.values():
+            for h in hs or ():
+                self.deferred.pop(h, None)
+                self.final.add(h)
+        return out
+
+    def materialize(self, kind: str) -> int:
+        """Finalize every deferred handle of ``kind`` in one call; store their traits. Returns how many."""
+        batch = [h for h in self.deferred if self.kind.get(h) == kind]
+        if not batch:
+            return 0
+        fn = self.orig["cublasdx_finalize_tensors" if kind == "tensor" else "cublasdx_finalize_pipelines"]
+        t = time.perf_counter()
+        try:
+            fn(len(batch), batch)
+        except Exception:
+            # finalize one by one: the handles that can be are; the others stay deferred
+            # and raise their own error when something needs them
+            done = []
+            for h in batch:
+                try:
+                    fn(1, [h])
+                    done.append(h)
+                except Exception:
+                    pass
+            batch = done
+        self.finalizes.append((kind, len(batch), time.perf_counter() - t))
+        for h in batch:
+            self.deferred.pop(h, None)
+            self.final.add(h)
+        for h in batch:
+            self._put(h, self._read(h))
+        return len(batch)
+
+    def _ensure_final(self, handle: int) -> None:
+        h = int(handle)
+        if h in self.deferred:
+            self.materialize(self.kind[h])
+            if h in self.deferred:  # its finalize fails: raise that error here
+                self.deferred.pop(h, None)
+                fn = self.orig["cublasdx_finalize_tensors" if self.kind[h] == "tensor" else "cublasdx_finalize_pipelines"]
+                fn(1, [h])
+                self.final.add(h)
+
+    def _finalize_args(self, args: tuple) -> None:
+        import numbers
+
+        def visit(value: Any) -> None:
+            if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+                if int(value) in self.deferred:
+                    self._ensure_final(int(value))
+            elif isinstance(value, (list, tuple)):
+                for v in value:
+                    visit(v)
+        visit(args)
+
+    def _real(self, name: str, handle: int, *args):
+        self._ensure_final(handle)
+        return self.orig[name](handle, *args)
+
+    # ---- reading and answering traits
+    def _read(self, handle: int) -> dict:
+        """All traits of a finalized handle (or a descriptor: its first query compiles it)."""
+        mathdx, orig = self.mathdx, self.orig
+        kind = self.kind[handle]
+        entry: dict = {"kind": kind, "int64": {}, "int64s": {}, "str": {}}
+
+        def attempt(table: str, key: str, fn: Callable) -> None:
+            try:
+                entry[table][key] = fn()
+            except Exception:  # a trait this handle does not have: not stored, asked for real if ever needed
+                pass
+
+        def read_str(size_fn: Callable, str_fn: Callable, trait: Any) -> str:
+            size = int(size_fn(handle, trait))
+            buf = bytearray(size)
+            str_fn(handle, trait, size, buf)
+            return bytes(buf[:-1]).decode()
+
+        if kind == "tensor":
+            for t in mathdx.CublasdxTensorTrait:
+                if t == mathdx.CublasdxTensorTrait.UID:
+                    continue  # per process: numbered by tensor_uid(), never stored
+                if t == mathdx.CublasdxTensorTrait.OPAQUE_NAME:
+                    attempt("str", str(int(t)), lambda t=t: read_str(orig["cublasdx_get_tensor_trait_str_size"],
+                                                                     orig["cublasdx_get_tensor_trait_str"], t))
+                else:
+                    attempt("int64", str(int(t)), lambda t=t: int(orig["cublasdx_get_tensor_trait_int64"](handle, t)))
+        elif kind == "pipeline":
+            for t in mathdx.CublasdxPipelineTrait:
+                if t == mathdx.CublasdxPipelineTrait.OPAQUE_NAME:
+                    attempt("str", str(int(t)), lambda t=t: read_str(orig["cublasdx_get_pipeline_trait_str_size"],
+                                                                     orig["cublasdx_get_pipeline_trait_str"], t))
+                elif t == mathdx.CublasdxPipelineTrait.BLOCK_DIM:
+                    attempt("int64s", f"{int(t)}x3", lambda t=t: self._read_int64s(
+                        orig["cublasdx_get_pipeline_trait_int64s"], handle, t, 3))
+                else:
+                    attempt("int64", str(int(t)), lambda t=t: int(orig["cublasdx_get_pipeline_trait_int64"](handle, t)))
+        elif kind == "descriptor":
+            scalar = {"BLOCK_SIZE", "MAX_THREADS_PER_BLOCK"}
+            for t in mathdx.CublasdxTraitType:
+                if t.name == "SYMBOL_NAME":
+                    continue
+                count = 1 if t.name in scalar else 3
+                attempt("int64s", f"{int(t)}x{count}", lambda t=t, c=count: self._read_int64s(
+                    orig["cublasdx_get_trait_int64s"], handle, t, c))
+            self.final.add(handle)
+        self.computed += 1
+        return entry
+
+    @staticmethod
+    def _read_int64s(fn: Callable, handle: int, trait: Any, count: int) -> list[int]:
+        import numpy as np
+
+        buf = np.zeros(count, dtype=np.int64)
+        fn(handle, trait, count, buf.ctypes.data)
+        return [int(x) for x in buf]
+
+    def _key(self, description: str) -> str:
+        return f"traits|{description}|{self.target}"
+
+    def _put(self, handle: int, entry: dict) -> None:
+        d = self.desc.get(handle)
+        if d is None:
+            return
+        self.memo[d] = entry
+        if self.store is not None:
+            self.store.store(self._key(d), encode_traits(entry), 0)
+
+    def cached(self, description: str) -> dict | None:
+        """The stored entry for ``description`` (memo, then store), or None."""
+        entry = self.memo.get(description)
+        if entry is None and self.store is not None:
+            hit = self.store.load(self._key(description))
+            entry = decode_traits(hit[0]) if hit is not None else None
+            if hit is not None and entry is None:
+                self.store.discard(self._key(description))  # damaged: recomputed, never trusted
+            if entry is not None:
+                self.memo[description] = entry
+                self.stored_hits += 1
+        return entry
+
+    def entry(self, handle: int) -> dict | None:
+        """Traits of ``handle``: memo, store, or computed (finalizing deferred handles of its kind)."""
+        h = int(handle)
+        d = self.desc.get(h)
+        if d is None:
+            return None
+        entry = self.cached(d)
+        if entry is not None:
+            self.hits += 1
+            return entry
+        kind = self.kind.get(h)
+        if kind in ("tensor", "pipeline"):
+            if h in self.deferred:
+                self.materialize(kind)
+            if h not in self.final:
+                return None  # never finalized: the real query raises as it would have
+            if d not in self.memo:
+                self._put(h, self._read(h))
+        elif kind == "descriptor":
+            self._put(h, self._read(h))
+        else:
+            return None
+        return self.memo.get(d)
+
+    def _lookup(self, handle: int, table: str, key: str) -> Any:
+        entry = self.entry(handle)
+        if entry is None:
+            return _MISS
+        return entry[table].get(key, _MISS)
+
+    def _type_name(self, tag: str) -> str:
+        """The opaque type name of the tensor(s) behind a ``tensor_order`` entry."""
+        mathdx = self.mathdx
+        opaque = str(int(mathdx.CublasdxTensorTrait.OPAQUE_NAME))
+        if tag.startswith("#"):  # no description: finalized for real, ask libmathdx
+            h = int(tag[1:])
+            try:
+                return self._read(h)["str"].get(opaque) or tag
+            except Exception:  # destroyed since
+                return tag
+        entry = self.cached(tag)
+        if entry is None:  # not stored yet: compute it through any live handle of that description
+            for h, d in list(self.desc.items()):
+                if d == tag and self.kind.get(h) == "tensor":
+                    entry = self.entry(h)
+                    break
+        return (entry or {}).get("str", {}).get(opaque) or tag
+
+    def tensor_uid(self, handle: int) -> int | None:
+        """libmathdx's UID for ``handle``'s type, numbered as libmathdx numbers them (class doc)."""
+        d = self.desc.get(int(handle))
+        tag = d if d is not None else f"#{int(handle)}"
+        if tag not in self.tensor_order:
+            return None
+        for t in self.tensor_order:
+            if t not in self.order_uids:
+                name = self._type_name(t)
+                self.order_uids[t] = self.type_uids.setdefault(name, len(self.type_uids))
+            if t == tag:
+                break
+        return self.order_uids[tag]
+
+    def _tensor_trait(self, handle: int, trait: Any) -> int:
+        if int(trait) == int(self.mathdx.CublasdxTensorTrait.UID):
+            uid = self.tensor_uid(handle)
+            return uid if uid is not None else self._real("cublasdx_get_tensor_trait_int64", handle, trait)
+        v = self._lookup(handle, "int64", str(int(trait)))
+        return v if v is not _MISS else self._real("cublasdx_get_tensor_trait_int64", handle, trait)
+
+    def get_int_traits(self, handle: int, trait: Any, size: int) -> tuple:
+        """nvmath's ``get_int_traits`` (descriptor traits), answered from the store."""
+        v = self._lookup(handle, "int64s", f"{int(trait)}x{int(size)}")
+        if v is not _MISS and len(v) == int(size):
+            return tuple(v)
+        return self.orig_int_traits(handle, trait, size)
+
+    # ---- scope
+    @contextlib.contextmanager
+    def deferring(self):
+        """Finalize calls inside this block are deferred (when the handles can be described)."""
+        previous, self.defer = self.defer, True
+        try:
+            yield
+        finally:
+            self.defer = previous
+
+    def stats(self) -> dict[str, Any]:
+        return {"hits": self.hits, "from_store": self.stored_hits, "computed": self.computed,
+                "finalizes": [(k, n, round(s, 2)) for k, n, s in self.finalizes]}
+
+
+traits = FinalizeTraits()
+"""This process's :class:`FinalizeTraits` (installed by :func:`intercept`)."""

@@ -43,6 +43,10 @@ __all__ = ["PipelineConfig", "DeviceInfo", "CONFIGS", "TF32X3_CONFIGS", "FLOAT32
            "parse_config"]
 
 
+SMEM_PER_SM = 228 * 1024
+"""Shared memory per SM on sm_90 (H100)."""
+
+
 @dataclass(frozen=True, order=True)
 class PipelineConfig:
     """One compiled pipeline kernel's shape: block tile, threads per block, pipeline depth."""
@@ -76,6 +80,20 @@ class PipelineConfig:
         used to reject configurations a device cannot hold.
         """
         return self.depth * (self.tile_m + self.tile_n) * self.tile_k * itemsize
+
+    def resident_blocks(self, itemsize: int) -> int:
+        """Blocks of this configuration one SM can hold by shared memory (H100: 228 KiB, 1 KiB
+        reserved per block), at most 4."""
+        return max(1, min(SMEM_PER_SM // (self.smem_bytes(itemsize) + 1024), 4))
+
+    def bounded_blocks(self, itemsize: int) -> int:
+        """Blocks per SM a staged kernel is compiled for (its ``launch_bounds`` minimum).
+
+        :meth:`resident_blocks`, but never so many that a thread keeps fewer than 128 of the
+        SM's 65536 registers: the accumulator fragment alone takes 64-128, and ptxas
+        refuses the TF32 wgmma kernel at 80 (128x128, 256 threads, three blocks asked).
+        """
+        return max(1, min(self.resident_blocks(itemsize), 65536 // (self.block_size * 128)))
 
     def min_k(self) -> int:
         """The pipeline prefetches ``depth`` K-tiles before computing: K must cover them."""
@@ -162,33 +180,56 @@ def float32_method() -> str:
     return method
 
 
-def pipeline_store(operands: str = "native", config: "PipelineConfig | None" = None, epilogue_key: Any = None) -> str:
+def pipeline_store(operands: str = "native", config: "PipelineConfig | None" = None, epilogue_key: Any = None,
+                   dtype: Any = None) -> str:
     """How a pipeline kernel stores its accumulator fragment (``_build.STORES``).
 
-    Measured on the H100, unrolled against loop (``benchmarks/results/
-    h100_pipeline_store_unrolled.log`` and ``h100_fusion_store_unrolled.log``):
+    The staged store writes the fragment into the finished pipeline's shared memory and
+    then stores the tile in D's memory order, with one copy of the epilogue's code; where
+    the buffer leaves room for two blocks per SM, one block's epilogue also overlaps
+    another's main loop.  Measured on the H100 against the earlier stores, each pair in
+    one run (ms; ``benchmarks/results/h100_fusion_staged.log`` /
+    ``h100_fusion_default_same_run.log``, ``h100_bench_large_staged.log`` /
+    ``h100_bench_large_loop.log``, ``h100_fusion_large_staged.log`` / ``_default.log``):
 
-    * TF32 128x128 (64 fragment elements per thread), plain GEMM: 7-17 % faster
-      (8192^2x512: 1.43 -> 1.19 ms; 4096^3: 1.97 -> 1.83 ms) — the fragment leaves local
-      memory;
-    * TF32 128x256 (128 elements per thread), plain: slower (4096^3: 1.66 -> 1.78 ms);
-    * any kernel with a real epilogue (bias | gelu): slower, up to 35 % (128 inlined
-      copies of the epilogue);
-    * float64, whose K tail is unrolled with it: slower at 8192^2x512 and 4097^3.
+    ==============================  ===========  =========  =========
+    kernel, shape                   earlier      store      staged
+    ==============================  ===========  =========  =========
+    TF32 128x128, 8192^2x512        1.189        unrolled   1.049
+    TF32 128x128 bias|gelu, same    1.432        loop       1.103
+    TF32 128x128, 4096^2x256        0.242        unrolled   0.208
+    TF32 128x128 bias|gelu, same    0.283        loop       0.226
+    TF32 128x256, 4096^3            1.651        loop       1.513
+    TF32 128x256, 8192^3            12.11        loop       11.48
+    TF32 128x256 bias|gelu, 4096^3  1.470        loop       1.541
+    TF32 128x256 bias|gelu, 8192^2x1024  2.246   loop       1.874
+    fp64 128x64, 8192^2x512         2.037        loop       1.830
+    fp64 128x64 bias|gelu, same     2.520        loop       2.277
+    fp64 128x64, 4096^2x256         0.404        loop       0.281
+    fp64 128x128, 4096^3            3.000        loop       3.033
+    fp64 128x128, 8192^3            23.91        loop       24.59
+    fp64 128x128, 4097^3            3.986        loop       4.236
+    ==============================  ===========  =========  =========
 
-    So a TF32 kernel with at most 64 fragment elements per thread and nothing but
-    alpha/beta in its epilogue stores unrolled; every other kernel loops.
-    ``DXGEMM_PIPELINE_STORE`` (``loop`` or ``unrolled``) overrides the rule.
+    So every TF32 kernel and every kernel with two or more blocks per SM
+    (:meth:`PipelineConfig.resident_blocks`) stores staged; the one-block float64
+    configuration, whose large squares lost 1-6 %, keeps the loop.  The unrolled store
+    (straight-line stores from registers, 128 inlined epilogue copies for a fused kernel)
+    lost to the staged one everywhere it was measured and is only chosen on request.
+    ``DXGEMM_PIPELINE_STORE`` (``loop``, ``unrolled`` or ``staged``) overrides the rule.
     """
     import os
 
     store = os.environ.get("DXGEMM_PIPELINE_STORE")
     if store is None:
-        light = epilogue_key is None or _only_alpha_beta(epilogue_key)
-        small = config is None or config.tile_m * config.tile_n <= 64 * config.block_size
-        store = "unrolled" if operands == "tf32" and light and small else "loop"
-    if store not in ("loop", "unrolled"):
-        raise ValueError(f"DXGEMM_PIPELINE_STORE must be 'loop' or 'unrolled', got {store!r}")
+        if operands == "tf32":
+            return "staged"
+        itemsize = np.dtype(dtype).itemsize if dtype is not None else None
+        if config is not None and itemsize is not None and config.resident_blocks(itemsize) >= 2:
+            return "staged"
+        return "loop"
+    if store not in ("loop", "unrolled", "staged"):
+        raise ValueError(f"DXGEMM_PIPELINE_STORE must be 'loop', 'unrolled' or 'staged', got {store!r}")
     return store
 
 

@@ -52,7 +52,7 @@ def entry_fields(
         arrangement=tuple(arrangement)[:2],
         epilogue_key=(epilogue_key, epi_arg_types),
         operands=operands,
-        store=pipeline_store(operands, config, epilogue_key),
+        store=pipeline_store(operands, config, epilogue_key, dtype),
     )
 
 
@@ -114,7 +114,8 @@ def get_kernel(
 
     key = (config, np.dtype(dtype).name, tuple(arrangement), kwargs.get("epilogue_key", IDENTITY_EPILOGUE),
            _numba_type_text(kwargs.get("epi_args", ())), kwargs.get("operands", "native"),
-           pipeline_store(kwargs.get("operands", "native"), config, kwargs.get("epilogue_key", IDENTITY_EPILOGUE)),
+           pipeline_store(kwargs.get("operands", "native"), config, kwargs.get("epilogue_key", IDENTITY_EPILOGUE),
+                          dtype),
            device)
     hit = _memo.get(key)
     if hit is not None:
