@@ -783,3 +783,30 @@ def test_trait_entry_encoding():
                 _lto.encode_traits({**entry, "kind": "function"}),
                 _lto.encode_traits({**entry, "int64s": {"5x3": [1, 2.5]}})):
         assert _lto.decode_traits(bad) is None
+
+
+def test_lto_claims_share_compiles_between_processes(tmp_path, monkeypatch):
+    from dxgemm.pipelines import _lto
+
+    store = _lto.LtoStore(tmp_path / "lto")
+    assert store.claim("k1") and not store.claim("k1")  # held by a live process (this one)
+    store.release("k1")
+    assert store.claim("k1")
+    store.release("k1")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    store._claim_path("k2").parent.mkdir(parents=True, exist_ok=True)
+    store._claim_path("k2").write_text(dead.stdout.strip())  # a claim left by a process that died
+    assert store.claim("k2")
+    store.release("k2")
+
+    state = _lto._State()
+    state.store = store
+    monkeypatch.setattr(_lto, "_state", state)
+    compiled = []
+    for key in ("a", "b", "c"):
+        _lto._request(key, lambda key=key: (compiled.append(key) or f"lto-{key}".encode(), 7))
+    store._claim_path("b").write_text(str(os.getppid()))  # another live process is compiling "b"
+    store.store("c", b"lto-c", 7)  # and "c" is already on disk
+    assert _lto.compile_pending(1, 2) == 1 and compiled == ["a"]
+    assert store.load("a") == (b"lto-a", 7) and not store._claim_path("a").exists()
+    assert _lto.pending_keys() == ["b"]  # left to its claimant (or to resolve(), which compiles what is missing)

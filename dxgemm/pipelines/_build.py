@@ -41,26 +41,59 @@ accumulator fragment element by element through ``map_fragment_index``, guarded 
 
 Compile time, and how it is spread
 ----------------------------------
-The NVRTC compiles of libmathdx's device functions (~10 objects, ~10 s each on the H100
-host) are routed through :mod:`._lto`: kept on disk (``<cache>/lto``, keyed by symbol,
-target and versions, so a new epilogue of a known configuration compiles none of them)
-and, on a cold build, spread over worker *processes* (threads do not overlap them):
-each worker replays the lowering with every device-function compile deferred, then
-compiles its share; this process lowers the real kernel meanwhile, waits, swaps the
-placeholders for the objects and links (nvJitLink with split compile).
-``DXGEMM_COMPILE_WORKERS`` sets the number of workers (default: CPU cores - 1, at most 12).
+A cold kernel is NVRTC compiles of cuBLASDx + CuTe (libmathdx), Numba, and nvJitLink.
+Measured one call at a time on the 2-core machine (fp64 128x128x32/256/d2):
 
-Measured on the H100 host (16 cores; ``benchmarks/results/h100_pipeline_run2_bench.log``,
-fp64 128x64x32/128/d2, a fresh process, first ``dxgemm.gemm`` call including import):
-cold 100.9 s (was ~235 s with nvmath's own path), a new epilogue on that configuration
-70.9 s, warm start from the disk cache 1.70 s, a new size 2.9 ms (no compile).  What
-remains serial is inside every process's lowering: libmathdx *finalizes* the device
-pipeline, the tile pipeline and the tensors (four NVRTC compiles, 6-25 s each on the
-2-core machine, measured with ``/tmp``-style probes), which the handles nvmath's
-lowering needs cannot skip; then nvJitLink (~12-24 s).  Below 60 s would need those
-finalizes batched or cached, which nvmath-python 1.0 gives no hook for.  Practical
-answer: ``python -m dxgemm warmup`` (or a cache built on any machine, even without a GPU,
-and copied: see :mod:`.cache` for why the key allows that).
+* *finalizes* that nvmath's lowering needs for plain integer traits: the Matmul
+  descriptor 6.7 s, device pipeline 12.2 s, its A/B tensors 3.0 s, register C 6.6 s,
+  tile pipeline 11.3 s, accumulator 6.2 s — serial, in this process *and* in every
+  worker's replay (on the H100 host ``pipeline_traits`` ~24 s + most of ``compile_all``
+  ~17 s);
+* device functions, ~10 LTO-IR objects: 7-13 s each, except the tile pipeline's
+  ``execute``, 34 s;
+* Numba's lowering of the kernel ~2.5 s (fp64 loop store) to ~9 s (TF32 unrolled store);
+  nvJitLink 22-25 s here, 13-14 s on the H100 host; the init kernel ~2.7 s.
+
+How a build spreads that (:func:`build`):
+
+1. **Traits** (:mod:`._lto`, "Finalize traits"): answered from ``<cache>/lto`` when a
+   kernel of the same configuration was built before (any epilogue); else
+   :func:`_trait_plan` makes the handles the lowering will need, and their finalizes run
+   as three batches at once: the pipelines (one finalize, 12 s) and the tensors (one
+   finalize, 8.5 s) in two processes, the descriptor (6.7 s) here.  The lowering then
+   finalizes nothing: 50 s -> 2.5 s (fp64) on the 2-core machine.
+2. **Device functions** (:mod:`._lto`): kept on disk by symbol, so a new epilogue of a
+   known configuration compiles none; on a cold build compiled by worker processes
+   (threads do not overlap NVRTC).  Workers start with the trait processes, compile the
+   requests :func:`_speculate` knows without traits (the pipelines' and the
+   accumulator's, ``execute`` among them) while the traits are finalized, then wait for
+   ``go``, replay the lowering (now cheap) and share what is left through claims.  This
+   process lowers the real kernel, stops waiting as soon as every object it needs is on
+   disk, and links.
+3. **Link**: nvJitLink with split compile; the init kernel is linked in a thread alongside.
+
+``DXGEMM_COMPILE_WORKERS`` sets the number of workers (default: CPU cores - 1, at most
+12); ``DXGEMM_TRAIT_CACHE=0`` turns the trait store off (the old serial finalizes).
+
+Measured on the 2-core machine (no GPU: through :mod:`._standin`), ``build`` alone,
+before -> after this scheme (the kernels' code compared equal: every section but the
+symbol order and the layout of ``.nv.global.init``, and every symbol's bytes; the
+libmathdx objects compiled from unfinalized handles are byte-identical):
+
+* fp64 128x128x32/256/d2, all LTO-IR on disk, one process: 75.1 s -> 44.9 s with the
+  traits computed (3 processes on 2 cores) and 28.2 s with them on disk
+  (``pipeline_traits`` + ``compile_all`` 50.3 s -> 2.3 s);
+* TF32 128x128x32/256/d3 (unrolled store), same: 77-86 s -> 64.6 s and 35.1 s;
+* cold (empty cache, 3 workers): fp64 255.1 s -> 119.7 s, TF32 -> 120.1 s.
+
+On the H100 host before this (16 cores, 12 workers; ``benchmarks/results/
+h100_pipeline_run2_bench.log``, ``h100_compile_f32.log``; a fresh process, first
+``dxgemm.gemm`` call including import): cold 100.9 s (fp64 128x64x32/128/d2) and 92.7 s
+(TF32), a new epilogue on a known configuration 70.9 s and 60.1 s, warm start 1.7-2.1 s.
+The cold critical path is now: import, the pipelines' finalize (or ``execute``'s compile,
+whichever ends later), the link.  Practical answer for no compile at all: ``python -m
+dxgemm warmup`` (or a cache built on any machine, even without a GPU, and copied: see
+:mod:`.cache` for why the key allows that).
 
 Global A/B layout is compile-time (row- or column-major each); sizes, leading
 dimensions and D's layout are not.  Edges, short K and alignment: see :mod:`._launch`.
@@ -552,7 +585,36 @@ def _trait_plan(mm, config: PipelineConfig, dtype: np.dtype, arrangement: tuple[
                                                   a.strides, b.strides).descriptor
     tile_pipeline = be.generate_tile_pipeline(mm_handle, device_pipeline).descriptor
     tensors = [be.generate_tensor(mm_handle, t).descriptor for t in ("suggested_rmem_c", "suggested_accumulator_c")]
-    return {"pipeline": [device_pipeline, tile_pipeline], "tensor": tensors, "descriptor": [traits_handle]}
+    return {"pipeline": [device_pipeline, tile_pipeline], "tensor": tensors, "descriptor": [traits_handle],
+            "mm": [mm_handle]}
+
+
+def _speculate(plan: dict[str, list[int]], cc: tuple[int, int]) -> list[str]:
+    """Ask for the device functions of the pipelines and the accumulator now; returns their keys.
+
+    The lowering will ask for these (nvmath's ``compile_blas_tile_pipeline_{init,execute,
+    destroy}``, ``compile_blas_accumulator_init`` and :func:`_request_create`, made here
+    the same way from the plan's handles) and they need no trait, so a worker can compile
+    them while the traits are still being finalized.  The tile pipeline's ``execute`` is
+    the longest compile of a kernel (34 s on the 2-core machine, the others 7-13 s).  A
+    request the lowering does not repeat is only wasted work: the link takes what the
+    lowering asked for.
+    """
+    from nvmath.bindings import mathdx
+    from nvmath.device import cublasdx_backend as be
+    from nvmath.device.common_cuda import ComputeCapability
+
+    from . import _lto
+
+    kind = mathdx.CublasdxDeviceFunctionType
+    target = ComputeCapability(cc[0], cc[1], "a" if cc >= (9, 0) else "")
+    (mm,), (device_pipeline, tile_pipeline), (_rmem, accumulator) = plan["mm"], plan["pipeline"], plan["tensor"]
+    codes = [be.generate_function_with_pipelines_code(mm, kind.EXECUTE, (accumulator,), (tile_pipeline,), target)[0],
+             be.generate_function_with_pipelines_code(mm, kind.CREATE, (), (tile_pipeline,), target)[0],
+             be.generate_function_with_pipelines_code(mm, kind.DESTROY, (), (tile_pipeline,), target)[0],
+             be.generate_function_with_pipelines_code(mm, kind.CREATE, (), (device_pipeline,), target)[0],
+             be.generate_function_code(mm, kind.CREATE, [accumulator], target)[0]]
+    return [c.key for c in codes if isinstance(c, _lto.Pending)]
 
 
 @contextlib.contextmanager
@@ -564,7 +626,8 @@ def _planned(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str, st
     with _operand_precision(operands, dtype), _lto.traits.deferring():
         plan = _trait_plan(_make_matmul(config, dtype, arrangement, cc), config, dtype, arrangement)
         missing = []
-        for group, handles in plan.items():
+        for group in TRAIT_GROUPS:
+            handles = plan[group]
             descriptions = [_lto.traits.description(h) for h in handles]
             if any(d is None or _lto.traits.cached(d) is None for d in descriptions):
                 missing.append(group)
@@ -600,33 +663,41 @@ def _trait_job(config: dict, dtype: str, arrangement: list[str], cc: list[int], 
 
 def _worker(config: dict, dtype: str, arrangement: list[str], cc: list[int], store_root: str,
             target: str, index: int, workers: int, operands: str = "native", wait: bool = False,
-            fragment_store: str = "loop") -> dict:
-    """Worker process: replay the lowering in ``defer`` mode, compile every ``workers``-th object.
+            fragment_store: str = "loop", speculate: bool = True) -> dict:
+    """Worker process: replay the lowering in ``defer`` mode, compile its share of the objects.
 
-    With ``wait``, the worker imports everything and then waits for a ``go`` line on stdin:
-    the parent sends it once the finalize traits are on disk, so the replay reads them
-    instead of finalizing (anything else on stdin, or its end, stops the worker).
+    With ``wait``, the worker imports everything, compiles its share of the requests
+    :func:`_speculate` knows without traits, and then waits for a ``go`` line on stdin: the
+    parent sends it once the finalize traits are on disk, so the replay reads them instead
+    of finalizing (anything else on stdin, or its end, stops the worker).  Workers share
+    the compiles through claims (:func:`._lto.compile_pending`).
     """
     from . import _lto, _standin
 
     t0 = time.perf_counter()
     _standin.activate(tuple(cc))
     _lto.intercept(_lto.LtoStore(store_root), mode="defer", target=target)
-    waited = 0.0
+    config_, dtype_, arrangement_, cc_ = PipelineConfig(**config), np.dtype(dtype), tuple(arrangement), tuple(cc)
+    t1 = time.perf_counter()
+    speculated = 0
+    if wait and speculate:
+        # While the traits are finalized elsewhere: the device functions that need none
+        # (inside the plan's block: its handles must be alive to compile from)
+        with _planned(config_, dtype_, arrangement_, cc_, operands) as (plan, _missing):
+            speculated = _lto.compile_pending(index, workers, _speculate(plan, cc_))
+    t2 = time.perf_counter()
     if wait:
-        t = time.perf_counter()
         import sys
 
         if sys.stdin.readline().strip() != "go":
-            return {"index": index, "compiled": 0, "replay_s": 0.0, "compile_s": 0.0, "stopped": True}
-        waited = time.perf_counter() - t
-    t1 = time.perf_counter()
-    _lower(PipelineConfig(**config), np.dtype(dtype), tuple(arrangement), None, (), tuple(cc), operands,
-           fragment_store)
-    t2 = time.perf_counter()
+            return {"index": index, "compiled": speculated, "stopped": True}
+    t3 = time.perf_counter()
+    _lower(config_, dtype_, arrangement_, None, (), cc_, operands, fragment_store)
+    t4 = time.perf_counter()
     done = _lto.compile_pending(index, workers)
-    return {"index": index, "compiled": done, "import_s": t1 - t0 - waited, "wait_s": waited, "replay_s": t2 - t1,
-            "compile_s": time.perf_counter() - t2, "traits": _lto.traits.stats()}
+    return {"index": index, "compiled": speculated + done, "speculated": speculated, "import_s": t1 - t0,
+            "speculate_s": t2 - t1, "wait_s": t3 - t2, "replay_s": t4 - t3, "compile_s": time.perf_counter() - t4,
+            "traits": _lto.traits.stats()}
 
 
 def _spawn(job: list) -> Any:
@@ -688,8 +759,13 @@ def _wait_traits(procs: list):
                f"{r['stats']['finalizes']}")
 
 
-def _wait_workers(procs: list, desc: str):
-    """Wait for the workers (progress bar on a terminal); yield one log line per worker."""
+def _wait_workers(procs: list, desc: str, ready: Callable[[], bool] | None = None):
+    """Wait for the workers (progress bar on a terminal); yield one log line per worker.
+
+    ``ready``: once it returns True (every object this process needs is on disk), the
+    workers still running are stopped — what they would still do (a replay after a long
+    speculative compile, say) is no longer needed, and the link wants the CPUs.
+    """
     import json
 
     try:
@@ -716,8 +792,15 @@ def _wait_workers(procs: list, desc: str):
             if r.get("stopped"):
                 yield f"worker {r['index']}: stopped before its replay"
                 continue
-            yield (f"worker {r['index']}: import {r['import_s']:.1f} s, waited {r['wait_s']:.1f} s, replay "
-                   f"{r['replay_s']:.1f} s, {r['compiled']} object(s) in {r['compile_s']:.1f} s")
+            yield (f"worker {r['index']}: import {r['import_s']:.1f} s, {r['speculated']} speculative object(s) in "
+                   f"{r['speculate_s']:.1f} s, waited {r['wait_s']:.1f} s, replay {r['replay_s']:.1f} s, "
+                   f"{r['compiled'] - r['speculated']} object(s) in {r['compile_s']:.1f} s")
+        if pending and ready is not None and ready():
+            for proc in pending:
+                proc.kill()
+                proc.communicate()
+            yield f"every object on disk: {len(pending)} worker(s) stopped"
+            break
         time.sleep(0.05)
     if bar is not None:
         bar.close()
@@ -867,7 +950,13 @@ def build(
     """
     from . import _standin
 
-    say = log or (lambda _msg: None)
+    build_log: list[str] = []  # kept in the meta: how the time was spread (workers, trait processes)
+
+    def say(msg: str) -> None:
+        build_log.append(msg)
+        if log is not None:
+            log(msg)
+
     times: dict[str, float] = {}
     t_start = time.perf_counter()
     _standin.activate(cc)
@@ -939,7 +1028,10 @@ def build(
             f"({_lto.stats()})")
         if procs:
             t = time.perf_counter()
-            for line in _wait_workers(procs, f"compiling {config.name} {dtype.name}"):
+            needed = [c[len(_lto.PLACEHOLDER):].decode() for c in [*lowered["codes"], lowered["create"][0]]
+                      if c.startswith(_lto.PLACEHOLDER)]
+            for line in _wait_workers(procs, f"compiling {config.name} {dtype.name}",
+                                      ready=lambda: all(store.has(k) for k in needed)):
                 say(line)
             times["workers_wait"] = time.perf_counter() - t
     finally:
@@ -1014,6 +1106,7 @@ def build(
         "fragment_size": frag_size,
         "build_times_s": {k: (round(v, 2) if isinstance(v, float) else v) for k, v in times.items()},
         "compile_workers": workers,
+        "build_log": build_log,
         "toolchain": dict(toolchain_versions()),
     }
     return meta, {"gemm": gemm_cubin, "init": init_cubin}

@@ -30,10 +30,11 @@ plus the target.  A request is answered
 
 ``_build`` starts worker processes that each replay the same lowering in ``defer`` mode —
 cheap once the finalize traits below come from the store: descriptors and Numba, no
-NVRTC — and then really compile every ``workers``-th pending request (sorted by key, so
-all processes agree on the split) with :func:`compile_pending`, writing the objects to
-the store.  The parent lowers the real kernel meanwhile, waits, and links.  Duplicates
-are compiled once.
+NVRTC — and then compile the pending requests with :func:`compile_pending`, writing the
+objects to the store: each worker walks the sorted list from its own share onwards and
+takes a request only if no live process has claimed it (:meth:`LtoStore.claim`), so a
+worker done early takes what is left and nothing is compiled twice.  The parent lowers
+the real kernel meanwhile, waits until its objects are on disk, and links.
 
 Finalize traits
 ---------------
@@ -132,6 +133,48 @@ class LtoStore:
         except OSError:
             pass
 
+    def has(self, key: str) -> bool:
+        """Whether ``key`` is stored (the file exists; :meth:`load` checks it)."""
+        return self._path(key).is_file()
+
+    def _claim_path(self, key: str) -> Path:
+        return self._path(key).with_suffix(".claim")
+
+    def claim(self, key: str) -> bool:
+        """Take ``key`` for compiling: True unless a live process on this host holds it.
+
+        A claim is a file holding the claimant's pid, created exclusively; one whose process
+        is gone is taken over.  Lets processes share a list of compiles without doing any
+        twice (a claim is advice: whoever needs an object and finds it missing compiles it).
+        """
+        path = self._claim_path(key)
+        for _ in range(2):
+            try:
+                self.root.mkdir(parents=True, exist_ok=True)
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                try:
+                    pid = int(path.read_text().strip() or 0)
+                    os.kill(pid, 0)
+                    return False  # held by a live process
+                except ProcessLookupError:
+                    path.unlink(missing_ok=True)  # its process died: take it over
+                    continue
+                except (OSError, ValueError):
+                    return False  # being written, or not ours to judge: leave it
+            except OSError:
+                return True  # a read-only store: nothing to coordinate through
+            with os.fdopen(fd, "w") as f:
+                f.write(str(os.getpid()))
+            return True
+        return False
+
+    def release(self, key: str) -> None:
+        try:
+            self._claim_path(key).unlink()
+        except OSError:
+            pass
+
     def count(self) -> tuple[int, int]:
         """(objects, bytes) in the store."""
         files = list(self.root.glob("*.ltoir")) if self.root.is_dir() else []
@@ -177,6 +220,8 @@ def _request(key: str, compile_fn: Callable[[], tuple[bytes, int]]) -> Pending:
         p = Pending(key, _TOKEN_BASE - len(_state.by_key), compile_fn)
         _state.by_key[key] = p
         _state.by_token[p.token] = p
+    elif p.ltoir is None:
+        p.compile = compile_fn  # the newest request's handles are the ones surely alive
     return p
 
 
@@ -299,16 +344,38 @@ def pending_keys() -> list[str]:
     return sorted(out)
 
 
-def compile_pending(index: int, workers: int) -> int:
-    """Compile every ``workers``-th pending request starting at ``index`` into the store."""
+def compile_pending(index: int, workers: int, keys: list[str] | None = None) -> int:
+    """Compile pending requests into the store, sharing the list with the other processes.
+
+    Every worker walks the pending list (``keys``, default all), starting at its own
+    ``index``-th share, and compiles each request no one else has claimed
+    (:meth:`LtoStore.claim`): a worker that is done early takes what is left, and a
+    request another process is already compiling (a speculative one, see ``_build``) is
+    not compiled twice.  Returns how many this process compiled.
+    """
+    pending = pending_keys() if keys is None else sorted(k for k in keys if k in _state.by_key)
+    if not pending:
+        return 0
+    start = (len(pending) * index) // max(workers, 1)
     done = 0
-    for key in pending_keys()[index::workers]:
+    for key in pending[start:] + pending[:start]:
         p = _state.by_key[key]
-        p.ltoir, p.isa = p.compile()
-        _state.compiled += 1
-        if _state.store is not None:
-            _state.store.store(key, p.ltoir, p.isa)
-        done += 1
+        store = _state.store
+        if p.ltoir is not None or (store is not None and store.has(key)):
+            continue
+        if store is not None and not store.claim(key):
+            continue
+        try:
+            if store is not None and store.load(key) is not None:
+                continue  # finished by another process between our look and our claim
+            p.ltoir, p.isa = p.compile()
+            _state.compiled += 1
+            if store is not None:
+                store.store(key, p.ltoir, p.isa)
+            done += 1
+        finally:
+            if store is not None:
+                store.release(key)
     return done
 
 
