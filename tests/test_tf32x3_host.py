@@ -167,3 +167,25 @@ def test_dispatch_routes_float32_through_the_split_and_float64_straight(monkeypa
                   operand(np.float64, m, n, "row"), m, n, k, bound, 0, 0, config=TF32X3_CONFIGS["large"])
     assert calls[0] == ("kernel", "float64", ("col_major", "row_major"), "native")
     assert calls[1][0] == "launch" and calls[1][3:] == (m, n, k)
+
+
+def test_split_kernel_compiles_for_sm90():
+    """The split kernel's CUDA C++ compiles with NVRTC (no GPU needed) and exports its one entry."""
+    nvrtc = pytest.importorskip("cuda.bindings.nvrtc")
+    from dxgemm.pipelines.tf32x3 import SPLIT_SOURCE
+
+    try:
+        err, prog = nvrtc.nvrtcCreateProgram(SPLIT_SOURCE.encode(), b"split.cu", 0, [], [])
+    except Exception as e:  # libnvrtc missing from this environment
+        pytest.skip(f"NVRTC unavailable: {e}")
+    assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS
+    (err,) = nvrtc.nvrtcCompileProgram(prog, 2, [b"--gpu-architecture=sm_90", b"-std=c++17"])
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+        log = b" " * size
+        nvrtc.nvrtcGetProgramLog(prog, log)
+        pytest.fail(log.decode(errors="replace"))
+    _, size = nvrtc.nvrtcGetPTXSize(prog)
+    ptx = b" " * size
+    nvrtc.nvrtcGetPTX(prog, ptx)
+    assert b".entry dxgemm_split_tf32x3" in ptx

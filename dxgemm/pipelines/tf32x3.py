@@ -79,11 +79,20 @@ __device__ __forceinline__ float dxgemm_round_tf32(float x) {
 }
 
 extern "C" __global__ void dxgemm_split_tf32x3(
-    const float* __restrict__ src, long long s_r, long long s_k, long long rows, long long k,
-    float* __restrict__ dst, long long k3, int lo_segment)
+    const float* __restrict__ a, long long a_sr, long long a_sk, long long m, float* __restrict__ a3,
+    const float* __restrict__ b, long long b_sr, long long b_sk, long long n, float* __restrict__ b3,
+    long long k, long long k3)
 {
+    // blockIdx.z picks the operand: 0 splits A into A3 (tail first), 1 splits B into B3
+    // (tail second); one launch for both keeps a kernel boundary off every call
     __shared__ float tile[32][33];
+    const bool is_b = blockIdx.z == 1;
+    const float* src = is_b ? b : a;
+    const long long s_r = is_b ? b_sr : a_sr, s_k = is_b ? b_sk : a_sk, rows = is_b ? n : m;
+    float* dst = is_b ? b3 : a3;
+    const int lo_segment = is_b ? 1 : 0;
     const long long r0 = (long long)blockIdx.y * 32, k0 = (long long)blockIdx.x * 32;
+    if (r0 >= rows) return;  // the grid covers the taller operand
     const int tx = threadIdx.x, ty = threadIdx.y;
     // load a 32 x 32 block of the source, coalesced along its unit-stride dimension
     for (int j = ty; j < 32; j += 8) {
@@ -94,36 +103,31 @@ extern "C" __global__ void dxgemm_split_tf32x3(
         if (s_k == 1) tile[j][tx] = v; else tile[tx][j] = v;
     }
     __syncthreads();
-    // write the three segments, coalesced along K
+    // write the three segments, coalesced along K; the first K tile's blocks zero the pad
     for (int j = ty; j < 32; j += 8) {
         const long long r = r0 + j, kk = k0 + tx;
-        if (r >= rows || kk >= k) continue;
+        if (r >= rows) continue;
+        float* row = dst + r * k3;
+        if (blockIdx.x == 0)
+            for (long long c = 3 * k + tx; c < k3; c += 32) row[c] = 0.0f;
+        if (kk >= k) continue;
         const float x = tile[j][tx];
         const float hi = dxgemm_round_tf32(x);
         const float lo = dxgemm_round_tf32(x - hi);
-        float* row = dst + r * k3;
         row[kk] = lo_segment == 0 ? lo : hi;
         row[k + kk] = lo_segment == 1 ? lo : hi;
         row[2 * k + kk] = lo_segment == 2 ? lo : hi;
     }
 }
-
-extern "C" __global__ void dxgemm_zero_tail(float* dst, long long rows, long long k3, long long start)
-{
-    const long long width = k3 - start;
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < rows * width) dst[(i / width) * k3 + start + i % width] = 0.0f;
-}
 """
 
 
 @functools.lru_cache(maxsize=None)
-def _kernels(device: int) -> tuple[Any, Any]:
+def _kernel(device: int) -> Any:
     import cupy
 
     with cupy.cuda.Device(device):
-        module = cupy.RawModule(code=SPLIT_SOURCE, options=("-std=c++17",))
-        return module.get_function("dxgemm_split_tf32x3"), module.get_function("dxgemm_zero_tail")
+        return cupy.RawModule(code=SPLIT_SOURCE, options=("-std=c++17",)).get_function("dxgemm_split_tf32x3")
 
 
 _streams: dict[tuple[int, int], Any] = {}
@@ -156,40 +160,33 @@ def split_extent(k: int, tile_k: int, depth: int) -> int:
     return max(k3, depth * tile_k)
 
 
-def _split(src_ptr: int, s_r: int, s_k: int, rows: int, k: int, k3: int, lo_segment: int, device: int,
-           stream: Any, out: Any = None) -> Any:
-    """Split ``rows`` source rows (element ``(r, kk)`` at ``src_ptr + 4 (r s_r + kk s_k)``) into ``out`` (rows x k3)."""
-    import cupy
-
-    split, zero_tail = _kernels(device)
-    if out is None:
-        out = cupy.empty((rows, k3), dtype=np.float32)
-    grid = (-(-k // _TILE), -(-rows // _TILE))
-    split(grid, (_TILE, 8), (np.uint64(src_ptr), np.int64(s_r), np.int64(s_k), np.int64(rows), np.int64(k),
-                             out, np.int64(k3), np.int32(lo_segment)), stream=stream)
-    if k3 > 3 * k:
-        count = rows * (k3 - 3 * k)
-        zero_tail((-(-count // 256),), (256,), (out, np.int64(rows), np.int64(k3), np.int64(3 * k)), stream=stream)
-    return out
-
-
-def split_operands(a: Any, b: Any, m: int, n: int, k: int, k3: int, device: int, stream_handle: int):
+def split_operands(a: Any, b: Any, m: int, n: int, k: int, k3: int, device: int, stream_handle: int,
+                   out: Any = None):
     """``(A3, B3)`` for ``A @ B`` (module docstring): CuPy arrays of shape ``(m, k3)`` and ``(n, k3)``.
 
     ``a`` and ``b`` are :class:`._launch.Matrix` views of the float32 operands (any
     arrangement); ``A3`` is row-major ``m x k3`` and ``B3`` — stored as ``n x k3``
-    row-major — is the column-major ``k3 x n`` matrix the TF32 kernel reads.  Both are
-    allocated from CuPy's pool on ``stream_handle``, so they may be dropped as soon as
-    the GEMM is enqueued on the same stream.
+    row-major — is the column-major ``k3 x n`` matrix the TF32 kernel reads.  Both live in
+    one allocation from CuPy's pool on ``stream_handle`` (or in ``out``, ``(m + n) k3``
+    float32 elements), so they may be dropped as soon as the GEMM is enqueued on the
+    same stream; one launch writes both.
     """
     import cupy
 
     stream = _cupy_stream(int(stream_handle), device)
     with cupy.cuda.Device(device), stream:
+        buf = cupy.empty((m + n) * k3, dtype=np.float32) if out is None else out
+        a3 = buf[:m * k3].reshape(m, k3)
+        b3 = buf[m * k3:(m + n) * k3].reshape(n, k3)
         a_rs, a_cs = a.strides
         b_rs, b_cs = b.strides
-        a3 = _split(a.ptr, a_rs, a_cs, m, k, k3, 0, device, stream)
-        b3 = _split(b.ptr, b_cs, b_rs, n, k, k3, 1, device, stream)  # row j of B3 is column j of B
+        grid = (-(-k // _TILE), -(-max(m, n) // _TILE), 2)
+        i64 = np.int64
+        # row j of B3 is column j of B: B is read with its strides swapped
+        _kernel(device)(grid, (_TILE, 8), (
+            np.uint64(a.ptr), i64(a_rs), i64(a_cs), i64(m), a3,
+            np.uint64(b.ptr), i64(b_cs), i64(b_rs), i64(n), b3,
+            i64(k), i64(k3)), stream=stream)
     return a3, b3
 
 
