@@ -96,7 +96,11 @@ def _span(name: str, matrix: Any) -> Span:
 
 
 class _PipelineEntry:
-    """One signature's decisions; :meth:`run` is the whole repeat call."""
+    """One signature's decisions; :meth:`run` is the whole repeat call.
+
+    ``call`` launches: a :class:`~dxgemm.pipelines._dispatch.PipelineCall` or a
+    :class:`KernelCall`, both taking Matrix views and the flattened epilogue arguments.
+    """
 
     __slots__ = ("call", "m", "n", "k", "scalar", "a", "b", "d", "with_c", "tail", "reads", "writes", "new_output")
 
@@ -130,6 +134,51 @@ class _PipelineEntry:
             check_spans([_span("a", mat_a), _span("b", mat_b)], _span("c", mat_d), self.reads, self.writes)
         self.call(mat_a, mat_b, mat_d, self.m, self.n, self.k, self.head(alpha, beta, mat_d) + self.tail, handle)
         return out
+
+
+class KernelCall:
+    """A handwritten kernel (``dxgemm.kernels``) launched like a pipeline: packed parameters, ``cuLaunchKernel``.
+
+    Numba's own launch re-types and marshals every argument (tens of microseconds, more
+    than a single-row GEMM takes on the GPU); the kernel's compiled signature gives the
+    parameter layout once (:func:`dxgemm.pipelines._build._param_layout`), and the flat
+    array arguments are rebuilt from addresses per call.
+    """
+
+    def __init__(self, compiled: Any):
+        import threading
+        from types import SimpleNamespace
+
+        from .pipelines._build import _param_layout
+        from .pipelines._launch import PackedLaunch
+
+        (argtypes,) = compiled.kernel.overloads.keys()
+        (overload,) = compiled.kernel.overloads.values()
+        handle = overload.library.get_cufunc().handle
+        self.launch = PackedLaunch(SimpleNamespace(handle=handle), _param_layout(list(argtypes)))
+        self.built = compiled.built
+        self._lock = threading.Lock()
+        self._streams: dict[int, Any] = {}
+
+    def __call__(self, a: Any, b: Any, d: Any, m: int, n: int, k: int, epi_args: list, stream: int) -> None:
+        from .kernels import FLAG_VEC_A, FLAG_VEC_B
+
+        cu_stream = self._streams.get(stream)
+        if cu_stream is None:
+            from cuda.bindings import driver
+
+            cu_stream = self._streams[stream] = driver.CUstream(stream)
+        flags = (FLAG_VEC_A if _vector_ok(a) else 0) | (FLAG_VEC_B if _vector_ok(b) else 0)
+        values = [*a.vector_slots(), *b.vector_slots(), *d.vector_slots(), m, n, k, a.ld, b.ld, d.ld, flags,
+                  *epi_args]
+        built = self.built
+        with self._lock:
+            self.launch(cu_stream, built.grid(m, n), built.block, built.dynamic_smem, values)
+
+
+def _vector_ok(mat: Any) -> bool:
+    """``dxgemm._gemm._vector_ok`` on a :class:`~dxgemm.pipelines._launch.Matrix`."""
+    return mat.ptr % 16 == 0 and mat.ld % (16 // mat.itemsize) == 0
 
 
 def _output_factory(device_id: int, shape: tuple[int, int], dtype: np.dtype):

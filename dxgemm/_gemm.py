@@ -12,6 +12,7 @@ from ._arrays import Operand, as_operand
 from ._streams import numba_stream, stream_handle
 from .epilogues._base import AlphaBeta, Chain, Epilogue, EpilogueContext
 from .kernels import FLAG_VEC_A, FLAG_VEC_B, RUNGS, KernelSpec, get_kernel
+from .kernels._device import SIMULATOR
 
 BACKENDS: tuple[str, ...] = RUNGS + ("pipeline",)
 """Names ``backend=`` accepts besides ``"auto"``: the handwritten rungs, slowest first, then
@@ -44,7 +45,8 @@ def gemm(
         epilogue: an :class:`~dxgemm.epilogues.Epilogue` (or a chain ``e1 | e2``) applied
             to every element in registers after alpha/beta, before the single store.
         backend: ``"auto"`` (the fastest available for the dtype and shape) or one of
-            :data:`BACKENDS`.
+            :data:`BACKENDS`.  ``"auto"`` and ``"pipeline"`` run a single-row problem
+            (``m == 1``) on :mod:`dxgemm.kernels.gemv`, which streams B once.
         stream: the stream to launch on; default the current stream of ``a``'s library.
 
     Returns:
@@ -102,6 +104,8 @@ def gemm(
     chain = Chain((AlphaBeta(alpha, beta, c if c is not None else None),) + (epilogue.stages if epilogue else ()))
     bound = chain.bind(ctx)
     handle = stream_handle(stream, op_a.library)
+    if m == 1 and backend in ("auto", "pipeline"):
+        backend = "gemv"  # one output row: no reuse to tile for (dxgemm.kernels.gemv)
     if backend == "auto":
         backend = choose_backend(dtype, m, n, k, pipeline=_pipeline_reason(device) is None)
     if backend == "pipeline":
@@ -126,6 +130,9 @@ def gemm(
         numba_stream(handle), op_a.flat(), op_b.flat(), op_d.flat(),
         m, n, k, op_a.ld, op_b.ld, op_d.ld, flags, bound.args,
     )
+    if key is not None and not SIMULATOR:
+        _calls.remember(key, _calls.KernelCall(compiled), op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta,
+                        c is not None)
     return out
 
 

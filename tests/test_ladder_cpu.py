@@ -109,3 +109,25 @@ def test_no_recompile_for_new_arrays_or_sizes(rng):
     run(7, 9, 5)
     run(13, 3, 21)
     assert compile_count() == before
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layouts", LAYOUTS + [("view", "T", "view")], ids=lambda t: "-".join(t))
+@pytest.mark.parametrize("k", [29, 301])  # 301: the four-loads-in-flight loop and its remainder
+def test_single_row_takes_the_gemv_kernel(dtype, layouts, k, rng):
+    """``m = 1`` under ``auto`` runs ``dxgemm.kernels.gemv`` (every layout; alpha, beta, C; poisoned D)."""
+    from dxgemm.kernels import _cache
+
+    la, lb, lc = layouts
+    n = 47
+    a = rng.standard_normal((1, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    c = rng.standard_normal((1, n)).astype(dtype)
+    d_c = device_matrix(c, lc)
+    dxgemm.gemm(device_matrix(a, la), device_matrix(b, lb), d_c, alpha=0.5, beta=-1.25)
+    assert_close(d_c.copy_to_host(), a.astype(np.float64), b.astype(np.float64), np.dtype(dtype),
+                 alpha=0.5, beta=-1.25, c=c.astype(np.float64))
+    assert any(key[0] == "gemv" for key in _cache)
+    d = poisoned((1, n), dtype, lc)
+    dxgemm.gemm(device_matrix(a, la), device_matrix(b, lb), d)
+    assert_close(d.copy_to_host(), a.astype(np.float64), b.astype(np.float64), np.dtype(dtype))
