@@ -108,7 +108,7 @@ def speed_records(dtypes, config: str, reps: int, log) -> list[dict]:
         for m, n, k in [(s, s, s) for s in SQUARES] + ODD:
             # "suggest": the configuration dxgemm picks for the shape (what a user gets)
             cfg = suggest(m, n, k, dt) if config == "suggest" else parse_config(config, dt)
-            name = cfg.name
+            name = "gemv" if m == 1 else cfg.name  # dxgemm.gemm sends single rows to dxgemm.kernels.gemv
             rng = cp.random.default_rng(0)
             a = rng.standard_normal((m, k), dtype=np.float64).astype(dt)
             b = rng.standard_normal((k, n), dtype=np.float64).astype(dt)
