@@ -6,26 +6,28 @@ bandwidth.  A tiled GEMM kernel does the opposite: a 128-row tile computes one u
 (the cuBLASDx pipeline took 0.23 ms for a 1x4096x4096 float64 product, 0.32 ms in float32
 with its 3xTF32 split, against cuBLAS's 0.05 / 0.026 ms).
 
-Each output element gets 32 threads that split K between them (thread ``lane`` sums
-``k = lane, lane + 32, ...``, four loads in flight; eight measured no faster), then one of them adds the 32 partial
-sums from shared memory and applies the epilogue.  The 32 threads of a warp are laid
+Each output element gets a group of threads ("lanes") that split K between them (lane
+``l`` of ``L`` sums ``k = l, l + L, ...``, four loads in flight; eight measured no
+faster), then one of them adds the ``L`` partial sums from shared memory and applies the
+epilogue.  The 32 threads of a warp are laid
 along B's contiguous dimension, so every warp-wide load is one or two full cache lines:
 
-* B row-major (a row of B contiguous): a warp covers 32 consecutive *columns* at one k;
-  a block of 32 x 32 threads covers 32 columns with 32 k-lanes each;
-* B column-major (a column of B contiguous): a warp covers 32 consecutive *k* of one
-  column; a block of 32 x 8 threads covers 8 columns.
+* B row-major (a row of B contiguous): a warp covers 16 consecutive *columns* at two k;
+  a block of 16 x 64 threads covers 16 columns with 64 lanes each (32 columns per block
+  left 4096 columns at 128 blocks, one per SM: 0.76x cuBLAS in float64);
+* B column-major (a column of B contiguous): a warp is the 32 lanes of one column,
+  reading 32 consecutive *k*; a block of 32 x 8 threads covers 8 columns.
 
 A is read by every column's threads (a broadcast from L1).  Memory traffic: B once,
 ``k n`` elements, which is also cuBLAS's floor for this shape.  The grid's second
 dimension walks output rows, so the kernel is correct for any ``m`` — it is only *used*
 for ``m = 1`` (``dxgemm._gemm``), where it wins.
 
-Reached on the H100 (``benchmarks/results/h100_gemv.log``, cuBLAS in the same run): at
-1x4096x4096 0.76x (float64) and 0.72x (float32) with B row-major, 0.92x and 1.01x with B
-column-major; at 1x8192x8192 0.93-1.18x; at 1x4096x1024 0.89-1.11x.  What is missing with
-B row-major at 4096 columns: 128 blocks for 132 SMs, one per SM; splitting K across
-blocks (and summing the partial rows) would give the memory system more to do at once.
+Reached on the H100 (``benchmarks/results/h100_gemv_16cols.log``, cuBLAS in the same run):
+at 1x4096x4096 0.95x (float64) and 0.88x (float32) with B row-major, 0.91x and 1.02x with
+B column-major; at 1x8192x8192 0.91-1.17x; at 1x4096x1024 0.89-1.05x.  With 32 columns
+per block (128 blocks for 4096 columns) B row-major had reached 0.76x / 0.72x
+(``h100_gemv.log``).
 """
 
 from __future__ import annotations
@@ -34,8 +36,6 @@ from numba import cuda
 
 from ._device import U, make_offset
 from ._spec import BuiltKernel, KernelSpec, Layout
-
-LANES = 32  # threads that split one output element's K
 
 
 def build(spec: KernelSpec) -> BuiltKernel:
@@ -46,10 +46,12 @@ def build(spec: KernelSpec) -> BuiltKernel:
     nb = spec.dtype.type
     zero = nb(0)
     k_fast = spec.layout_b == Layout.COL  # B's columns are contiguous: lanes walk K
-    cols = 8 if k_fast else 32
+    # B column-major: a warp is 32 lanes of one column.  B row-major: a warp is 16 columns x
+    # 2 lanes (two 64/128-byte row pieces), so 4096 columns make 256 blocks, two per SM.
+    cols, lanes = (8, 32) if k_fast else (16, 64)
 
     def gemv(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args):
-        partial = cuda.shared.array((LANES, 33), nb)
+        partial = cuda.shared.array((lanes, 33), nb)
         if k_fast:
             lane = U(cuda.threadIdx.x)
             c = U(cuda.threadIdx.y)
@@ -65,22 +67,22 @@ def build(spec: KernelSpec) -> BuiltKernel:
         acc3 = zero
         if col < U(n):
             i = lane
-            while i + U(3 * LANES) < kk:  # four independent loads in flight per thread
+            while i + U(3 * lanes) < kk:  # four independent loads in flight per thread
                 acc0 += a[a_off(row, i, U(lda))] * b[b_off(i, col, U(ldb))]
-                acc1 += a[a_off(row, i + U(LANES), U(lda))] * b[b_off(i + U(LANES), col, U(ldb))]
-                acc2 += a[a_off(row, i + U(2 * LANES), U(lda))] * b[b_off(i + U(2 * LANES), col, U(ldb))]
-                acc3 += a[a_off(row, i + U(3 * LANES), U(lda))] * b[b_off(i + U(3 * LANES), col, U(ldb))]
-                i += U(4 * LANES)
+                acc1 += a[a_off(row, i + U(lanes), U(lda))] * b[b_off(i + U(lanes), col, U(ldb))]
+                acc2 += a[a_off(row, i + U(2 * lanes), U(lda))] * b[b_off(i + U(2 * lanes), col, U(ldb))]
+                acc3 += a[a_off(row, i + U(3 * lanes), U(lda))] * b[b_off(i + U(3 * lanes), col, U(ldb))]
+                i += U(4 * lanes)
             while i < kk:
                 acc0 += a[a_off(row, i, U(lda))] * b[b_off(i, col, U(ldb))]
-                i += U(LANES)
+                i += U(lanes)
         partial[lane, c] = (acc0 + acc1) + (acc2 + acc3)
         cuda.syncthreads()
         if lane == U(0) and col < U(n):
             total = zero
-            for j in range(LANES):
+            for j in range(lanes):
                 total += partial[j, c]
             d[d_off(row, col, U(ldd))] = epilogue(total, row, col, epi_args)
 
-    block = (LANES, cols) if k_fast else (cols, LANES)
+    block = (lanes, cols) if k_fast else (cols, lanes)
     return BuiltKernel(gemv, block=block, tile_m=1, tile_n=cols)
