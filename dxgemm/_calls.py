@@ -1,4 +1,4 @@
-"""Repeat calls of ``dxgemm.gemm``: a pipeline call's decisions, kept per call signature.
+"""Repeat calls of ``dxgemm.gemm``: a call's decisions, kept per call signature.
 
 Why
 ---
@@ -12,7 +12,7 @@ the host's pace.
 
 What is kept
 ------------
-After a pipeline call succeeds, :func:`remember` stores what it decided under the call's
+After a call succeeds, :func:`remember` stores what it decided under the call's
 *signature* (:func:`signature`): the shapes, strides, dtypes and devices of A, B and C,
 the Python types of alpha and beta and whether beta is zero, each epilogue stage's
 :meth:`~dxgemm.epilogues.Epilogue.call_signature`, the backend asked for, and the state
@@ -23,9 +23,11 @@ pointers, re-checks what depends on them (C must not overlap A or B; epilogue ar
 must not race with the operands), rebuilds the alpha/beta arguments and launches the
 recorded :class:`~dxgemm.pipelines._dispatch.PipelineCall`.
 
+The same holds for the handwritten kernels (:class:`KernelCall`): their compiled Numba
+kernel is launched with packed parameters instead of through Numba's argument handling.
 Only CuPy arrays take this path (their signature is read from attributes); other array
-types, ``custom`` stages (whose function may read changing globals) and the
-handwritten backends are validated in full on every call, as before.
+types and ``custom`` stages (whose function may read changing globals) are validated in
+full on every call, as before.
 """
 
 from __future__ import annotations
@@ -196,7 +198,7 @@ def _output_factory(device_id: int, shape: tuple[int, int], dtype: np.dtype):
 
 def remember(key: tuple | None, call: Any, op_a: Any, op_b: Any, op_d: Any, originals: tuple, m: int, n: int,
              k: int, bound: Any, alpha: Any, beta: Any, c_given: bool) -> None:
-    """Keep a successful pipeline call's decisions under ``key`` (from :func:`signature`).
+    """Keep a successful call's decisions under ``key`` (from :func:`signature`); ``call`` launches it.
 
     ``originals``: the caller's A and B; a call whose inputs had to be copied (no unit
     stride) is not kept, since a repeat would have to copy too.  The recorded arguments
