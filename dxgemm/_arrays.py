@@ -229,7 +229,18 @@ def empty_like_library(like: Operand, shape: tuple[int, int]):
         return cupy.empty(shape, like.dtype)
 
 
-def overlaps(x: Operand, y: Operand) -> bool:
-    """True when the byte ranges of ``x`` and ``y`` intersect."""
+def overlaps(x: Any, y: Any) -> bool:
+    """True when the byte ranges (``nbytes_span``) of ``x`` and ``y`` intersect."""
     (x0, x1), (y0, y1) = x.nbytes_span, y.nbytes_span
     return x0 < y1 and y0 < x1 and x1 > x0 and y1 > y0
+
+
+def check_output_overlap(output: Any, inputs: tuple[tuple[str, Any], ...]) -> None:
+    """Refuse an output (C) that shares memory with one of the named inputs.
+
+    ``output`` and the inputs are anything with ``nbytes_span`` (an :class:`Operand`, or
+    a pipeline ``Matrix`` on the repeat-call path).
+    """
+    for name, x in inputs:
+        if overlaps(output, x):
+            raise ValueError(f"c overlaps {name} in memory; the output must not share memory with an input")

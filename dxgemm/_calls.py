@@ -37,14 +37,15 @@ from typing import Any
 
 import numpy as np
 
-from ._arrays import matrix_signature
+from ._arrays import check_output_overlap, matrix_signature
 from ._streams import stream_handle
 from .epilogues._base import Epilogue, Span, check_spans
+from .kernels import vector_flags
 
 __all__ = ["signature", "lookup", "remember", "clear"]
 
 _MAX_ENTRIES = 512
-_entries: dict[tuple, "_PipelineEntry"] = {}
+_entries: dict[tuple, "_KeptCall"] = {}
 _STEERING_VARIABLES = ("DXGEMM_AUTO_PIPELINE", "DXGEMM_FLOAT32_PIPELINE", "DXGEMM_PIPELINE_STORE",
                        "DXGEMM_CACHE_DIR", "XDG_CACHE_HOME")
 
@@ -84,7 +85,7 @@ def signature(a: Any, b: Any, c: Any, alpha: Any, beta: Any, epilogue: Any, back
     return (sig_a, sig_b, sig_c, type(alpha), type(beta), beta == 0, epi, backend, _steering_state())
 
 
-def lookup(key: tuple | None) -> "_PipelineEntry | None":
+def lookup(key: tuple | None) -> "_KeptCall | None":
     return None if key is None else _entries.get(key)
 
 
@@ -94,10 +95,10 @@ def clear() -> None:
 
 
 def _span(name: str, matrix: Any) -> Span:
-    return Span(name, matrix.ptr, matrix.ptr + matrix.extent * matrix.itemsize)
+    return Span(name, *matrix.nbytes_span)
 
 
-class _PipelineEntry:
+class _KeptCall:
     """One signature's decisions; :meth:`run` is the whole repeat call.
 
     ``call`` launches: a :class:`~dxgemm.pipelines._dispatch.PipelineCall` or a
@@ -128,10 +129,7 @@ class _PipelineEntry:
         mat_b = Matrix(b.data.ptr, *self.b)
         mat_d = Matrix(out.data.ptr, *self.d)
         if c is not None:
-            span_d = _span("c", mat_d)
-            for name, mat in (("a", mat_a), ("b", mat_b)):
-                if span_d.overlaps(_span(name, mat)):
-                    raise ValueError(f"c overlaps {name} in memory; the output must not share memory with an input")
+            check_output_overlap(mat_d, (("a", mat_a), ("b", mat_b)))
         if self.reads or self.writes:
             check_spans([_span("a", mat_a), _span("b", mat_b)], _span("c", mat_d), self.reads, self.writes)
         self.call(mat_a, mat_b, mat_d, self.m, self.n, self.k, self.head(alpha, beta, mat_d) + self.tail, handle)
@@ -152,35 +150,23 @@ class KernelCall:
         from types import SimpleNamespace
 
         from .pipelines._build import _param_layout
-        from .pipelines._launch import PackedLaunch
+        from .pipelines._launch import PackedLaunch, cu_stream
 
         (argtypes,) = compiled.kernel.overloads.keys()
         (overload,) = compiled.kernel.overloads.values()
         handle = overload.library.get_cufunc().handle
         self.launch = PackedLaunch(SimpleNamespace(handle=handle), _param_layout(list(argtypes)))
         self.built = compiled.built
+        self._cu_stream = cu_stream
         self._lock = threading.Lock()
-        self._streams: dict[int, Any] = {}
 
     def __call__(self, a: Any, b: Any, d: Any, m: int, n: int, k: int, epi_args: list, stream: int) -> None:
-        from .kernels import FLAG_VEC_A, FLAG_VEC_B
-
-        cu_stream = self._streams.get(stream)
-        if cu_stream is None:
-            from cuda.bindings import driver
-
-            cu_stream = self._streams[stream] = driver.CUstream(stream)
-        flags = (FLAG_VEC_A if _vector_ok(a) else 0) | (FLAG_VEC_B if _vector_ok(b) else 0)
+        flags = vector_flags(a.ptr, a.ld, b.ptr, b.ld, a.itemsize)
         values = [*a.vector_slots(), *b.vector_slots(), *d.vector_slots(), m, n, k, a.ld, b.ld, d.ld, flags,
                   *epi_args]
         built = self.built
         with self._lock:
-            self.launch(cu_stream, built.grid(m, n), built.block, built.dynamic_smem, values)
-
-
-def _vector_ok(mat: Any) -> bool:
-    """``dxgemm._gemm._vector_ok`` on a :class:`~dxgemm.pipelines._launch.Matrix`."""
-    return mat.ptr % 16 == 0 and mat.ld % (16 // mat.itemsize) == 0
+            self.launch(self._cu_stream(stream), built.grid(m, n), built.block, built.dynamic_smem, values)
 
 
 def _output_factory(device_id: int, shape: tuple[int, int], dtype: np.dtype):
@@ -216,7 +202,7 @@ def remember(key: tuple | None, call: Any, op_a: Any, op_b: Any, op_d: Any, orig
     def rest(mat: Any) -> tuple:
         return (mat.rows, mat.cols, mat.ld, mat.arrangement, mat.itemsize)
 
-    entry = _PipelineEntry(call, m, n, k, dtype.type, rest(mat_a), rest(mat_b), rest(mat_d), c_given and beta != 0,
+    entry = _KeptCall(call, m, n, k, dtype.type, rest(mat_a), rest(mat_b), rest(mat_d), c_given and beta != 0,
                            _values(tuple(bound.args[1:])), tuple(bound.reads), tuple(bound.writes), new_output)
     if entry.head(alpha, beta, mat_d) != _values((bound.args[0],)):
         return

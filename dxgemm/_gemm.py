@@ -11,7 +11,7 @@ from . import _arrays, _calls
 from ._arrays import Operand, as_operand
 from ._streams import numba_stream, stream_handle
 from .epilogues._base import AlphaBeta, Chain, Epilogue, EpilogueContext
-from .kernels import FLAG_VEC_A, FLAG_VEC_B, RUNGS, KernelSpec, get_kernel
+from .kernels import RUNGS, KernelSpec, get_kernel, vector_flags
 from .kernels._device import SIMULATOR
 
 BACKENDS: tuple[str, ...] = RUNGS + ("pipeline",)
@@ -59,7 +59,7 @@ def gemm(
     """
     key = _calls.signature(a, b, c, alpha, beta, epilogue, backend)
     repeat = _calls.lookup(key)
-    if repeat is not None:  # same signature as an earlier pipeline call: its decisions hold
+    if repeat is not None:  # same signature as an earlier call: its decisions hold
         return repeat.run(a, b, c, alpha, beta, stream)
     op_a = as_operand(a, "a")
     op_b = as_operand(b, "b")
@@ -92,9 +92,7 @@ def gemm(
             raise TypeError(f"c has dtype {op_d.dtype}, but a and b are {dtype}; c must match them")
         if _arrays.device_of(op_d) != device:
             raise ValueError(f"c is on GPU {_arrays.device_of(op_d)} but a and b are on GPU {device}")
-        for op in (op_a, op_b):
-            if _arrays.overlaps(op_d, op):
-                raise ValueError(f"c overlaps {op.name} in memory; the output must not share memory with an input")
+        _arrays.check_output_overlap(op_d, (("a", op_a), ("b", op_b)))
         out = c
     if m == 0 or n == 0:
         return out
@@ -125,7 +123,7 @@ def gemm(
             return out
     spec = KernelSpec(dtype, op_a.layout, op_b.layout, op_d.layout, bound.key, None)
     compiled = get_kernel(backend, spec, bound.args, bound.make)
-    flags = (FLAG_VEC_A if _vector_ok(op_a) else 0) | (FLAG_VEC_B if _vector_ok(op_b) else 0)
+    flags = vector_flags(op_a.ptr, op_a.ld, op_b.ptr, op_b.ld, dtype.itemsize)
     compiled.launch(
         numba_stream(handle), op_a.flat(), op_b.flat(), op_d.flat(),
         m, n, k, op_a.ld, op_b.ld, op_d.ld, flags, bound.args,
@@ -187,12 +185,6 @@ def _pipeline_reason(device: int) -> str | None:
     from .pipelines._dispatch import availability
 
     return availability(device)
-
-
-def _vector_ok(op: Operand) -> bool:
-    """16-byte vector loads need a 16-byte aligned base and a leading dimension that keeps rows aligned."""
-    width = 16 // op.dtype.itemsize
-    return op.ptr % 16 == 0 and op.ld % width == 0
 
 
 def _adapt_extra(arr: Any, name: str, dtype: np.dtype, device: int, shape: tuple[int, int] | None) -> Operand:

@@ -38,7 +38,16 @@ RUNGS: tuple[str, ...] = ("naive", "coalesced", "smem", "blocktile1d", "blocktil
 FLAG_VEC_A = 1
 FLAG_VEC_B = 2
 
-__all__ = ["RUNGS", "KernelSpec", "Layout", "CompiledKernel", "get_kernel", "kernel_signature", "compile_count", "FLAG_VEC_A", "FLAG_VEC_B"]
+
+def vector_flags(a_ptr: int, a_ld: int, b_ptr: int, b_ld: int, itemsize: int) -> int:
+    """The ``flags`` argument: 16-byte vector loads need a 16-byte aligned base and a leading
+    dimension that keeps every row (column) aligned."""
+    width = 16 // itemsize
+    return ((FLAG_VEC_A if a_ptr % 16 == 0 and a_ld % width == 0 else 0)
+            | (FLAG_VEC_B if b_ptr % 16 == 0 and b_ld % width == 0 else 0))
+
+__all__ = ["RUNGS", "KernelSpec", "Layout", "CompiledKernel", "get_kernel", "kernel_signature", "compile_count", "FLAG_VEC_A", "FLAG_VEC_B",
+           "vector_flags"]
 
 
 @dataclass(frozen=True)

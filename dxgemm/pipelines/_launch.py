@@ -151,6 +151,21 @@ _SLOT_FORMATS = {"ptr": "Q", "i64": "q", "u64": "Q", "f64": "d", "i32": "i4x", "
                  "i16": "h6x", "i8": "b7x", "u8": "B7x"}
 
 
+_cu_streams: dict[int, Any] = {}
+
+
+def cu_stream(handle: int) -> Any:
+    """The ``driver.CUstream`` for an integer handle, made once per handle (launches need it per call)."""
+    stream = _cu_streams.get(handle)
+    if stream is None:
+        from cuda.bindings import driver
+
+        if len(_cu_streams) > 256:
+            _cu_streams.clear()
+        stream = _cu_streams[handle] = driver.CUstream(handle)
+    return stream
+
+
 class PackedLaunch:
     """One kernel launched with ``cuLaunchKernel`` from parameters packed by one ``struct`` call.
 
@@ -233,6 +248,11 @@ class Matrix:
         if self.arrangement == "row_major":
             return (self.rows - 1) * self.ld + self.cols
         return (self.cols - 1) * self.ld + self.rows
+
+    @property
+    def nbytes_span(self) -> tuple[int, int]:
+        """``[first byte, one past the last)`` the matrix touches."""
+        return self.ptr, self.ptr + self.extent * self.itemsize
 
     def aligned(self) -> bool:
         """Whether cp.async 16-byte copies can read it in place."""
@@ -326,13 +346,13 @@ def _copy(src: Matrix, rows: int, cols: int, dst_ptr: int, dst_ld: int, stream_h
         p.WidthInBytes, p.Height = rows * src.itemsize, cols
     if p.WidthInBytes == 0 or p.Height == 0:
         return
-    _check(driver.cuMemcpy2DAsync(p, driver.CUstream(stream_handle)), "cuMemcpy2DAsync")
+    _check(driver.cuMemcpy2DAsync(p, cu_stream(stream_handle)), "cuMemcpy2DAsync")
 
 
 def _memset0(ptr: int, nbytes: int, stream_handle: int) -> None:
     from cuda.bindings import driver
 
-    _check(driver.cuMemsetD8Async(ptr, 0, nbytes, driver.CUstream(stream_handle)), "cuMemsetD8Async")
+    _check(driver.cuMemsetD8Async(ptr, 0, nbytes, cu_stream(stream_handle)), "cuMemsetD8Async")
 
 
 def _copy_scratch(src: Matrix, rows: int, cols: int, alloc_rows: int, alloc_cols: int, zero: bool,
@@ -471,13 +491,12 @@ class PipelineKernel:
         """``(cuda.core Stream, driver.CUstream)`` for an integer handle, made once per handle (0: legacy default)."""
         hit = self._streams.get(handle)
         if hit is None:
-            from cuda.bindings import driver
             from cuda.core import Stream
 
             stream = self.device.default_stream if handle == 0 else Stream.from_handle(handle)
             if len(self._streams) > 256:
                 self._streams.clear()
-            hit = self._streams[handle] = (stream, driver.CUstream(handle))
+            hit = self._streams[handle] = (stream, cu_stream(handle))
         return hit
 
     def _storage(self, handle: int, stream: Any) -> int:
