@@ -180,8 +180,7 @@ def float32_method() -> str:
     return method
 
 
-def pipeline_store(operands: str = "native", config: "PipelineConfig | None" = None, epilogue_key: Any = None,
-                   dtype: Any = None) -> str:
+def pipeline_store(operands: str = "native", config: "PipelineConfig | None" = None, dtype: Any = None) -> str:
     """How a pipeline kernel stores its accumulator fragment (``_build.STORES``).
 
     The staged store writes the fragment into the finished pipeline's shared memory and
@@ -231,13 +230,6 @@ def pipeline_store(operands: str = "native", config: "PipelineConfig | None" = N
     if store not in ("loop", "unrolled", "staged"):
         raise ValueError(f"DXGEMM_PIPELINE_STORE must be 'loop', 'unrolled' or 'staged', got {store!r}")
     return store
-
-
-def _only_alpha_beta(epilogue_key: Any) -> bool:
-    """Whether an epilogue chain key holds no stage but alpha/beta (``("chain", ("alphabeta", ...)``)."""
-    if not isinstance(epilogue_key, (tuple, list)) or not epilogue_key or epilogue_key[0] != "chain":
-        return False
-    return all(isinstance(stage, (tuple, list)) and stage and stage[0] == "alphabeta" for stage in epilogue_key[1:])
 
 
 def uses_tf32x3(dtype: Any) -> bool:

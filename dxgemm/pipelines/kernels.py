@@ -52,7 +52,7 @@ def entry_fields(
         arrangement=tuple(arrangement)[:2],
         epilogue_key=(epilogue_key, epi_arg_types),
         operands=operands,
-        store=pipeline_store(operands, config, epilogue_key, dtype),
+        store=pipeline_store(operands, config, dtype),
     )
 
 
@@ -114,8 +114,7 @@ def get_kernel(
 
     key = (config, np.dtype(dtype).name, tuple(arrangement), kwargs.get("epilogue_key", IDENTITY_EPILOGUE),
            _numba_type_text(kwargs.get("epi_args", ())), kwargs.get("operands", "native"),
-           pipeline_store(kwargs.get("operands", "native"), config, kwargs.get("epilogue_key", IDENTITY_EPILOGUE),
-                          dtype),
+           pipeline_store(kwargs.get("operands", "native"), config, dtype),
            device)
     hit = _memo.get(key)
     if hit is not None:
