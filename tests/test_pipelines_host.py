@@ -363,7 +363,8 @@ from dxgemm.pipelines import _standin
 _standin.activate((9, 0))
 from numba import cuda, types
 from cuda.core import Linker, LinkerOptions, ObjectCode
-from dxgemm.pipelines._build import _param_layout, kernel_entries, kernel_param_sizes, _KIND_SIZES
+from dxgemm.pipelines._build import _param_layout, kernel_entries, kernel_param_sizes
+from dxgemm.pipelines._launch import KIND_SIZES as _KIND_SIZES
 
 vec = types.Array(types.float64, 1, "C")
 mat = types.Array(types.float32, 2, "A")

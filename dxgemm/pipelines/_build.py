@@ -902,13 +902,12 @@ def kernel_param_sizes(cubin: bytes, entry: str) -> list[int]:
     return [params[i] for i in sorted(params)]
 
 
-_KIND_SIZES = {"ptr": 8, "i64": 8, "u64": 8, "f64": 8, "i32": 4, "u32": 4, "f32": 4, "i16": 2, "i8": 1, "u8": 1}
-
-
 def _check_param_sizes(cubin: bytes, entry: str, kinds: list[str]) -> None:
     """Refuse to cache a kernel whose compiled parameters differ from the recorded layout."""
+    from ._launch import KIND_SIZES
+
     sizes = kernel_param_sizes(cubin, entry)
-    expected = [_KIND_SIZES[k] for k in kinds]
+    expected = [KIND_SIZES[k] for k in kinds]
     if sizes != expected:
         raise RuntimeError(f"{entry[:50]}: compiled parameter sizes {sizes} differ from the recorded layout {expected}")
 

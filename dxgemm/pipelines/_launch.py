@@ -75,18 +75,21 @@ from .cache import CacheEntry
 
 __all__ = ["PipelineKernel", "Matrix", "flatten", "ShapeError", "plan"]
 
-_KIND_TO_NUMPY = {
-    "ptr": np.uint64,
-    "i64": np.int64,
-    "u64": np.uint64,
-    "i32": np.int32,
-    "u32": np.uint32,
-    "i16": np.int16,
-    "i8": np.int8,
-    "u8": np.uint8,
-    "f64": np.float64,
-    "f32": np.float32,
+_KINDS = {  # a kernel parameter kind (``_build._param_layout``): its numpy type and struct code
+    "ptr": (np.uint64, "Q"),
+    "i64": (np.int64, "q"),
+    "u64": (np.uint64, "Q"),
+    "i32": (np.int32, "i"),
+    "u32": (np.uint32, "I"),
+    "i16": (np.int16, "h"),
+    "i8": (np.int8, "b"),
+    "u8": (np.uint8, "B"),
+    "f64": (np.float64, "d"),
+    "f32": (np.float32, "f"),
 }
+_KIND_TO_NUMPY = {kind: numpy_type for kind, (numpy_type, _) in _KINDS.items()}
+KIND_SIZES = {kind: np.dtype(numpy_type).itemsize for kind, (numpy_type, _) in _KINDS.items()}
+"""Bytes of each parameter kind (what ``.nv.info`` and ``cuKernelGetParamInfo`` report)."""
 
 
 class ShapeError(ValueError):
@@ -147,8 +150,8 @@ def _converters(kinds: tuple[str, ...]) -> tuple:
 
 # Each parameter in its own 8-byte slot: the driver reads a parameter from the address
 # given for it, with the size it knows from the cubin, so narrower kinds are padded.
-_SLOT_FORMATS = {"ptr": "Q", "i64": "q", "u64": "Q", "f64": "d", "i32": "i4x", "u32": "I4x", "f32": "f4x",
-                 "i16": "h6x", "i8": "b7x", "u8": "B7x"}
+_SLOT_FORMATS = {kind: code + (f"{8 - KIND_SIZES[kind]}x" if KIND_SIZES[kind] < 8 else "")
+                 for kind, (_, code) in _KINDS.items()}
 
 
 _cu_streams: dict[int, Any] = {}
@@ -215,7 +218,7 @@ def _check_params(kernel: Any, kinds: Sequence[str], entry: str) -> None:
     except Exception:  # older cuda.core or driver without cuKernelGetParamInfo
         return
     sizes = [int(getattr(p, "size", p[1] if isinstance(p, tuple) else 0)) for p in info]
-    expected = [np.dtype(_KIND_TO_NUMPY[k]).itemsize for k in kinds]
+    expected = [KIND_SIZES[k] for k in kinds]
     if sizes != expected:
         raise RuntimeError(f"kernel {entry[:40]}... has parameter sizes {sizes}, the cache metadata says {expected}")
 
