@@ -99,7 +99,7 @@ def speed_records(dtypes, config: str, reps: int, log) -> list[dict]:
     import dxgemm
     from dxgemm.bench import time_ms
     from dxgemm.pipelines import use_config
-    from dxgemm.pipelines.config import float32_method, parse_config, suggest
+    from dxgemm.pipelines.config import float32_method, parse_config, split_k, suggest
     from dxgemm.testing import check
 
     records = []
@@ -108,7 +108,9 @@ def speed_records(dtypes, config: str, reps: int, log) -> list[dict]:
         for m, n, k in [(s, s, s) for s in SQUARES] + ODD:
             # "suggest": the configuration dxgemm picks for the shape (what a user gets)
             cfg = suggest(m, n, k, dt) if config == "suggest" else parse_config(config, dt)
-            name = "gemv" if m == 1 else cfg.name  # dxgemm.gemm sends single rows to dxgemm.kernels.gemv
+            slices = split_k(m, n, k, cfg, dt)
+            name = cfg.name + (f"_s{slices}" if slices > 1 else "")  # _sS: split into S K slices
+            name = "gemv" if m == 1 else name  # dxgemm.gemm sends single rows to dxgemm.kernels.gemv
             rng = cp.random.default_rng(0)
             a = rng.standard_normal((m, k), dtype=np.float64).astype(dt)
             b = rng.standard_normal((k, n), dtype=np.float64).astype(dt)
@@ -122,7 +124,7 @@ def speed_records(dtypes, config: str, reps: int, log) -> list[dict]:
             flops = 2.0 * m * n * k
             method = float32_method() if dt == np.float32 else "fp64"
             rec = {"backend": "pipeline", "config": name, "method": method, "dtype": dt.name, "m": m, "n": n, "k": k, "epilogue": "none",
-                   "ms": t_pipe, "tflops": flops / t_pipe / 1e9, "baseline": "cublas", "baseline_ms": t_blas,
+                   "split_k": slices if m > 1 else 1, "ms": t_pipe, "tflops": flops / t_pipe / 1e9, "baseline": "cublas", "baseline_ms": t_blas,
                    "baseline_tflops": flops / t_blas / 1e9, "ratio": t_blas / t_pipe, "max_error_ratio": err,
                    "warptile_ms": t_warp}
             records.append(rec)

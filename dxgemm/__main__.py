@@ -72,7 +72,8 @@ def _print_cache(verbose: bool = False) -> None:
         for entry in cache.entries():
             meta = entry.meta
             cfg = meta.get("config", {})
-            name = f"{cfg.get('tile_m')}x{cfg.get('tile_n')}x{cfg.get('tile_k')}_t{cfg.get('block_size')}_d{cfg.get('depth')}"
+            name = meta.get("name") or (f"{cfg.get('tile_m')}x{cfg.get('tile_n')}x{cfg.get('tile_k')}"
+                                        f"_t{cfg.get('block_size')}_d{cfg.get('depth')}")
             dtype = meta.get("dtype", "?") + ("/tf32" if meta.get("operands") == "tf32" else "")
             print(f"    {entry.key}  {dtype:12} {'/'.join(meta.get('arrangement', [])):20} {name:20} "
                   f"epilogue {entry.fields.get('epilogue')}")

@@ -47,7 +47,7 @@ __all__ = ["signature", "lookup", "remember", "clear"]
 _MAX_ENTRIES = 512
 _entries: dict[tuple, "_KeptCall"] = {}
 _STEERING_VARIABLES = ("DXGEMM_AUTO_PIPELINE", "DXGEMM_FLOAT32_PIPELINE", "DXGEMM_PIPELINE_STORE",
-                       "DXGEMM_CACHE_DIR", "XDG_CACHE_HOME")
+                       "DXGEMM_SPLIT_K", "DXGEMM_CACHE_DIR", "XDG_CACHE_HOME")
 
 
 def _steering_state() -> tuple:
@@ -142,31 +142,52 @@ class KernelCall:
     Numba's own launch re-types and marshals every argument (tens of microseconds, more
     than a single-row GEMM takes on the GPU); the kernel's compiled signature gives the
     parameter layout once (:func:`dxgemm.pipelines._build._param_layout`), and the flat
-    array arguments are rebuilt from addresses per call.
+    array arguments are rebuilt from addresses per call.  Made from a Numba-compiled
+    kernel (:meth:`of`) or from a cubin with its recorded layout (:meth:`from_cubin`,
+    the split-K reduce kept in the on-disk cache).
     """
 
-    def __init__(self, compiled: Any):
+    def __init__(self, function: Any, kinds: list, block: tuple, tile: tuple[int, int], smem: int = 0):
         import threading
         from types import SimpleNamespace
 
-        from .pipelines._build import _param_layout
         from .pipelines._launch import PackedLaunch, cu_stream
+
+        self.launch = PackedLaunch(SimpleNamespace(handle=function), kinds)
+        self.block, self.tile_m, self.tile_n, self.smem = tuple(block), int(tile[0]), int(tile[1]), int(smem)
+        self._cu_stream = cu_stream
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, compiled: Any) -> "KernelCall":
+        """The launcher of a :class:`dxgemm.kernels.CompiledKernel` (its one Numba overload)."""
+        from .pipelines._build import _param_layout
 
         (argtypes,) = compiled.kernel.overloads.keys()
         (overload,) = compiled.kernel.overloads.values()
-        handle = overload.library.get_cufunc().handle
-        self.launch = PackedLaunch(SimpleNamespace(handle=handle), _param_layout(list(argtypes)))
-        self.built = compiled.built
-        self._cu_stream = cu_stream
-        self._lock = threading.Lock()
+        built = compiled.built
+        return cls(overload.library.get_cufunc().handle, _param_layout(list(argtypes)), built.block,
+                   (built.tile_m, built.tile_n), built.dynamic_smem)
+
+    @classmethod
+    def from_cubin(cls, cubin: bytes, entry: str, kinds: list, block: tuple, tile: tuple[int, int],
+                   device: int) -> "KernelCall":
+        """The launcher of kernel ``entry`` in ``cubin``, loaded with cuda.core on ``device``."""
+        from cuda.core import Device, ObjectCode
+
+        Device(device).set_current()
+        kernel = ObjectCode.from_cubin(cubin).get_kernel(entry)
+        call = cls(kernel.handle, kinds, block, tile)
+        call._module = kernel  # keep the loaded module alive with the launcher
+        return call
 
     def __call__(self, a: Any, b: Any, d: Any, m: int, n: int, k: int, epi_args: list, stream: int) -> None:
         flags = vector_flags(a.ptr, a.ld, b.ptr, b.ld, a.itemsize)
         values = [*a.vector_slots(), *b.vector_slots(), *d.vector_slots(), m, n, k, a.ld, b.ld, d.ld, flags,
                   *epi_args]
-        built = self.built
+        grid = (-(-n // self.tile_n), -(-m // self.tile_m))
         with self._lock:
-            self.launch(self._cu_stream(stream), built.grid(m, n), built.block, built.dynamic_smem, values)
+            self.launch(self._cu_stream(stream), grid, self.block, self.smem, values)
 
 
 def _output_factory(device_id: int, shape: tuple[int, int], dtype: np.dtype):

@@ -111,7 +111,8 @@ def gemm(
 
         mat_a, mat_b, mat_d = matrix_of(op_a), matrix_of(op_b), matrix_of(op_d)
         try:
-            call = prepare(dtype, (mat_a.arrangement, mat_b.arrangement), m, n, k, bound, device)
+            call = prepare(dtype, (mat_a.arrangement, mat_b.arrangement), m, n, k, bound, device,
+                           d_arrangement=mat_d.arrangement)
         except PipelineUnavailable as e:
             if explicit_pipeline:
                 raise ValueError(f"backend='pipeline' cannot run this call: {e}") from None
@@ -129,7 +130,7 @@ def gemm(
         m, n, k, op_a.ld, op_b.ld, op_d.ld, flags, bound.args,
     )
     if key is not None and not SIMULATOR:
-        _calls.remember(key, _calls.KernelCall(compiled), op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta,
+        _calls.remember(key, _calls.KernelCall.of(compiled), op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta,
                         c is not None)
     return out
 
@@ -137,26 +138,32 @@ def gemm(
 def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = False) -> str:
     """The backend ``"auto"`` runs (``pipeline``: whether the pipeline can run on this device).
 
-    Measured on the H100 (per call, split or init included, against warptile in the same
-    run).  float64 (``h100_pipeline_run2_bench.log``, ``_run3_bench.log``; warptile on the
-    FP64 tensor cores), pipeline / warptile ms: 0.120 / 0.114 at 1024^3, 0.424 / 0.667
-    at 2048^3, 2.96 / 5.29 at 4096^3, 24.2 / 44.4 at 8192^3, 4.03 / 5.43 at 4097^3; but
-    0.163 / 0.124 at 1000^3 and 0.324 / 0.115 at 4096x4096x40 (short K: the pipeline pads
-    K to two tiles and runs few, short blocks).  So float64 takes the pipeline from 2^31
-    multiply-adds (~1290^3) with K of at least 128.  float32 under the 3xTF32 method
-    (``h100_pipeline_run5_bench_f32_suggest.log``): 0.093 / 0.150 at 1024^3, 0.293 /
-    0.483 at 2048^3, 1.66 / 3.69 at 4096^3, 0.33 / 0.58 at 4096x64x4096, but 0.23 / 0.11
-    at 4096x4096x40 and 0.12-0.53 / 0.15 at 1000^3: the pipeline from 2^30 multiply-adds
-    with K of at least 128.  With ``DXGEMM_FLOAT32_PIPELINE=fp32`` (SIMT, 0.66x cuBLAS)
-    warptile led at every size, so float32 stays there.  Every device where the pipeline
-    cannot run gets ``warptile``.
+    Measured on the H100, per call (split or init included), pipeline against warptile in
+    the same run, ms (``benchmarks/results/h100_pipeline_bench_final3.log``; the skinny
+    shapes with split-K, ``h100_split_k_sweep.log``):
+
+    ===================  =================  =================
+    shape                float64            float32 (3xTF32)
+    ===================  =================  =================
+    1000^3               0.117 / 0.130      0.091 / 0.151
+    1024^3               0.067 / 0.114      0.082 / 0.151
+    4096^3               3.003 / 5.594      1.515 / 3.661
+    4096 x 64 x 4096     0.090 / 0.425      0.239 / 0.581
+    4096 x 4096 x 40     0.156 / 0.113      0.129 / 0.114
+    ===================  =================  =================
+
+    So both dtypes take the pipeline from 2^29 multiply-adds (~812^3) with K of at least
+    128; short K stays on warptile (the pipeline pads K to its depth and runs many
+    short blocks).  With ``DXGEMM_FLOAT32_PIPELINE=fp32`` (cuBLASDx's SIMT float32, 0.66x
+    cuBLAS) warptile led at every size, so float32 stays there.  Every device where the
+    pipeline cannot run gets ``warptile``.
     """
-    if not pipeline or k < 128:
+    if not pipeline or k < 128 or m * n * k < 2**29:
         return "warptile"
     dt = np.dtype(dtype)
-    if dt == np.float64 and m * n * k >= 2**31:
+    if dt == np.float64:
         return "pipeline"
-    if dt == np.float32 and m * n * k >= 2**30:
+    if dt == np.float32:
         from .pipelines.config import uses_tf32x3
 
         if uses_tf32x3(dt):

@@ -5,8 +5,9 @@ Method (the same for dxgemm and for the cuBLAS baseline, CuPy's ``matmul``):
 * random normal inputs (never zeros), the output preallocated;
 * warm-up launches first (they also compile), then ``reps`` timed launches;
 * each launch is bracketed by CUDA events on the launching stream, and all of them are
-  queued behind a short spin kernel, so host-side launch overhead never shows up as
-  GPU time;
+  queued behind a spin kernel that lasts at least twice the host's enqueue time for
+  all of them (at least 2 ms), so host-side launch overhead never shows up as GPU time
+  (host time per call is a separate benchmark: ``benchmarks/host_breakdown.py``);
 * the median is reported, with TFLOP/s = ``2 m n k / time`` and the ratio to cuBLAS
   measured in the same run at the same shape.
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import time
 from dataclasses import asdict, dataclass
 from typing import Callable, Iterable
 
@@ -58,7 +60,14 @@ def time_ms(launch: Callable[[], None], *, warmup: int, reps: int) -> float:
     stream = cupy.cuda.get_current_stream()
     events = [cupy.cuda.Event() for _ in range(reps + 1)]
     stream.synchronize()
-    spin[1, 1, _numba_stream(stream)](2000)  # 2 ms head start for the host
+    # the host's enqueue time per launch, so the head start covers all of them
+    started = time.perf_counter()
+    for _ in range(3):
+        launch()
+    host_us = (time.perf_counter() - started) / 3 * 1e6
+    stream.synchronize()
+    head_start_us = int(min(max(2000.0, 2.0 * reps * host_us), 500_000.0))
+    spin[1, 1, _numba_stream(stream)](head_start_us)
     events[0].record(stream)
     for i in range(reps):
         launch()

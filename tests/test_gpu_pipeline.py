@@ -111,6 +111,7 @@ def test_staged_store_on_edges_and_both_d_orders(cp, dtype, epilogue, monkeypatc
     from dxgemm.pipelines import use_config
 
     monkeypatch.setenv("DXGEMM_PIPELINE_STORE", "staged")
+    monkeypatch.setenv("DXGEMM_SPLIT_K", "1")  # the fused kernel's own edges (split calls run the plain one)
     _calls.clear()
     b_order = "col" if _split(dtype) == 3 else "row"  # the arrangement the small kernels were built for
     with use_config("small"):
@@ -126,6 +127,39 @@ def test_staged_store_on_edges_and_both_d_orders(cp, dtype, epilogue, monkeypatc
                 dxgemm.gemm(a, b, d, epilogue=chain, backend="pipeline")
                 worst = check(d, chain, a.astype(np.float64), b.astype(np.float64), np.dtype(dtype))
                 assert worst <= 1.0, f"{m}x{n}x{k} D {d_order}: error {worst:.3g} x the bound"
+
+
+@pytest.mark.parametrize("slices", [3, 8])
+@pytest.mark.parametrize("arrangement", ARRANGEMENTS, ids=lambda a: "".join(x[0] for x in a))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_split_k_sums_the_slices_then_applies_the_epilogue(cp, dtype, arrangement, slices, monkeypatch):
+    """K split into slices on separate streams (``pipelines._splitk``): a K with a tail, edges in M and N,
+    D either way, alpha/beta with C, bias|gelu; the first call and the kept repeat with new values."""
+    from dxgemm import _calls
+    from dxgemm import epilogues as E
+    from dxgemm.epilogues.reference import check
+    from dxgemm.pipelines._splitk import SplitKCall
+
+    _require_cached(dtype, arrangement)
+    monkeypatch.setenv("DXGEMM_SPLIT_K", str(slices))
+    m, n, k = 300, 200, 2007
+    a = _matrix(cp, m, k, dtype, arrangement[0], 70)
+    b = _matrix(cp, k, n, dtype, arrangement[1], 71)
+    for d_order in ("row", "col"):
+        for seed, (alpha, beta) in enumerate([(1.0, 0.0), (1.0, 0.0), (0.5, -1.25), (-2.0, 0.75), (-2.5, 0.5)]):
+            # a seed with the signature of the one before it takes the kept path, with new arrays and values
+            c = _matrix(cp, m, n, dtype, d_order, 72 + seed)
+            if beta == 0:
+                c.fill(cp.nan)  # beta 0 must not read C
+            c0 = c.astype(np.float64)
+            v = cp.random.default_rng(seed).standard_normal(n).astype(dtype)
+            chain = E.bias(v) | E.gelu() if seed >= 2 else None
+            dxgemm.gemm(a, b, c, alpha=alpha, beta=beta, epilogue=chain, backend="pipeline")
+            worst = check(c, chain, a.astype(np.float64), b.astype(np.float64), np.dtype(dtype), alpha=alpha,
+                          beta=beta, c=c0)
+            assert worst <= 1.0, f"D {d_order}, alpha {alpha}, beta {beta}: error {worst:.3g} x the bound"
+            kept = _calls.lookup(_calls.signature(a, b, c, alpha, beta, chain, "pipeline"))
+            assert isinstance(kept.call, SplitKCall) and kept.call.slices > 1
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

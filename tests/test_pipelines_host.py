@@ -481,7 +481,9 @@ def test_choose_backend():
     assert choose_backend(np.dtype(np.float32), 512, 512, 512, pipeline=True) == "warptile"
     assert choose_backend(np.dtype(np.float32), 2048, 2048, 2048, pipeline=True) == "pipeline"
     assert choose_backend(np.dtype(np.float32), 4096, 4096, 40, pipeline=True) == "warptile"
-    assert choose_backend(np.dtype(np.float64), 1024, 1024, 1024, pipeline=True) == "warptile"
+    assert choose_backend(np.dtype(np.float64), 1024, 1024, 1024, pipeline=True) == "pipeline"
+    assert choose_backend(np.dtype(np.float64), 4096, 64, 4096, pipeline=True) == "pipeline"  # split-K
+    assert choose_backend(np.dtype(np.float64), 512, 512, 512, pipeline=True) == "warptile"
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 40, pipeline=True) == "warptile"
 
 

@@ -10,6 +10,9 @@
 ``warptile``    a warp-level tile between the block tile and the thread tile
 =============  ==================================================================
 
+Two helpers take the same form without being rungs: ``gemv`` (single-row problems) and
+``splitk_reduce`` (the pipeline's split-K sum and epilogue).
+
 Each rung module exposes ``build(spec) -> BuiltKernel``; this package compiles it with an
 explicit signature (one specialisation per :class:`KernelSpec`) and caches the result for
 the process, so new arrays or new sizes never recompile.  Every kernel takes the same

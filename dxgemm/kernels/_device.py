@@ -58,6 +58,30 @@ def make_offset(layout: Layout):
     return offset
 
 
+def make_element_index(layout_d: Layout, tile_m: int, tile_n: int):
+    """Device function ``() -> (row, col)``: the output element of this thread, one per thread.
+
+    ``threadIdx.x`` walks D's contiguous dimension (columns for row-major D, rows for
+    column-major), so a warp's stores — and reads of anything laid out like D — are
+    coalesced.  The block covers ``tile_m x tile_n`` elements.
+    """
+    if layout_d == Layout.ROW:
+
+        @cuda.jit(device=True)
+        def element_index():
+            return (U(cuda.blockIdx.y) * U(tile_m) + U(cuda.threadIdx.y),
+                    U(cuda.blockIdx.x) * U(tile_n) + U(cuda.threadIdx.x))
+
+    else:
+
+        @cuda.jit(device=True)
+        def element_index():
+            return (U(cuda.blockIdx.y) * U(tile_m) + U(cuda.threadIdx.x),
+                    U(cuda.blockIdx.x) * U(tile_n) + U(cuda.threadIdx.y))
+
+    return element_index
+
+
 # ---------------------------------------------------------------------------------------
 # 128-bit global loads.  Numba has no float4 view of an array and, not knowing the
 # alignment, splits four scalar loads into four LDG.E.  This intrinsic emits one LLVM

@@ -16,9 +16,7 @@ Reached on the H100 (benchmarks/results/h100.json, 4096^3): 2.09 TFLOP/s float32
 
 from __future__ import annotations
 
-from numba import cuda
-
-from ._device import U, make_offset
+from ._device import U, make_element_index, make_offset
 from ._spec import BuiltKernel, KernelSpec, Layout
 
 BLOCK_FAST = 32  # threads along the contiguous dimension: one warp
@@ -35,13 +33,10 @@ def build(spec: KernelSpec) -> BuiltKernel:
     tile_m = BLOCK_SLOW if x_walks_cols else BLOCK_FAST
     tile_n = BLOCK_FAST if x_walks_cols else BLOCK_SLOW
 
+    element_index = make_element_index(spec.layout_d, tile_m, tile_n)
+
     def coalesced_gemm(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args):
-        if x_walks_cols:
-            row = U(cuda.blockIdx.y) * U(tile_m) + U(cuda.threadIdx.y)
-            col = U(cuda.blockIdx.x) * U(tile_n) + U(cuda.threadIdx.x)
-        else:
-            row = U(cuda.blockIdx.y) * U(tile_m) + U(cuda.threadIdx.x)
-            col = U(cuda.blockIdx.x) * U(tile_n) + U(cuda.threadIdx.y)
+        row, col = element_index()
         if row >= U(m) or col >= U(n):
             return
         acc = zero

@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         for entry in cache.entries():
             meta = entry.meta
             print(f"  {entry.key}  {meta.get('dtype')}  {'/'.join(meta.get('arrangement', []))}  "
-                  f"{PipelineConfig(**meta['config']).name}  {entry.path.stat().st_size / 2**20:.1f} MiB")
+                  f"{meta.get('name') or PipelineConfig(**meta['config']).name}  "
+                  f"{entry.path.stat().st_size / 2**20:.1f} MiB")
     elif args.cmd == "clear":
         print(f"removed {cache.clear()} entries from {cache.root}")
     elif args.cmd == "suggest":

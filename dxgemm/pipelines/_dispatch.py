@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .config import PipelineConfig, suggest
+from .config import PipelineConfig, split_k, suggest
 from .tf32x3 import kernel_variant
 from .tf32x3 import run as run_tf32x3
 
@@ -95,11 +95,13 @@ class PipelineCall:
 
 
 def prepare(dtype: Any, arrangements: tuple[str, str], m: int, n: int, k: int, bound: Any, device: int,
-            *, config: PipelineConfig | None = None) -> PipelineCall:
-    """Choose the configuration and kernel variant for this problem and load the kernel.
+            *, config: PipelineConfig | None = None, d_arrangement: str = "row_major") -> "PipelineCall | SplitKCall":
+    """Choose the configuration, kernel variant and K split for this problem and load the kernel(s).
 
     ``arrangements``: A's and B's (``"row_major"``/``"col_major"``); ``bound``: the bound
-    epilogue chain (alpha/beta first), whose key and argument types select the kernel.
+    epilogue chain (alpha/beta first), whose key and argument types select the kernel;
+    ``d_arrangement``: D's, which the split-K reduce is compiled for.  A problem with too
+    few output tiles (:func:`.config.split_k`) gets a :class:`._splitk.SplitKCall`.
     Raises :class:`PipelineUnavailable` when the pipeline cannot run here (module docstring).
     """
     from .kernels import get_kernel
@@ -110,6 +112,11 @@ def prepare(dtype: Any, arrangements: tuple[str, str], m: int, n: int, k: int, b
     dtype = np.dtype(dtype)
     cfg = config or suggest(m, n, k, dtype, device=device)
     arrangement, operands = kernel_variant(dtype, arrangements)
+    slices = split_k(m, n, k, cfg, dtype, device=device)
+    if slices > 1:
+        from ._splitk import prepare_split
+
+        return prepare_split(cfg, dtype, arrangement, operands, bound, d_arrangement, slices, device)
     kernel = get_kernel(
         cfg, dtype, arrangement, device=device, operands=operands,
         epilogue_key=bound.key, make_epilogue=bound.make, epi_args=bound.args,
@@ -119,11 +126,13 @@ def prepare(dtype: Any, arrangements: tuple[str, str], m: int, n: int, k: int, b
 
 def run(op_a: Any, op_b: Any, op_d: Any, m: int, n: int, k: int, bound: Any, stream: int, device: int,
         *, config: PipelineConfig | None = None):
-    """Run ``D = bound_epilogue(A @ B)`` through the pipeline; returns the launch :class:`~._launch.Plan`.
+    """Run ``D = bound_epilogue(A @ B)`` through the pipeline; returns the launch :class:`~._launch.Plan`
+    (a split call: its list of K ranges).
 
     ``bound`` is the bound epilogue chain (alpha/beta first).  Raises
     :class:`PipelineUnavailable` when the pipeline cannot run here (module docstring).
     """
     a, b, d = matrix_of(op_a), matrix_of(op_b), matrix_of(op_d)
-    call = prepare(op_a.dtype, (a.arrangement, b.arrangement), m, n, k, bound, device, config=config)
+    call = prepare(op_a.dtype, (a.arrangement, b.arrangement), m, n, k, bound, device, config=config,
+                   d_arrangement=d.arrangement)
     return call(a, b, d, m, n, k, bound.args, stream)

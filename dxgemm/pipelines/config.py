@@ -40,7 +40,7 @@ import numpy as np
 
 __all__ = ["PipelineConfig", "DeviceInfo", "CONFIGS", "TF32X3_CONFIGS", "FLOAT32_METHODS", "float32_method",
            "uses_tf32x3", "pipeline_store", "configs_for", "H100", "suggest", "waves", "wave_efficiency", "use_config",
-           "parse_config"]
+           "parse_config", "split_k", "slice_ranges", "MAX_SPLIT_K"]
 
 
 SMEM_PER_SM = 228 * 1024
@@ -380,6 +380,100 @@ def _choose(m: int, n: int, k: int, dt: np.dtype, info: DeviceInfo, method: str)
     if wave_efficiency(m, n, small, info.sm_count) > 1.15 * wave_efficiency(m, n, large, info.sm_count):
         return small
     return large
+
+
+MAX_SPLIT_K = 8
+"""The most K slices :func:`split_k` chooses (and ``DXGEMM_SPLIT_K`` accepts)."""
+
+_MIN_SLICE_TILES = 8
+"""Each K slice holds at least this many K-tiles, so the pipeline's fill and drain stay a
+small part of every slice's loop."""
+
+
+def split_k(m: int, n: int, k: int, config: PipelineConfig, dtype: Any, *, device: Any = None) -> int:
+    """How many K slices an ``m x n x k`` pipeline GEMM in ``config`` runs as (1: no split).
+
+    Why: a problem with few output tiles leaves most SMs idle however deep K is.
+    4096 x 64 x 4096 in float64 is 32 tiles of 128 x 64 on 132 SMs: each block walks
+    all of K while 100 SMs wait, and it ran at 0.26x cuBLAS.  Splitting K into ``S``
+    ranges gives ``S`` times the blocks; each range's partial product goes to a
+    workspace and one more pass sums them and applies the epilogue
+    (:mod:`dxgemm.kernels.splitk_reduce`).  The price is that pass (``S + 1`` reads and
+    one write of ``m x n``), a fork and join of streams, and each slice's fixed cost
+    (launch, pipeline fill and drain, the tile store: ~15 microseconds measured for a
+    128 x 64 float64 slice).
+
+    The rule: ``S`` is the number of times the output tiles fit into *one block per
+    SM*, at most :data:`MAX_SPLIT_K`, and every slice keeps at least ``max(8, depth)``
+    K-tiles (K tripled under 3xTF32, whose split operands are sliced).  Measured on the
+    H100, GPU time per call in ms against cuBLAS in the same run
+    (``benchmarks/results/h100_split_k_sweep.log``; S=8 from ``h100_split_k_deeper.log``):
+
+    ==========================  ======  =====  =====  =====  =====  =====
+    shape, configuration        cuBLAS  S=1    S=2    S=4    S=8    rule
+    ==========================  ======  =====  =====  =====  =====  =====
+    f64 4096x64x4096, 128x64    0.058   0.222  0.124  0.087  0.098  4
+    f64 4096x128x4096, 128x64   0.088   0.230  0.132  0.135  0.154  2
+    f64 2048x256x8192, 128x64   0.163   0.445  0.237  0.227  0.246  2
+    f64 1000^3, 128x64          0.044   0.104  0.116                1
+    f64 1024^3, 128x64          0.043   0.067  0.072  0.094         1
+    f32 4096x64x4096, 128x128   0.062   0.328  0.240  0.236         4
+    f32 1000^3, 128x128         0.052   0.091  0.078  0.100         2
+    f32 1024^3, 128x128         0.058   0.081  0.069  0.086         2
+    f32 4096x128x4096, 128x128  0.101   0.322  0.237  0.222         4
+    f32 2048x256x8192, 128x128  0.179   0.529  0.339  0.261         4
+    ==========================  ======  =====  =====  =====  =====  =====
+
+    Where the split call's time goes (``h100_split_k_parts.log``, float64 4096x64x4096,
+    four slices): one slice alone 0.065 ms, the four forked and joined 0.080, the reduce
+    0.006, the whole call 0.089 — against 0.224 unsplit.  A slice has a fixed cost of
+    ~12 microseconds (launch, pipeline fill, tile store: K=1024 took 0.065 ms, K=4096
+    0.224), and four slices together share the memory system (A alone is 128 MB).
+    Deeper pipelines (depth 3 and 4 of the same tile) were slower at every count.
+    A second block per SM (the 128 x 64 float64 kernel fits two) did not add throughput:
+    eight slices of 4096 x 64 x 4096 were slower than four, and 1024^3 (128 tiles) was
+    slower split in two — hence one block per SM.  ``DXGEMM_SPLIT_K`` (an integer from 1
+    to :data:`MAX_SPLIT_K`) overrides the count, still bounded by the slice minimum.
+    """
+    import os
+
+    dt = np.dtype(dtype)
+    k_eff = 3 * int(k) if uses_tf32x3(dt) else int(k)
+    most = k_eff // (config.tile_k * max(_MIN_SLICE_TILES, config.depth))
+    forced = os.environ.get("DXGEMM_SPLIT_K")
+    if most < 2 and forced is None:
+        return 1
+    if forced is not None:
+        if not forced.isdigit() or not 1 <= int(forced) <= MAX_SPLIT_K:
+            raise ValueError(f"DXGEMM_SPLIT_K must be an integer from 1 to {MAX_SPLIT_K}, got {forced!r}")
+        wanted = int(forced)
+    else:
+        tiles = math.ceil(m / config.tile_m) * math.ceil(n / config.tile_n)
+        wanted = min(_device_info(device).sm_count // tiles, MAX_SPLIT_K)
+    return max(1, min(wanted, most))
+
+
+def slice_ranges(k: int, slices: int, tile_k: int) -> list[tuple[int, int]]:
+    """``[(k0, k_s), ...]``: ``slices`` consecutive K ranges covering ``0 .. k-1``.
+
+    Every range starts on a K-tile boundary (so a slice of an aligned operand stays
+    aligned) and holds a whole number of K-tiles, spread as evenly as they go; the last
+    one also takes the ``k % tile_k`` remainder, which the pipeline's K tail handles.
+    """
+    if slices < 1 or k < 1:
+        raise ValueError(f"need slices >= 1 and k >= 1, got slices={slices}, k={k}")
+    full = k // tile_k
+    if slices > max(full, 1):
+        raise ValueError(f"k={k} holds {full} tiles of {tile_k}: too few for {slices} slices")
+    per, extra = divmod(full, slices)
+    ranges, k0 = [], 0
+    for s in range(slices):
+        ks = (per + (1 if s < extra else 0)) * tile_k
+        if s == slices - 1:
+            ks = k - k0
+        ranges.append((k0, ks))
+        k0 += ks
+    return ranges
 
 
 def _device_info(device: Any) -> DeviceInfo:

@@ -1,0 +1,117 @@
+"""Split-K on the CPU: the slice-count rule, the K ranges, and the reduce kernel under the simulator.
+
+The split calls themselves (streams, workspace, the pipeline slices) run in
+``tests/test_gpu_pipeline.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dxgemm.pipelines.config import CONFIGS, H100, MAX_SPLIT_K, TF32X3_CONFIGS, slice_ranges, split_k
+
+F64 = np.dtype(np.float64)
+F32 = np.dtype(np.float32)
+
+
+@pytest.fixture(autouse=True)
+def no_override(monkeypatch):
+    monkeypatch.delenv("DXGEMM_SPLIT_K", raising=False)
+    monkeypatch.delenv("DXGEMM_FLOAT32_PIPELINE", raising=False)
+
+
+@pytest.mark.parametrize("shape, dtype, config, expected", [
+    ((4096, 64, 4096), F64, CONFIGS[F64]["small"], 4),  # 32 tiles on 132 SMs
+    ((4096, 64, 4096), F64, CONFIGS[F64]["large"], 4),
+    ((4096, 128, 4096), F64, CONFIGS[F64]["small"], 2),  # 64 tiles
+    ((1000, 1000, 1000), F64, CONFIGS[F64]["small"], 1),  # 128 tiles: one wave already
+    ((1000, 1000, 1000), F32, TF32X3_CONFIGS["small"], 2),  # 64 tiles of 128 x 128
+    ((4096, 64, 4096), F32, TF32X3_CONFIGS["small"], 4),
+    ((4096, 4096, 40), F64, CONFIGS[F64]["small"], 1),  # 2048 tiles
+    ((8192, 8192, 8192), F64, CONFIGS[F64]["large"], 1),
+    ((300, 200, 300), F64, CONFIGS[F64]["small"], 1),  # 300 < 2 slices x 8 tiles x 32
+    ((300, 200, 600), F64, CONFIGS[F64]["small"], 2),  # 12 tiles, but K holds only 2 slices
+    ((64, 64, 100000), F64, CONFIGS[F64]["small"], MAX_SPLIT_K),  # one tile: capped
+    ((100, 100, 100), F32, TF32X3_CONFIGS["small"], 1),  # K3 = 300: one slice's minimum
+])
+def test_split_count(shape, dtype, config, expected):
+    assert split_k(*shape, config, dtype, device=H100) == expected
+
+
+def test_split_override_is_bounded_and_checked(monkeypatch):
+    small = CONFIGS[F64]["small"]
+    monkeypatch.setenv("DXGEMM_SPLIT_K", "3")
+    assert split_k(8192, 8192, 8192, small, F64, device=H100) == 3
+    assert split_k(64, 64, 300, small, F64, device=H100) == 1  # 300 holds no 8-tile slice
+    monkeypatch.setenv("DXGEMM_SPLIT_K", "1")
+    assert split_k(4096, 64, 4096, small, F64, device=H100) == 1
+    for bad in ("0", "9", "two", "-2"):
+        monkeypatch.setenv("DXGEMM_SPLIT_K", bad)
+        with pytest.raises(ValueError, match="DXGEMM_SPLIT_K"):
+            split_k(4096, 64, 4096, small, F64, device=H100)
+
+
+@pytest.mark.parametrize("k, slices, tile_k", [(4096, 8, 32), (1000, 3, 32), (12288, 4, 32), (33, 1, 32),
+                                               (5, 1, 32), (999, 7, 16)])
+def test_slice_ranges_cover_k_on_tile_boundaries(k, slices, tile_k):
+    ranges = slice_ranges(k, slices, tile_k)
+    assert len(ranges) == slices
+    assert ranges[0][0] == 0 and sum(ks for _, ks in ranges) == k
+    for (k0, ks), (k1, _) in zip(ranges, ranges[1:]):
+        assert k1 == k0 + ks and k0 % tile_k == 0 and ks % tile_k == 0 and ks >= tile_k
+    sizes = [ks // tile_k for _, ks in ranges[:-1]]
+    assert not sizes or max(sizes) - min(sizes) <= 1
+
+
+def test_slice_ranges_refuse_more_slices_than_tiles():
+    with pytest.raises(ValueError, match="too few"):
+        slice_ranges(64, 3, 32)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", ["row", "col"])
+def test_reduce_kernel_sums_slices_then_applies_the_epilogue(dtype, layout, rng):
+    """``dxgemm.kernels.splitk_reduce`` under the simulator: 3 slices of a 33x47x29 product, then
+    alpha/beta with C, bias and GELU; D poisoned; checked against the fp64 reference."""
+    from numba import cuda
+
+    from dxgemm import epilogues as E
+    from dxgemm._arrays import as_operand
+    from dxgemm._gemm import _adapt_extra
+    from dxgemm.epilogues._base import AlphaBeta, Chain, EpilogueContext
+    from dxgemm.epilogues.reference import check
+    from dxgemm.kernels import KernelSpec, Layout, get_kernel
+
+    from ._sim import device_matrix
+
+    dt = np.dtype(dtype)
+    m, n, k = 33, 47, 29
+    a = rng.standard_normal((m, k))
+    b = rng.standard_normal((k, n))
+    c = rng.standard_normal((m, n)).astype(dt)
+    v = rng.standard_normal(n).astype(dt)
+    cuts = [0, 10, 20, k]
+    row_major = layout == "row"
+    ldw = n + 3 if row_major else m + 3  # a padded workspace: ld is honoured
+    stride = ldw * (m if row_major else n) + 5
+    work = np.full(stride * 3, np.nan, dt)
+    for s in range(3):
+        part = (a[:, cuts[s]:cuts[s + 1]] @ b[cuts[s]:cuts[s + 1]]).astype(dt)
+        for i in range(m):
+            for j in range(n):
+                work[s * stride + (i * ldw + j if row_major else i + j * ldw)] = part[i, j]
+    d = device_matrix(c, layout)
+    op_d = as_operand(d, "c", output=True)
+    alpha, beta = -0.75, 1.5
+    chain = E.bias(cuda.to_device(v)) | E.gelu()
+    ctx = EpilogueContext(m, n, dt, adapt=lambda arr, name: _adapt_extra(arr, name, dt, 0, (m, n)), device=0,
+                          output=op_d)
+    bound = Chain((AlphaBeta(alpha, beta, d),) + chain.stages).bind(ctx)
+    lay = Layout.ROW if row_major else Layout.COL
+    compiled = get_kernel("splitk_reduce", KernelSpec(dt, lay, lay, lay, bound.key, None), bound.args, bound.make)
+    w = cuda.to_device(work)
+    compiled.launch(0, w, w, op_d.flat(), m, n, 3, ldw, stride, op_d.ld, 0, bound.args)
+    worst = check(d.copy_to_host(), E.bias(v) | E.gelu(), a, b, dt, alpha=alpha, beta=beta,
+                  c=c.astype(np.float64))
+    assert worst <= 1.0
