@@ -424,12 +424,37 @@ def test_plan_covers_every_shape(shape, tile, depth):
     assert p.k_main % tk == 0 and p.k_main >= depth * tk
     # the pipeline never reads past the K extent of what it is given
     assert p.k_main <= p.k_pipe
-    if p.zero_pad_k:  # short K: zero-filled copies, no tail
-        assert p.copy_a and p.copy_b and p.k_tail_start == k and p.k_pipe == depth * tk > k
+    if p.zero_pad_k:  # short K or a padded tail: zero-filled copies, no tail
+        assert p.copy_a and p.copy_b and p.k_tail_start == k and p.k_pipe == p.k_main > k
+        assert p.k_pipe == depth * tk or p.k_pipe == k - k % tk + tk
     else:  # the kernel adds the K tail itself
         assert p.k_tail_start == p.k_main and k - p.k_main < tk and p.k_pipe == k
     assert p.grid == (-(-m // tm), -(-n // tn))
     assert p.mb_main == m // tm and p.nb_main == n // tn
+
+
+@pytest.mark.parametrize("shape, store, copied, pad", [
+    ((2048, 2048, 2040), "loop", False, True),  # 24 tail columns over 4M outputs: copying is cheaper
+    ((4097, 4097, 4097), "loop", True, True),  # both copied for alignment anyway: padding costs the zeroing
+    ((512, 512, 1000), "staged", False, False),  # small: the two copies cost more than the tail
+    ((4096, 4096, 4096), "loop", False, False),  # no tail
+    ((64, 64, 4095), "loop", False, False),  # few outputs: the tail is cheap
+])
+def test_k_tail_is_padded_where_the_tail_costs_more(shape, store, copied, pad, monkeypatch):
+    from dxgemm.pipelines._launch import pad_k_tail, plan
+
+    monkeypatch.delenv("DXGEMM_K_TAIL", raising=False)
+    m, n, k = shape
+    assert pad_k_tail(m, n, k, 32, copied, copied, 8, store) == pad
+    p = plan(m, n, k, (128, 128, 32), 2, not copied, not copied, itemsize=8, store=store)
+    assert p.zero_pad_k == pad
+    monkeypatch.setenv("DXGEMM_K_TAIL", "pad")
+    assert pad_k_tail(m, n, k, 32, copied, copied, 8, store) == (k % 32 != 0)
+    monkeypatch.setenv("DXGEMM_K_TAIL", "kernel")
+    assert not pad_k_tail(m, n, k, 32, copied, copied, 8, store)
+    monkeypatch.setenv("DXGEMM_K_TAIL", "sometimes")
+    with pytest.raises(ValueError, match="DXGEMM_K_TAIL"):
+        pad_k_tail(m, n, 1001, 32, copied, copied, 8, store)
 
 
 def test_plan_copies_only_misaligned_operands():
@@ -438,7 +463,7 @@ def test_plan_copies_only_misaligned_operands():
     a = Matrix(0x7F00_0000_0000, 4097, 4097, 4097, "row_major", 8)  # 4097 * 8 bytes: rows not 16-byte aligned
     b = Matrix(0x7F10_0000_0000, 4097, 4097, 4098, "row_major", 8)
     assert not a.aligned() and b.aligned()
-    p = plan(4097, 4097, 4097, (128, 128, 32), 2, a.aligned(), b.aligned())
+    p = plan(4097, 4097, 4097, (128, 128, 32), 2, a.aligned(), b.aligned(), store="staged")
     assert p.copy_a and not p.copy_b and not p.zero_pad_k
     with pytest.raises(ValueError):
         plan(0, 5, 5, (128, 128, 32), 2, True, True)

@@ -29,7 +29,10 @@ So, for every call:
 
 * **K tail**: the pipeline gets ``k_main = tile_k * floor(k / tile_k)``; the kernel adds
   the remaining ``k - k_main < tile_k`` products per stored element from global memory
-  before the epilogue (exact at 1000^3, see the GPU tests);
+  before the epilogue (exact at 1000^3, see the GPU tests) — or, where that costs more
+  than copying A and B zero-padded to one more K tile (:func:`pad_k_tail`: large M x N,
+  operands copied for alignment anyway), the pipeline runs the padded copies and there
+  is no tail;
 * **M/N edges**: the last partial block row (column) reads its A (B) tile from a
   tile-high (tile-wide) scratch copy of the edge strip (``cuMemcpy2DAsync``, ~0.01 ms:
   launch-latency bound, measured), through a second device pipeline, so no load leaves
@@ -282,23 +285,86 @@ class Plan:
     k_pipe: int  # K extent of the operands the pipeline reads (>= k_main)
     copy_a: bool  # A is copied (alignment or short-K padding) before the pipeline reads it
     copy_b: bool
-    zero_pad_k: bool  # the copies are zero-filled up to k_pipe (short K)
+    zero_pad_k: bool  # the copies are zero-filled up to k_pipe (short K, or a K tail padded to a tile)
     mb_main: int  # full block rows; row blocks >= mb_main read the A edge strip
     nb_main: int
     grid: tuple[int, int]
 
 
-def plan(m: int, n: int, k: int, tile: tuple[int, int, int], depth: int, a_aligned: bool, b_aligned: bool) -> Plan:
-    """Decide how an ``m x n x k`` problem runs through one compiled pipeline (module docstring)."""
+TAIL_SECONDS_PER_PRODUCT = {"staged": 3.4e-12, "loop": 7.3e-12, "unrolled": 7.3e-12}
+"""What the kernel's own K tail costs per output element and tail column, by fragment
+store (H100, float64; ``benchmarks/results/h100_odd_shapes_dissect.log`` and
+``h100_k_tail.log``): the staged store adds the tail while walking the tile in D's
+memory order (A broadcast, B coalesced), the loop store in fragment order, where a
+warp's loads of A touch 32 rows at once."""
+
+COPY_BYTES_PER_SECOND = 2.5e12
+"""Device-to-device copy rate the padding estimate assumes (measured 2.5-3.0 TB/s)."""
+
+COPY_LAUNCH_SECONDS = 10e-6
+"""Fixed cost the padding estimate assumes per copied operand (memsets, 2-D copy, their
+launches; ``h100_k_tail.log``: padding 1024 x 1024 x 1000 cost 3 microseconds more than
+the kernel's tail of 8, which the model puts at 28 -- about 9 per operand beyond the bytes)."""
+
+
+def _k_tail_mode() -> str:
+    import os
+
+    mode = os.environ.get("DXGEMM_K_TAIL", "auto")
+    if mode not in ("auto", "kernel", "pad"):
+        raise ValueError(f"DXGEMM_K_TAIL must be 'auto', 'kernel' or 'pad', got {mode!r}")
+    return mode
+
+
+def pad_k_tail(m: int, n: int, k: int, tile_k: int, a_copied: bool, b_copied: bool, itemsize: int,
+               store: str = "staged") -> bool:
+    """Whether a K that is not a tile multiple is better zero-padded in copies of A and B
+    than added by the kernel (its K tail).
+
+    The kernel's tail costs ``m n (k mod tile_k)`` products at :data:`TAIL_SECONDS_PER_PRODUCT`;
+    padding costs a copy of each operand (a read and a write; only the padding is
+    zeroed) or, for one the launcher copies anyway (misaligned), nothing measurable.
+    Measured on the H100 (``benchmarks/results/h100_k_tail.log``, float64, ms, tail by
+    the kernel -> padded): 4096x4096x4095 4.26 -> 3.32 (0.69x -> 0.89x cuBLAS),
+    2048x2048x2047 0.759 -> 0.513, 2048x2048x2040 0.595 -> 0.514, 4097^3 (both operands
+    copied for alignment anyway) 3.845 -> 3.724 (0.91x), 1024x1024x1008 0.124 -> 0.100;
+    but 1024x1024x1000 0.097 -> 0.100 and 1000^3 0.106 -> 0.107, where the rule keeps the
+    kernel's tail.  ``DXGEMM_K_TAIL`` (``auto``, ``kernel`` or ``pad``) overrides the choice.
+    """
+    tail = k % tile_k
+    if tail == 0:
+        return False
+    mode = _k_tail_mode()
+    if mode != "auto":
+        return mode == "pad"
+    k_pad = k - tail + tile_k
+    tail_s = m * n * tail * TAIL_SECONDS_PER_PRODUCT.get(store, TAIL_SECONDS_PER_PRODUCT["loop"])
+    pad_s = 0.0
+    for rows, copied in ((m, a_copied), (n, b_copied)):
+        if not copied:
+            pad_s += 2 * rows * k_pad * itemsize / COPY_BYTES_PER_SECOND + COPY_LAUNCH_SECONDS
+    return tail_s > pad_s
+
+
+def plan(m: int, n: int, k: int, tile: tuple[int, int, int], depth: int, a_aligned: bool, b_aligned: bool,
+         *, itemsize: int = 8, store: str = "staged") -> Plan:
+    """Decide how an ``m x n x k`` problem runs through one compiled pipeline (module docstring).
+
+    ``itemsize`` and ``store`` (the kernel's fragment store) feed :func:`pad_k_tail`.
+    """
     tm, tn, tk = tile
     for name, v in (("m", m), ("n", n), ("k", k)):
         if v < 1:
             raise ShapeError(f"{name} must be >= 1, got {v}")
     k_floor = (k // tk) * tk
+    grid = (-(-m // tm), -(-n // tn))
     if k_floor < depth * tk:  # short K: pad with zeros to the pipeline's minimum depth
         k_pipe = depth * tk
-        return Plan(k_pipe, k, k_pipe, True, True, True, m // tm, n // tn, (-(-m // tm), -(-n // tn)))
-    return Plan(k_floor, k_floor, k, not a_aligned, not b_aligned, False, m // tm, n // tn, (-(-m // tm), -(-n // tn)))
+        return Plan(k_pipe, k, k_pipe, True, True, True, m // tm, n // tn, grid)
+    if pad_k_tail(m, n, k, tk, not a_aligned, not b_aligned, itemsize, store):  # the tail as one more zero-padded tile
+        k_pipe = k_floor + tk
+        return Plan(k_pipe, k, k_pipe, True, True, True, m // tm, n // tn, grid)
+    return Plan(k_floor, k_floor, k, not a_aligned, not b_aligned, False, m // tm, n // tn, grid)
 
 
 def _aligned_ld(elements: int, itemsize: int) -> int:
@@ -355,21 +421,38 @@ def _copy(src: Matrix, rows: int, cols: int, dst_ptr: int, dst_ld: int, stream_h
 def _memset0(ptr: int, nbytes: int, stream_handle: int) -> None:
     from cuda.bindings import driver
 
-    _check(driver.cuMemsetD8Async(ptr, 0, nbytes, cu_stream(stream_handle)), "cuMemsetD8Async")
+    if nbytes > 0:
+        _check(driver.cuMemsetD8Async(ptr, 0, nbytes, cu_stream(stream_handle)), "cuMemsetD8Async")
+
+
+def _memset0_2d(ptr: int, pitch: int, width: int, height: int, stream_handle: int) -> None:
+    """Zero ``width`` bytes at the start of each of ``height`` rows ``pitch`` bytes apart."""
+    from cuda.bindings import driver
+
+    if width > 0 and height > 0:
+        _check(driver.cuMemsetD2D8Async(ptr, pitch, 0, width, height, cu_stream(stream_handle)), "cuMemsetD2D8Async")
 
 
 def _copy_scratch(src: Matrix, rows: int, cols: int, alloc_rows: int, alloc_cols: int, zero: bool,
                   scratch: _Scratch, stream_handle: int) -> Matrix:
-    """An aligned scratch matrix of ``alloc_rows x alloc_cols`` holding ``src[:rows, :cols]``."""
-    inner = alloc_cols if src.arrangement == "row_major" else alloc_rows
-    outer = alloc_rows if src.arrangement == "row_major" else alloc_cols
-    ld = _aligned_ld(inner, src.itemsize)
-    nbytes = ld * outer * src.itemsize
-    ptr = scratch.alloc(nbytes)
+    """An aligned scratch matrix of ``alloc_rows x alloc_cols`` holding ``src[:rows, :cols]``.
+
+    ``zero``: the rest of it (the padding past ``rows`` and ``cols``) is zero-filled —
+    only the rest, so a padded copy costs one pass over the data, not two.
+    """
+    row_major = src.arrangement == "row_major"
+    inner = alloc_cols if row_major else alloc_rows
+    outer = alloc_rows if row_major else alloc_cols
+    used_inner, used_outer = (cols, rows) if row_major else (rows, cols)
+    it = src.itemsize
+    ld = _aligned_ld(inner, it)
+    ptr = scratch.alloc(ld * outer * it)
     if zero:
-        _memset0(ptr, nbytes, stream_handle)
+        # past the copied lines' ends, then the lines past the copied ones
+        _memset0_2d(ptr + used_inner * it, ld * it, (inner - used_inner) * it, used_outer, stream_handle)
+        _memset0(ptr + used_outer * ld * it, (outer - used_outer) * ld * it, stream_handle)
     _copy(src, rows, cols, ptr, ld, stream_handle)
-    return Matrix(ptr, alloc_rows, alloc_cols, ld, src.arrangement, src.itemsize)
+    return Matrix(ptr, alloc_rows, alloc_cols, ld, src.arrangement, it)
 
 
 class PipelineKernel:
@@ -400,6 +483,7 @@ class PipelineKernel:
         self.depth = int(self.meta["config"]["depth"])
         self.block = tuple(int(x) for x in self.meta["block_dim"])
         self.itemsize = np.dtype(self.meta["dtype"]).itemsize
+        self._store = str(self.meta.get("store", "loop"))
         self.arrangement = tuple(self.meta["arrangement"][:2])
         # one block per pipeline; entries built before "init_launch" existed run 4 threads of one block
         init = self.meta.get("init_launch", {"grid": 1, "block": 4})
@@ -434,10 +518,11 @@ class PipelineKernel:
                              f"do not form an {m}x{n}x{k} GEMM")
         tm, tn = self.tile_m, self.tile_n
         a_aligned, b_aligned = a.aligned(), b.aligned()
-        plan_key = (m, n, k, a_aligned, b_aligned)
+        plan_key = (m, n, k, a_aligned, b_aligned, _k_tail_mode())
         p = self._plans.get(plan_key)
         if p is None:
-            p = plan(m, n, k, (tm, tn, self.tile_k), self.depth, a_aligned, b_aligned)
+            p = plan(m, n, k, (tm, tn, self.tile_k), self.depth, a_aligned, b_aligned, itemsize=self.itemsize,
+                     store=self._store)
             if len(self._plans) > 1024:
                 self._plans.clear()
             self._plans[plan_key] = p
