@@ -101,16 +101,18 @@ def test_shapes_and_arrangements(cp, shape, dtype, arrangement):
     assert_close(d, a.astype(np.float64), b.astype(np.float64), np.dtype(dtype), split=_split(dtype))
 
 
+@pytest.mark.parametrize("store", ["staged", "staged_vec"])
 @pytest.mark.parametrize("epilogue", ["none", "bias|gelu"])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_staged_store_on_edges_and_both_d_orders(cp, dtype, epilogue, monkeypatch):
-    """The staged fragment store (``_build.STORES``) on the small configuration: edges, K tails, D either way."""
+def test_staged_store_on_edges_and_both_d_orders(cp, dtype, epilogue, store, monkeypatch):
+    """The staged fragment stores (``_build.STORES``) on the small configuration: edges, K tails, D either
+    way, rows that are and are not 16-byte aligned (the vector store's fallback)."""
     from dxgemm import _calls
     from dxgemm import epilogues as E
     from dxgemm.epilogues.reference import check
     from dxgemm.pipelines import use_config
 
-    monkeypatch.setenv("DXGEMM_PIPELINE_STORE", "staged")
+    monkeypatch.setenv("DXGEMM_PIPELINE_STORE", store)
     monkeypatch.setenv("DXGEMM_SPLIT_K", "1")  # the fused kernel's own edges (split calls run the plain one)
     _calls.clear()
     b_order = "col" if _split(dtype) == 3 else "row"  # the arrangement the small kernels were built for

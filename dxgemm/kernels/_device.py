@@ -122,6 +122,64 @@ else:
         return sig, codegen
 
 
+if SIMULATOR:
+
+    def store_vec(array, index, values):
+        """Simulator stand-in: the same elements, stored one at a time."""
+        for i, v in enumerate(values):
+            array[index + i] = v
+
+    def is_aligned16(array, index):
+        """Simulator stand-in: whether ``array[index]`` starts a 16-byte aligned vector."""
+        return (array.__cuda_array_interface__["data"][0] + index * array.dtype.itemsize) % VEC_BYTES == 0
+
+else:
+
+    @intrinsic
+    def store_vec(typingctx, array, index, values):
+        """Store the tuple ``values`` (16 bytes) at ``array[index]`` with one 128-bit store.
+
+        The caller guarantees the alignment (:func:`is_aligned16`); ptxas then emits one
+        ``STG.E.128`` instead of a store per element.
+        """
+        if (not isinstance(array, types.Array) or not isinstance(index, types.Integer)
+                or not isinstance(values, types.UniTuple) or values.dtype != array.dtype
+                or values.count * (array.dtype.bitwidth // 8) != VEC_BYTES):
+            return None
+        sig = types.void(array, index, values)
+
+        def codegen(context, builder, sig, args):
+            array_type = sig.args[0]
+            ary = context.make_array(array_type)(context, builder, value=args[0])
+            element = context.get_value_type(array_type.dtype)
+            idx = context.cast(builder, args[1], sig.args[1], types.uint64)
+            ptr = builder.gep(ary.data, [idx], inbounds=True)
+            width = sig.args[2].count
+            vec = ir.Constant(ir.VectorType(element, width), ir.Undefined)
+            for i in range(width):
+                vec = builder.insert_element(vec, builder.extract_value(args[2], i), ir.Constant(ir.IntType(32), i))
+            builder.store(vec, builder.bitcast(ptr, ir.VectorType(element, width).as_pointer()), align=VEC_BYTES)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def is_aligned16(typingctx, array, index):
+        """Whether the address of ``array[index]`` is a multiple of 16 bytes."""
+        if not isinstance(array, types.Array) or not isinstance(index, types.Integer):
+            return None
+        sig = types.boolean(array, index)
+
+        def codegen(context, builder, sig, args):
+            ary = context.make_array(sig.args[0])(context, builder, value=args[0])
+            idx = context.cast(builder, args[1], sig.args[1], types.uint64)
+            address = builder.ptrtoint(builder.gep(ary.data, [idx], inbounds=True), ir.IntType(64))
+            low = builder.and_(address, ir.Constant(ir.IntType(64), VEC_BYTES - 1))
+            return builder.icmp_unsigned("==", low, ir.Constant(ir.IntType(64), 0))
+
+        return sig, codegen
+
+
 class _TilePlan(NamedTuple):
     """How ``nthreads`` threads split a ``rows x cols`` tile copy (shared by loader and stager)."""
 

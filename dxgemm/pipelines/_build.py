@@ -248,7 +248,7 @@ def _make_device_pipeline(mm, depth: int, arrangement: tuple[str, str], dtype: n
     return dp, h
 
 
-STORES = ("loop", "unrolled", "staged")
+STORES = ("loop", "unrolled", "staged", "staged_vec")
 """How the kernel stores its accumulator fragment: ``"loop"`` (a run-time loop over the
 fragment: the fragment goes through local memory, ``STL``/``LDL`` in SASS), ``"unrolled"``
 (one straight-line block per fragment element, so every index is a constant and the
@@ -256,7 +256,48 @@ fragment can stay in registers; the epilogue is inlined once per element) or
 ``"staged"`` (the fragment is written, with constant indices, into the pipeline's shared
 memory buffer, which the finished main loop no longer needs; then the block walks the
 tile in D's memory order and applies the epilogue once per element in one loop: one copy
-of the epilogue's code, and coalesced stores)."""
+of the epilogue's code, and coalesced stores) or ``"staged_vec"`` (staged, but each
+thread takes 16 bytes of consecutive elements along D's contiguous dimension: one index
+computation and one 128-bit store for 4 float32 / 2 float64 elements, the epilogue
+inlined that many times; :func:`_vector_group`)."""
+
+
+def _vector_group(width: int, tile_n: int, epilogue: Callable, value_type: Any) -> Callable:
+    """A device function storing ``width`` consecutive elements of D from the staging area.
+
+    Elements ``j = 0 .. width-1`` are tile element ``(r + j dr, c + j dc)``, global element
+    ``(row + j dr, col + j dc)`` (``dr, dc``: 1/0 along D's contiguous dimension).  Each
+    in-bounds element gets its K tail and the epilogue; when all are in bounds and the
+    address is 16-byte aligned they leave in one 128-bit store, otherwise one by one.
+    """
+    from numba import cuda
+
+    from ..kernels._device import is_aligned16, store_vec
+
+    args = "smem, d, r, c, row, col, dr, dc, m, n, d_rs, d_cs, k_main, k, a, a_rs, a_cs, b, b_rs, b_cs, epi_args"
+    lines = [f"def group({args}):", "    full = True"]
+    for j in range(width):
+        lines += [f"    rj = r + {j} * dr", f"    cj = c + {j} * dc", f"    gr = row + {j} * dr", f"    gc = col + {j} * dc",
+                  f"    v{j} = ZERO",
+                  "    if gr < m and gc < n:",
+                  f"        v{j} = smem[rj * TILE_N + ((cj + rj) & MASK)]",
+                  "        for kk in range(k_main, k):",
+                  f"            v{j} += a[gr * a_rs + kk * a_cs] * b[kk * b_rs + gc * b_cs]",
+                  f"        v{j} = epilogue(v{j}, gr, gc, epi_args)",
+                  "    else:",
+                  "        full = False"]
+    values = ", ".join(f"v{j}" for j in range(width))
+    lines += ["    at = row * d_rs + col * d_cs",
+              "    if full and is_aligned16(d, at):",
+              f"        store_vec(d, at, ({values},))",
+              "    else:",
+              "        step = dr * d_rs + dc * d_cs"]
+    for j in range(width):
+        lines += [f"        if row + {j} * dr < m and col + {j} * dc < n:", f"            d[at + {j} * step] = v{j}"]
+    namespace = {"epilogue": epilogue, "is_aligned16": is_aligned16, "store_vec": store_vec,
+                 "ZERO": value_type(0), "TILE_N": tile_n, "MASK": tile_n - 1}
+    exec("\n".join(lines), namespace)  # noqa: S102 - generated from constants above
+    return cuda.jit(device=True, forceinline=True)(namespace["group"])
 
 
 def _unrolled_store(frag_size: int, epilogue: Callable) -> Callable:
@@ -331,7 +372,10 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
     if store not in STORES:
         raise ValueError(f"store must be one of {STORES}, got {store!r}")
     UNROLLED = store == "unrolled"
-    STAGED = store == "staged"
+    STAGED = store in ("staged", "staged_vec")
+    VECTOR = store == "staged_vec"
+    width = 16 // np.dtype(dtype).itemsize
+    vector_group = _vector_group(width, tile_n, epilogue, value_type) if VECTOR else None
     store_unrolled = _unrolled_store(frag_size, epilogue) if UNROLLED else None
     stage = _staging_store(frag_size) if STAGED else None
     threads = config.block_size
@@ -382,20 +426,34 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
             cuda.syncthreads()
             first = int64(cuda.threadIdx.x)
             rows_fastest = d_rs == 1 and d_cs != 1  # walk the tile in D's memory order
-            for e in range(first, tile_elements, threads):
-                if rows_fastest:
-                    r = e % tile_m
-                    c = e // tile_m
-                else:
-                    r = e // tile_n
-                    c = e % tile_n
-                row = row0 + r
-                col = col0 + c
-                if row < m and col < n:
-                    value = smem[r * tile_n + ((c + r) & (tile_n - 1))]
-                    for kk in range(k_main, k):
-                        value += a[row * a_rs + kk * a_cs] * b[kk * b_rs + col * b_cs]
-                    d[row * d_rs + col * d_cs] = epilogue(value, row, col, epi_args)
+            if VECTOR:
+                dr = int64(1) if rows_fastest else int64(0)
+                dc = int64(1) - dr
+                for g in range(first, tile_elements // width, threads):
+                    e = g * width
+                    if rows_fastest:
+                        r = e % tile_m
+                        c = e // tile_m
+                    else:
+                        r = e // tile_n
+                        c = e % tile_n
+                    vector_group(smem, d, r, c, row0 + r, col0 + c, dr, dc, m, n, d_rs, d_cs, k_main, k,
+                                 a, a_rs, a_cs, b, b_rs, b_cs, epi_args)
+            else:
+                for e in range(first, tile_elements, threads):
+                    if rows_fastest:
+                        r = e % tile_m
+                        c = e // tile_m
+                    else:
+                        r = e // tile_n
+                        c = e % tile_n
+                    row = row0 + r
+                    col = col0 + c
+                    if row < m and col < n:
+                        value = smem[r * tile_n + ((c + r) & (tile_n - 1))]
+                        for kk in range(k_main, k):
+                            value += a[row * a_rs + kk * a_cs] * b[kk * b_rs + col * b_cs]
+                        d[row * d_rs + col * d_cs] = epilogue(value, row, col, epi_args)
         elif accumulator.is_thread_active():
             results = accumulator.get_results()
             if UNROLLED:
@@ -526,7 +584,8 @@ def _lower_inner(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str
         # staged: the accumulator and the staging addresses are live together (167 registers for
         # TF32 128x128/256 threads unbounded, one block per SM); bound them so that as many
         # blocks fit as the buffer allows, and one block's epilogue overlaps another's main loop
-        launch_bounds=(config.block_size, config.bounded_blocks(dtype.itemsize) if store == "staged" else 1),
+        launch_bounds=(config.block_size,
+                       config.bounded_blocks(dtype.itemsize) if store in ("staged", "staged_vec") else 1),
     )
     out["times"]["compile_all"] = time.perf_counter() - t
     t = time.perf_counter()

@@ -291,7 +291,7 @@ class Plan:
     grid: tuple[int, int]
 
 
-TAIL_SECONDS_PER_PRODUCT = {"staged": 3.4e-12, "loop": 7.3e-12, "unrolled": 7.3e-12}
+TAIL_SECONDS_PER_PRODUCT = {"staged": 3.4e-12, "staged_vec": 3.4e-12, "loop": 7.3e-12, "unrolled": 7.3e-12}
 """What the kernel's own K tail costs per output element and tail column, by fragment
 store (H100, float64; ``benchmarks/results/h100_odd_shapes_dissect.log`` and
 ``h100_k_tail.log``): the staged store adds the tail while walking the tile in D's

@@ -215,20 +215,43 @@ def pipeline_store(operands: str = "native", config: "PipelineConfig | None" = N
     configuration, whose large squares lost 1-6 %, keeps the loop.  The unrolled store
     (straight-line stores from registers, 128 inlined epilogue copies for a fused kernel)
     lost to the staged one everywhere it was measured and is only chosen on request.
-    ``DXGEMM_PIPELINE_STORE`` (``loop``, ``unrolled`` or ``staged``) overrides the rule.
+
+    The TF32 kernels take the vector variant ``staged_vec`` (16 bytes of consecutive
+    elements per thread and step: one index computation, one 128-bit store).  Staged /
+    staged_vec in one run (ms, ``benchmarks/results/h100_fusion_staged_vec.log``):
+
+    ==================================  ======  ==========
+    kernel, shape                       staged  staged_vec
+    ==================================  ======  ==========
+    TF32 128x128, 4096^2x256            0.204   0.197
+    TF32 128x128 bias|gelu, same        0.222   0.217
+    TF32 128x128, 8192^2x512            1.056   1.035
+    TF32 128x128 bias|gelu, same        1.101   1.089
+    TF32 128x256, 8192^2x1024           1.758   1.700
+    TF32 128x256 bias|gelu, same        1.871   1.845
+    TF32 128x256, 4096^3                1.494   1.481
+    TF32 128x256 bias|gelu, same        1.521   1.528
+    fp64 128x64, 8192^2x512             1.807   1.795
+    fp64 128x64 bias|gelu, same         2.250   2.290
+    fp64 128x64 bias|gelu, 4096^2x256   0.395   0.407
+    ==================================  ======  ==========
+
+    float64 keeps the scalar staged store: its fused kernels lost 2-3 % (two inlined
+    copies of the float64 erf).  ``DXGEMM_PIPELINE_STORE`` (``loop``, ``unrolled``,
+    ``staged`` or ``staged_vec``) overrides the rule.
     """
     import os
 
     store = os.environ.get("DXGEMM_PIPELINE_STORE")
     if store is None:
         if operands == "tf32":
-            return "staged"
+            return "staged_vec"
         itemsize = np.dtype(dtype).itemsize if dtype is not None else None
         if config is not None and itemsize is not None and config.resident_blocks(itemsize) >= 2:
             return "staged"
         return "loop"
-    if store not in ("loop", "unrolled", "staged"):
-        raise ValueError(f"DXGEMM_PIPELINE_STORE must be 'loop', 'unrolled' or 'staged', got {store!r}")
+    if store not in ("loop", "unrolled", "staged", "staged_vec"):
+        raise ValueError(f"DXGEMM_PIPELINE_STORE must be 'loop', 'unrolled', 'staged' or 'staged_vec', got {store!r}")
     return store
 
 
