@@ -33,8 +33,9 @@ So, for every call:
   than copying A and B zero-padded to one more K tile (:func:`pad_k_tail`: large M x N,
   operands copied for alignment anyway), the pipeline runs the padded copies and there
   is no tail;
-* **M/N edges**: the last partial block row (column) reads its A (B) tile from a
-  tile-high (tile-wide) scratch copy of the edge strip (``cuMemcpy2DAsync``, ~0.01 ms:
+* **M/N edges** (the native-operand kernels; the TF32 kernels' TMA loads stop at the
+  extents themselves, :func:`plan`'s ``bounded_loads``): the last partial block row
+  (column) reads its A (B) tile from a tile-high (tile-wide) scratch copy of the edge strip (``cuMemcpy2DAsync``, ~0.01 ms:
   launch-latency bound, measured), through a second device pipeline, so no load leaves
   an allocation.  The alternative, padding the whole operand, costs a full copy (0.107 ms
   for a 4097^2 fp64 matrix, 3.5 % of its GEMM) — and a separate warptile edge launch
@@ -68,6 +69,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+import os
 import struct
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -347,10 +349,17 @@ def pad_k_tail(m: int, n: int, k: int, tile_k: int, a_copied: bool, b_copied: bo
 
 
 def plan(m: int, n: int, k: int, tile: tuple[int, int, int], depth: int, a_aligned: bool, b_aligned: bool,
-         *, itemsize: int = 8, store: str = "staged") -> Plan:
+         *, itemsize: int = 8, store: str = "staged", bounded_loads: bool = False) -> Plan:
     """Decide how an ``m x n x k`` problem runs through one compiled pipeline (module docstring).
 
     ``itemsize`` and ``store`` (the kernel's fragment store) feed :func:`pad_k_tail`.
+    ``bounded_loads``: the pipeline's loads stop at the operands' extents by themselves
+    (TMA, the TF32 kernels: the copy engine fills what lies past them with zeros), so
+    the partial block row and column read the operands in place — no edge strips.
+    Measured (``benchmarks/results/h100_tma_edges.log``, float32, against the strips):
+    1000^3 0.077 -> 0.069 ms (0.68x -> 0.76x cuBLAS), 4096x64x4096 0.236 -> 0.217 ms, and
+    host time per call 367 -> 259 us at 1000^3, 478 -> 356 at 4096x64x4096 (split-K:
+    every slice copied its strip).  ``DXGEMM_TMA_EDGES=copy`` brings the strips back.
     """
     tm, tn, tk = tile
     for name, v in (("m", m), ("n", n), ("k", k)):
@@ -358,13 +367,14 @@ def plan(m: int, n: int, k: int, tile: tuple[int, int, int], depth: int, a_align
             raise ShapeError(f"{name} must be >= 1, got {v}")
     k_floor = (k // tk) * tk
     grid = (-(-m // tm), -(-n // tn))
+    mb_main, nb_main = grid if bounded_loads else (m // tm, n // tn)
     if k_floor < depth * tk:  # short K: pad with zeros to the pipeline's minimum depth
         k_pipe = depth * tk
-        return Plan(k_pipe, k, k_pipe, True, True, True, m // tm, n // tn, grid)
+        return Plan(k_pipe, k, k_pipe, True, True, True, mb_main, nb_main, grid)
     if pad_k_tail(m, n, k, tk, not a_aligned, not b_aligned, itemsize, store):  # the tail as one more zero-padded tile
         k_pipe = k_floor + tk
-        return Plan(k_pipe, k, k_pipe, True, True, True, m // tm, n // tn, grid)
-    return Plan(k_floor, k_floor, k, not a_aligned, not b_aligned, False, m // tm, n // tn, grid)
+        return Plan(k_pipe, k, k_pipe, True, True, True, mb_main, nb_main, grid)
+    return Plan(k_floor, k_floor, k, not a_aligned, not b_aligned, False, mb_main, nb_main, grid)
 
 
 def _aligned_ld(elements: int, itemsize: int) -> int:
@@ -484,6 +494,8 @@ class PipelineKernel:
         self.block = tuple(int(x) for x in self.meta["block_dim"])
         self.itemsize = np.dtype(self.meta["dtype"]).itemsize
         self._store = str(self.meta.get("store", "loop"))
+        # the TF32 kernels load through TMA, which stops at the tensor's extents (``plan``)
+        self._bounded_loads = self.meta.get("operands") == "tf32" and os.environ.get("DXGEMM_TMA_EDGES") != "copy"
         self.arrangement = tuple(self.meta["arrangement"][:2])
         # one block per pipeline; entries built before "init_launch" existed run 4 threads of one block
         init = self.meta.get("init_launch", {"grid": 1, "block": 4})
@@ -522,7 +534,7 @@ class PipelineKernel:
         p = self._plans.get(plan_key)
         if p is None:
             p = plan(m, n, k, (tm, tn, self.tile_k), self.depth, a_aligned, b_aligned, itemsize=self.itemsize,
-                     store=self._store)
+                     store=self._store, bounded_loads=self._bounded_loads)
             if len(self._plans) > 1024:
                 self._plans.clear()
             self._plans[plan_key] = p
