@@ -457,6 +457,17 @@ def test_k_tail_is_padded_where_the_tail_costs_more(shape, store, copied, pad, m
         pad_k_tail(m, n, 1001, 32, copied, copied, 8, store)
 
 
+def test_plan_with_bounded_loads_needs_no_edge_strips():
+    """TMA-loading kernels (TF32) read the partial block row and column in place: every block is 'main'."""
+    from dxgemm.pipelines._launch import plan
+
+    for m, n, k in [(1000, 1000, 3000), (4096, 64, 12288), (17, 33, 96)]:
+        p = plan(m, n, k, (128, 128, 32), 3, True, True, bounded_loads=True)
+        assert (p.mb_main, p.nb_main) == p.grid
+        q = plan(m, n, k, (128, 128, 32), 3, True, True)
+        assert (q.mb_main, q.nb_main) == (m // 128, n // 128) and q.grid == p.grid
+
+
 def test_plan_copies_only_misaligned_operands():
     from dxgemm.pipelines._launch import Matrix, plan
 
