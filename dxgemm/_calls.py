@@ -161,13 +161,8 @@ class KernelCall:
     @classmethod
     def of(cls, compiled: Any) -> "KernelCall":
         """The launcher of a :class:`dxgemm.kernels.CompiledKernel` (its one Numba overload)."""
-        from .pipelines._build import _param_layout
-
-        (argtypes,) = compiled.kernel.overloads.keys()
-        (overload,) = compiled.kernel.overloads.values()
-        built = compiled.built
-        return cls(overload.library.get_cufunc().handle, _param_layout(list(argtypes)), built.block,
-                   (built.tile_m, built.tile_n), built.dynamic_smem)
+        overload, kinds, block, tile, smem = launch_layout(compiled)
+        return cls(overload.library.get_cufunc().handle, kinds, block, tile, smem)
 
     @classmethod
     def from_cubin(cls, cubin: bytes, entry: str, kinds: list, block: tuple, tile: tuple[int, int],
@@ -188,6 +183,18 @@ class KernelCall:
         grid = (-(-n // self.tile_n), -(-m // self.tile_m))
         with self._lock:
             self.launch(self._cu_stream(stream), grid, self.block, self.smem, values)
+
+
+def launch_layout(compiled: Any) -> tuple[Any, list, tuple, tuple[int, int], int]:
+    """``(overload, parameter kinds, block, (tile_m, tile_n), dynamic smem)`` of a
+    :class:`dxgemm.kernels.CompiledKernel`: what a packed launch of its one Numba overload needs."""
+    from .pipelines._build import _param_layout
+
+    (argtypes,) = compiled.kernel.overloads.keys()
+    (overload,) = compiled.kernel.overloads.values()
+    built = compiled.built
+    return overload, _param_layout(list(argtypes)), tuple(built.block), (built.tile_m, built.tile_n), \
+        built.dynamic_smem
 
 
 def _output_factory(device_id: int, shape: tuple[int, int], dtype: np.dtype):

@@ -100,6 +100,12 @@ else:
     from numba import types
     from numba.cuda.extending import intrinsic
 
+    def _element_pointer(context, builder, array_type, array, index_type, index):
+        """LLVM pointer to ``array[index]`` (no bounds or wraparound handling) and the element's LLVM type."""
+        ary = context.make_array(array_type)(context, builder, value=array)
+        idx = context.cast(builder, index, index_type, types.uint64)
+        return builder.gep(ary.data, [idx], inbounds=True), context.get_value_type(array_type.dtype)
+
     @intrinsic
     def load_vec(typingctx, array, index):
         """Load 16 aligned bytes starting at ``array[index]`` as a tuple of elements."""
@@ -109,11 +115,7 @@ else:
         sig = types.UniTuple(array.dtype, width)(array, index)
 
         def codegen(context, builder, sig, args):
-            array_type = sig.args[0]
-            ary = context.make_array(array_type)(context, builder, value=args[0])
-            element = context.get_value_type(array_type.dtype)
-            idx = context.cast(builder, args[1], sig.args[1], types.uint64)
-            ptr = builder.gep(ary.data, [idx], inbounds=True)
+            ptr, element = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
             vec_ptr = builder.bitcast(ptr, ir.VectorType(element, width).as_pointer())
             vec = builder.load(vec_ptr, align=VEC_BYTES)
             elems = [builder.extract_element(vec, ir.Constant(ir.IntType(32), i)) for i in range(width)]
@@ -149,11 +151,7 @@ else:
         sig = types.void(array, index, values)
 
         def codegen(context, builder, sig, args):
-            array_type = sig.args[0]
-            ary = context.make_array(array_type)(context, builder, value=args[0])
-            element = context.get_value_type(array_type.dtype)
-            idx = context.cast(builder, args[1], sig.args[1], types.uint64)
-            ptr = builder.gep(ary.data, [idx], inbounds=True)
+            ptr, element = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
             width = sig.args[2].count
             vec = ir.Constant(ir.VectorType(element, width), ir.Undefined)
             for i in range(width):
@@ -171,9 +169,8 @@ else:
         sig = types.boolean(array, index)
 
         def codegen(context, builder, sig, args):
-            ary = context.make_array(sig.args[0])(context, builder, value=args[0])
-            idx = context.cast(builder, args[1], sig.args[1], types.uint64)
-            address = builder.ptrtoint(builder.gep(ary.data, [idx], inbounds=True), ir.IntType(64))
+            ptr, _ = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+            address = builder.ptrtoint(ptr, ir.IntType(64))
             low = builder.and_(address, ir.Constant(ir.IntType(64), VEC_BYTES - 1))
             return builder.icmp_unsigned("==", low, ir.Constant(ir.IntType(64), 0))
 

@@ -374,8 +374,8 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
     UNROLLED = store == "unrolled"
     STAGED = store in ("staged", "staged_vec")
     VECTOR = store == "staged_vec"
-    width = 16 // np.dtype(dtype).itemsize
-    vector_group = _vector_group(width, tile_n, epilogue, value_type) if VECTOR else None
+    STEP = 16 // np.dtype(dtype).itemsize if VECTOR else 1  # tile elements per thread and step
+    vector_group = _vector_group(STEP, tile_n, epilogue, value_type) if VECTOR else None
     store_unrolled = _unrolled_store(frag_size, epilogue) if UNROLLED else None
     stage = _staging_store(frag_size) if STAGED else None
     threads = config.block_size
@@ -426,34 +426,26 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
             cuda.syncthreads()
             first = int64(cuda.threadIdx.x)
             rows_fastest = d_rs == 1 and d_cs != 1  # walk the tile in D's memory order
-            if VECTOR:
-                dr = int64(1) if rows_fastest else int64(0)
-                dc = int64(1) - dr
-                for g in range(first, tile_elements // width, threads):
-                    e = g * width
-                    if rows_fastest:
-                        r = e % tile_m
-                        c = e // tile_m
-                    else:
-                        r = e // tile_n
-                        c = e % tile_n
-                    vector_group(smem, d, r, c, row0 + r, col0 + c, dr, dc, m, n, d_rs, d_cs, k_main, k,
+            dr = int64(1) if rows_fastest else int64(0)  # the vector group's direction
+            dc = int64(1) - dr
+            for g in range(first, tile_elements // STEP, threads):
+                e = g * STEP
+                if rows_fastest:
+                    r = e % tile_m
+                    c = e // tile_m
+                else:
+                    r = e // tile_n
+                    c = e % tile_n
+                row = row0 + r
+                col = col0 + c
+                if VECTOR:
+                    vector_group(smem, d, r, c, row, col, dr, dc, m, n, d_rs, d_cs, k_main, k,
                                  a, a_rs, a_cs, b, b_rs, b_cs, epi_args)
-            else:
-                for e in range(first, tile_elements, threads):
-                    if rows_fastest:
-                        r = e % tile_m
-                        c = e // tile_m
-                    else:
-                        r = e // tile_n
-                        c = e % tile_n
-                    row = row0 + r
-                    col = col0 + c
-                    if row < m and col < n:
-                        value = smem[r * tile_n + ((c + r) & (tile_n - 1))]
-                        for kk in range(k_main, k):
-                            value += a[row * a_rs + kk * a_cs] * b[kk * b_rs + col * b_cs]
-                        d[row * d_rs + col * d_cs] = epilogue(value, row, col, epi_args)
+                elif row < m and col < n:
+                    value = smem[r * tile_n + ((c + r) & (tile_n - 1))]
+                    for kk in range(k_main, k):
+                        value += a[row * a_rs + kk * a_cs] * b[kk * b_rs + col * b_cs]
+                    d[row * d_rs + col * d_cs] = epilogue(value, row, col, epi_args)
         elif accumulator.is_thread_active():
             results = accumulator.get_results()
             if UNROLLED:

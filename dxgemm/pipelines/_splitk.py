@@ -164,13 +164,10 @@ class SplitKCall:
 def prepare_split(config: Any, dtype: Any, arrangement: tuple[str, str], operands: str, bound: Any,
                   d_arrangement: str, slices: int, device: int) -> SplitKCall:
     """Load the plain pipeline kernel and the reduce compiled with ``bound`` (the caller's chain)."""
-    import numpy as np
-
-    from ..epilogues._base import AlphaBeta, Chain, EpilogueContext
     from .kernels import get_kernel
+    from .warmup import plain_epilogue
 
-    dtype = np.dtype(dtype)
-    plain = Chain((AlphaBeta(1.0, 0.0),)).bind(EpilogueContext(1, 1, dtype, adapt=None, device=device))
+    plain = plain_epilogue(dtype)
     kernel = get_kernel(config, dtype, arrangement, device=device, operands=operands,
                         epilogue_key=plain.key, make_epilogue=plain.make, epi_args=plain.args)
     reduce = reduce_kernel(dtype, d_arrangement, bound, device)
@@ -204,19 +201,17 @@ def reduce_kernel(dtype: Any, d_arrangement: str, bound: Any, device: int, cache
                         kind="splitk_reduce")
 
     def build() -> tuple[dict, dict]:
+        from .._calls import launch_layout
         from ..kernels import KernelSpec, Layout, get_kernel as get_rung
-        from ._build import _param_layout
 
         layout = Layout.ROW if d_arrangement == "row_major" else Layout.COL
         compiled = get_rung("splitk_reduce", KernelSpec(dtype, layout, layout, layout, bound.key, None),
                             bound.args, bound.make)
-        (argtypes,) = compiled.kernel.overloads.keys()
-        (overload,) = compiled.kernel.overloads.values()
+        overload, kinds, block, tile, _ = launch_layout(compiled)
         library = overload.library
         meta = {"kind": "splitk_reduce", "name": "splitk_reduce", "dtype": dtype.name,
                 "arrangement": [d_arrangement, d_arrangement], "entry": library._entry_name,
-                "params": _param_layout(list(argtypes)), "block": list(compiled.built.block),
-                "tile": [compiled.built.tile_m, compiled.built.tile_n]}
+                "params": kinds, "block": list(block), "tile": list(tile)}
         cubin = library.get_cubin(cc=(9, 0))  # a cuda.core ObjectCode (older numba-cuda: bytes)
         return meta, {"cubin": bytes(getattr(cubin, "code", cubin))}
 
