@@ -2,9 +2,9 @@
 
     . .whl/activate.sh && python benchmarks/split_k_parts.py float64 4096x64x4096 4 [config]
 
-Times (``dxgemm.bench.time_ms``, GPU time): the whole split call; the slices alone on
-their streams (fork and join, no reduce); one slice alone on the caller's stream; all
-slices one after another on the caller's stream; the reduce alone; the unsplit call.
+Times (``dxgemm.bench.time_ms``, GPU time): the whole split call; the slices alone (the
+split-K kernel's one launch, no reduce); one slice alone; all slices one after another,
+one launch each; the reduce alone; the unsplit call.
 """
 
 from __future__ import annotations
@@ -53,11 +53,8 @@ kernel = call.kernel
 one = call.one
 
 
-def slices_forked():
-    from dxgemm.pipelines._splitk import _fork
-
-    fork = _fork(0)
-    call._slices(fork, ma, mb, w, ld_w, stride, "row_major", it, m, n, ranges, handle, kernel._stream(handle)[1])
+def slices_grid():
+    kernel(handle, ma, mb, Matrix(w, slices * m, n, ld_w, "row_major", it), m, n, k, one, slices=slices)
 
 
 def slices_serial():
@@ -79,7 +76,7 @@ def reduce_only():
 
 rows = [("whole split call", lambda: dxgemm.gemm(a, b, d, backend="pipeline"))]
 if not call.tf32x3:  # the parts below feed A and B directly; 3xTF32 slices cut the split operands
-    rows += [("slices forked + joined", slices_forked), ("slices serial, one stream", slices_serial),
+    rows += [("slices, one launch", slices_grid), ("slices serial, a launch each", slices_serial),
              ("one slice", one_slice), ("reduce", reduce_only)]
 with use_config(cfg):
     for name, fn in rows:

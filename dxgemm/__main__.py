@@ -112,7 +112,8 @@ def cmd_warmup(args: argparse.Namespace) -> int:
         tuple(x.split("/")) for x in args.arrangements.split(",")]
     t0 = time.perf_counter()
     try:
-        records = warmup(dtypes, configs=configs, arrangements=arrangements, jobs=args.jobs,
+        split = [] if args.split_k == "none" else [c.strip() for c in args.split_k.split(",") if c.strip()]
+        records = warmup(dtypes, configs=configs, arrangements=arrangements, jobs=args.jobs, split_k_configs=split,
                          log=lambda msg: print(f"[{time.perf_counter() - t0:7.1f} s] {msg}", flush=True))
     except (TypeError, ValueError) as e:
         print(f"warmup: {e}", file=sys.stderr)
@@ -210,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", default="float64,float32", help="comma-separated: float64, float32")
     p.add_argument("--config", default="large,small", help="comma-separated: large, small or e.g. 128x128x32_t256_d2")
     p.add_argument("--arrangements", default="all", help="'all' or e.g. row_major/row_major,col_major/row_major")
+    p.add_argument("--split-k", default="small",
+                   help="configurations whose split-K variant is built too (comma-separated, or 'none')")
     p.add_argument("--jobs", type=int, default=1, help="kernels built at once (each also uses worker processes)")
     p.set_defaults(func=cmd_warmup)
     p = sub.add_parser("demo", help="run every backend once, check it and time it")

@@ -135,7 +135,7 @@ def test_staged_store_on_edges_and_both_d_orders(cp, dtype, epilogue, store, mon
 @pytest.mark.parametrize("arrangement", ARRANGEMENTS, ids=lambda a: "".join(x[0] for x in a))
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_split_k_sums_the_slices_then_applies_the_epilogue(cp, dtype, arrangement, slices, monkeypatch):
-    """K split into slices on separate streams (``pipelines._splitk``): a K with a tail, edges in M and N,
+    """K split into slices, run as the split-K kernel's grid z (``pipelines._splitk``): a K with a tail, edges in M and N,
     D either way, alpha/beta with C, bias|gelu; the first call and the kept repeat with new values."""
     from dxgemm import _calls
     from dxgemm import epilogues as E

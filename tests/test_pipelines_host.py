@@ -131,6 +131,9 @@ def test_key_is_stable_and_order_independent():
         dict(versions={**VERSIONS, "numba-cuda": "0.31.0"}),
         dict(versions={**VERSIONS, "nvjitlink": "14.0", "nvrtc": "14.0"}),
         dict(versions={**VERSIONS, "format": 99}),
+        dict(split_k=True),
+        dict(store="staged"),
+        dict(operands="tf32"),
     ],
 )
 def test_key_changes_with_everything_that_changes_code(change):
@@ -849,3 +852,26 @@ def test_lto_claims_share_compiles_between_processes(tmp_path, monkeypatch):
     assert _lto.compile_pending(1, 2) == 1 and compiled == ["a"]
     assert store.load("a") == (b"lto-a", 7) and not store._claim_path("a").exists()
     assert _lto.pending_keys() == ["b"]  # left to its claimant (or to resolve(), which compiles what is missing)
+
+
+def test_warmup_builds_split_k_variants_of_the_small_configurations(monkeypatch):
+    import importlib
+
+    W = importlib.import_module("dxgemm.pipelines.warmup")  # the package exports the function under this name
+    jobs = []
+
+    def record(job):
+        jobs.append(job)
+        config, dtype, arrangement, _root, _workers, operands, split = job
+        return {"config": config.name, "dtype": dtype, "arrangement": list(arrangement), "split_k": split,
+                "seconds": 0.0}
+
+    monkeypatch.setattr(W, "_build_one", record)
+    W.warmup(["float64"], configs=["large", "small"], arrangements=[("row_major", "row_major")], progress=False)
+    built = [(job[0], job[6]) for job in jobs]
+    large, small = CONFIGS[F64]["large"], CONFIGS[F64]["small"]
+    assert built == [(large, False), (small, False), (small, True)]
+    jobs.clear()
+    W.warmup(["float64"], configs=["small"], arrangements=[("row_major", "row_major")], split_k_configs=(),
+             progress=False)
+    assert [job[6] for job in jobs] == [False]

@@ -1,7 +1,8 @@
 """Split-K on the CPU: the slice-count rule, the K ranges, and the reduce kernel under the simulator.
 
-The split calls themselves (streams, workspace, the pipeline slices) run in
-``tests/test_gpu_pipeline.py``.
+The launcher's side of a split call (per-slice pipeline inits, the grid's z dimension)
+runs here against a recording stand-in for the driver; the split calls themselves
+(workspace, the split-K kernel, the reduce) run in ``tests/test_gpu_pipeline.py``.
 """
 
 from __future__ import annotations
@@ -115,3 +116,68 @@ def test_reduce_kernel_sums_slices_then_applies_the_epilogue(dtype, layout, rng)
     worst = check(d.copy_to_host(), E.bias(v) | E.gelu(), a, b, dt, alpha=alpha, beta=beta,
                   c=c.astype(np.float64))
     assert worst <= 1.0
+
+
+def _recording_kernel(slice_bytes: int = 320, stride: int = 80):
+    """A ``PipelineKernel`` for 128x64x32 depth-2 float64 whose launches are recorded, not run."""
+    import threading
+
+    from dxgemm.pipelines._launch import PipelineKernel
+
+    kernel = object.__new__(PipelineKernel)
+    kernel.key, kernel.device, kernel.block, kernel._smem = "recorded", None, (128,), 0
+    kernel.arrangement = ("row_major", "row_major")
+    kernel.tile_m, kernel.tile_n, kernel.tile_k, kernel.depth, kernel.itemsize = 128, 64, 32, 2, 8
+    kernel._store, kernel._bounded_loads = "staged", False
+    kernel._plans, kernel._initialized, kernel._pair_lock = {}, {}, threading.Lock()
+    kernel._storage_stride, kernel._slice_bytes = stride, slice_bytes
+    kernel._init_grid, kernel._init_block = (4, 1), (1,)
+    kernel._stream = lambda handle: (None, None)
+    kernel._storage = lambda handle, stream, slices=1: 1 << 20
+    launches: list = []
+    kernel._launch_init = lambda cu, grid, block, smem, values: launches.append(("init", values))
+    kernel._launch_gemm = lambda cu, grid, block, smem, values: launches.append(("gemm", grid, values))
+    return kernel, launches
+
+
+def test_split_launch_inits_each_slice_and_runs_them_as_the_grid_z():
+    from dxgemm.pipelines._launch import Matrix, ShapeError
+
+    kernel, launches = _recording_kernel()
+    m, n, k = 4096, 64, 4100  # a K tail of 4: the kernel's own (the last slice adds it)
+    a = Matrix(1 << 32, m, k, k + 4, "row_major", 8)
+    b = Matrix(1 << 33, k, n, n, "row_major", 8)
+    w = Matrix(1 << 34, 4 * m, n, n, "row_major", 8)
+    p = kernel(0, a, b, w, m, n, k, [np.float64(1)], slices=4)
+    assert (p.k_main, p.k_tail_start) == (4096, 4096)
+    inits = [v for kind, v, *_ in launches if kind == "init"]
+    assert len(inits) == 4
+    for s, values in enumerate(inits):
+        storage, stride, a_ptr, a_rows, a_cols, lda = values[:6]
+        b_ptr, b_rows, b_cols = values[9:12]
+        assert storage == (1 << 20) + 320 * s and stride == 80  # slice s's four pipelines
+        assert a_ptr == a.at(0, 1024 * s) and (a_rows, a_cols, lda) == (m, 1024, k + 4)
+        assert b_ptr == b.at(1024 * s, 0) and (b_rows, b_cols) == (1024, n)
+    (_, grid, values), = [x for x in launches if x[0] == "gemm"]
+    assert grid == (32, 1, 4)
+    launches.clear()
+    kernel(0, a, b, w, m, n, k, [np.float64(1)], slices=4)
+    assert [x[0] for x in launches] == ["gemm"]  # the slices' storage already holds these operands
+    launches.clear()
+    d = Matrix(1 << 35, m, n, n, "row_major", 8)
+    kernel(0, a, b, d, m, n, k, [np.float64(1)])
+    (kind, values), gemm = launches[0], launches[1]
+    assert kind == "init" and values[4] == 4096 and gemm[1] == (32, 1, 1)  # slice 0's region: all of K
+    with pytest.raises(ShapeError, match="4 K slices"):
+        kernel(0, a, b, d, m, n, k, [np.float64(1)], slices=4)  # D is not the stacked workspace
+
+
+def test_split_launch_needs_the_split_kernel():
+    from dxgemm.pipelines._launch import Matrix
+
+    kernel, _ = _recording_kernel(slice_bytes=0)
+    a = Matrix(1 << 32, 256, 512, 512, "row_major", 8)
+    b = Matrix(1 << 33, 512, 64, 64, "row_major", 8)
+    w = Matrix(1 << 34, 512, 64, 64, "row_major", 8)
+    with pytest.raises(ValueError, match="split_k"):
+        kernel(0, a, b, w, 256, 64, 512, [np.float64(1)], slices=2)

@@ -12,8 +12,8 @@ The pipeline backend, in layers:
 * :mod:`._lto` — libmathdx's LTO-IR objects on disk, compiled in parallel processes;
 * :mod:`.kernels` — memo -> disk cache -> compile;
 * :mod:`._dispatch` — ``dxgemm.gemm(..., backend="pipeline")``: operands -> launch;
-* :mod:`._splitk` — outputs with few tiles: K slices on forked streams, then one reduce
-  that applies the epilogue (:func:`.config.split_k` decides the count);
+* :mod:`._splitk` — outputs with few tiles: K slices as the z dimension of one launch,
+  then one reduce that applies the epilogue (:func:`.config.split_k` decides the count);
 * :mod:`.tf32x3` — float32 on the TF32 tensor cores with float32 accuracy (split operands);
 * :mod:`.tuning` — ``autotune``: time candidate configurations, persist the winner per shape class;
 * :mod:`.warmup` — pre-compile the default configurations (``python -m dxgemm warmup``).

@@ -102,6 +102,7 @@ dimensions and D's layout are not.  Edges, short K and alignment: see :mod:`._la
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import struct
 import time
@@ -342,8 +343,15 @@ def _staging_store(frag_size: int) -> Callable:
 
 
 def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, buffer_alignment: int,
-                 epilogue: Callable, store: str = "loop") -> Callable:
+                 epilogue: Callable, store: str = "loop", slice_bytes: int = 0) -> Callable:
     """The kernel's Python function, specialised by closure on everything compile-time.
+
+    ``slice_bytes`` > 0 builds the *split-K* variant (:mod:`._splitk`): the grid's z
+    dimension runs the K slices side by side in one launch.  Slice ``z`` takes its four
+    device pipelines ``slice_bytes`` further into the storage (the init kernel filled
+    them for its K range), writes its partial product into slice ``z`` of the stacked
+    workspace ``d`` (``m`` rows of ``d_rs``, or ``n`` columns of ``d_cs``, per slice), and
+    only the last slice adds the K tail.
 
     Edges (measured on the H100, ``benchmarks/results/h100_pipeline_edges.log``): the
     pipeline's loads are unmasked ``cp.async`` (LDGSTS) and its tile loop runs over
@@ -369,6 +377,8 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
 
     tile_m, tile_n = config.tile_m, config.tile_n
     value_type = np.dtype(dtype).type
+    SPLIT = slice_bytes > 0
+    pipeline_at = _pipeline_at() if SPLIT else None
     if store not in STORES:
         raise ValueError(f"store must be one of {STORES}, got {store!r}")
     UNROLLED = store == "unrolled"
@@ -388,6 +398,12 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
     def gemm(d, d_rs, d_cs, m, n, k, k_main, a, a_rs, a_cs, b, b_rs, b_cs, mb_main, nb_main, epi_args,
              p_main, p_bottom, p_right, p_corner):
         smem = cuda.shared.array(shape=(0,), dtype=value_type, alignment=buffer_alignment)
+        z = int64(0)
+        if SPLIT:
+            z = int64(cuda.blockIdx.z)
+            d = d[z * (m * d_rs if d_cs == 1 else n * d_cs):]
+            if z != int64(cuda.gridDim.z) - 1:
+                k_main = k  # the K tail belongs to the last slice
         # Grouped raster: consecutive blocks walk down GROUP_M block rows before moving
         # right, so the blocks resident at once share A and B tiles in L2
         grid_m = int64(cuda.gridDim.x)
@@ -412,6 +428,8 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
         elif bn >= nb_main:
             tj = int64(0)
             pipeline = p_right
+        if SPLIT:
+            pipeline = pipeline_at(pipeline, z * slice_bytes)
         tile_pipeline = pipeline.get_tile(smem, ti, tj)
         accumulator = mm.suggest_accumulator()
         tile_pipeline.execute(accumulator)
@@ -464,6 +482,32 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
         tile_pipeline._del()
 
     return gemm
+
+
+@functools.lru_cache(maxsize=None)
+def _pipeline_at():
+    """A Numba intrinsic ``pipeline_at(pipeline, nbytes)``: the device pipeline whose storage
+    lies ``nbytes`` after ``pipeline``'s (nvmath's DevicePipeline value is a struct holding
+    just that storage pointer)."""
+    from numba import types
+    from numba.core import cgutils
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def pipeline_at(typingctx, pipeline, nbytes):
+        if not isinstance(nbytes, types.Integer):
+            return None
+        sig = pipeline(pipeline, nbytes)
+
+        def codegen(context, builder, signature, args):
+            value, offset = args
+            proxy = cgutils.create_struct_proxy(signature.args[0])(context, builder, value=value)
+            proxy.ptr = builder.gep(proxy.ptr, [offset])
+            return proxy._getvalue()
+
+        return sig, codegen
+
+    return pipeline_at
 
 
 GROUP_M = 8
@@ -535,7 +579,8 @@ def _link_init(create_lto: bytes, symbol: str, cc: tuple[int, int]) -> bytes:
 
 
 def _lower(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str, str], epilogue: Callable | None,
-           epi_args: tuple, cc: tuple[int, int], operands: str = "native", store: str = "loop") -> dict:
+           epi_args: tuple, cc: tuple[int, int], operands: str = "native", store: str = "loop",
+           split_k: bool = False) -> dict:
     """Descriptors, pipeline traits and Numba lowering: everything up to the LTO-IR objects.
 
     With :mod:`._lto` intercepting in ``defer`` mode no device-function NVRTC runs here;
@@ -544,11 +589,11 @@ def _lower(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str, str]
     from . import _lto
 
     with _operand_precision(operands, dtype), _lto.traits.deferring():
-        return _lower_inner(config, dtype, arrangement, epilogue, epi_args, cc, store)
+        return _lower_inner(config, dtype, arrangement, epilogue, epi_args, cc, store, split_k)
 
 
 def _lower_inner(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str, str], epilogue: Callable | None,
-                 epi_args: tuple, cc: tuple[int, int], store: str = "loop") -> dict:
+                 epi_args: tuple, cc: tuple[int, int], store: str = "loop", split_k: bool = False) -> dict:
     from numba import cuda, typeof, types
     from nvmath.device import cublasdx_backend as be
     from nvmath.device.cublasdx import _blas_tensors_handle
@@ -568,7 +613,10 @@ def _lower_inner(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str
         def epilogue(value, row, col, args):
             return value
 
-    pyfunc = _gemm_pyfunc(mm, config, dtype, frag_size, dp._buffer_alignment_bytes, epilogue, store)
+    from ._launch import storage_stride
+
+    slice_bytes = INIT_PIPELINES * storage_stride(dp._storage_bytes, dp._storage_alignment_bytes) if split_k else 0
+    pyfunc = _gemm_pyfunc(mm, config, dtype, frag_size, dp._buffer_alignment_bytes, epilogue, store, slice_bytes)
     arg_types = gemm_arg_types(dtype, typeof(epi_args), DevicePipelineType(dp))
     t = time.perf_counter()
     codes, _ = cuda.compile_all(
@@ -584,7 +632,7 @@ def _lower_inner(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str
     create_code, create_symbol = _request_create(mm_handle, pipeline_handle, cc)
     out["create"] = (be.get_lto(create_code.descriptor), create_symbol)
     out["times"]["init_create"] = time.perf_counter() - t
-    out.update(dp=dp, frag_size=frag_size, arg_types=arg_types,
+    out.update(dp=dp, frag_size=frag_size, arg_types=arg_types, slice_bytes=slice_bytes,
                codes=[bytes(getattr(c, "data", c)) for c in codes])
     return out
 
@@ -986,6 +1034,7 @@ def build(
     lto_dir: str | os.PathLike[str] | None = None,
     operands: str = "native",
     fragment_store: str = "loop",
+    split_k: bool = False,
 ) -> tuple[dict, dict[str, bytes]]:
     """Compile the pipeline GEMM for ``(config, dtype, arrangement of A and B, epilogue)``.
 
@@ -995,7 +1044,9 @@ def build(
     ``epilogue`` is a Numba device function ``f(value, row, col, args)`` (a bound
     epilogue's ``make()``), ``epi_args`` an example of its argument tuple (only its Numba
     type matters).  Without one, the kernel stores ``value`` as is.  ``operands``: how the
-    tensor cores read A and B (:data:`OPERAND_PRECISIONS`).  Returns ``(meta, blobs)``.
+    tensor cores read A and B (:data:`OPERAND_PRECISIONS`).  ``split_k``: the variant whose
+    grid z dimension runs K slices (:func:`_gemm_pyfunc`; ``meta["split_slice_bytes"]``
+    is the storage each slice's four pipelines take).  Returns ``(meta, blobs)``.
     Runs on a GPU-less machine through :mod:`._standin` (activated here when no GPU is present).
     """
     from . import _standin
@@ -1070,7 +1121,7 @@ def build(
         elif workers > 1:  # start the workers first: they replay the lowering alongside this process
             procs = _start_workers(config, dtype, arrangement, cc, store, target, workers, operands,
                                    fragment_store=fragment_store)
-        lowered = _lower(config, dtype, arrangement, epilogue, epi_args, cc, operands, fragment_store)
+        lowered = _lower(config, dtype, arrangement, epilogue, epi_args, cc, operands, fragment_store, split_k)
         times.update(lowered["times"])
         dp = lowered["dp"]
         say(f"lowered in {time.perf_counter() - t_start:.1f} s: storage {dp._storage_bytes} B, buffer "
@@ -1159,6 +1210,8 @@ def build(
         "build_log": build_log,
         "toolchain": dict(toolchain_versions()),
     }
+    if split_k:
+        meta["split_slice_bytes"] = lowered["slice_bytes"]
     return meta, {"gemm": gemm_cubin, "init": init_cubin}
 
 

@@ -126,8 +126,7 @@ def prepare(dtype: Any, arrangements: tuple[str, str], m: int, n: int, k: int, b
 
 def run(op_a: Any, op_b: Any, op_d: Any, m: int, n: int, k: int, bound: Any, stream: int, device: int,
         *, config: PipelineConfig | None = None):
-    """Run ``D = bound_epilogue(A @ B)`` through the pipeline; returns the launch :class:`~._launch.Plan`
-    (a split call: its list of K ranges).
+    """Run ``D = bound_epilogue(A @ B)`` through the pipeline; returns the launch :class:`~._launch.Plan`.
 
     ``bound`` is the bound epilogue chain (alpha/beta first).  Raises
     :class:`PipelineUnavailable` when the pipeline cannot run here (module docstring).

@@ -77,6 +77,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .cache import CacheEntry
+from .config import slice_ranges
 
 __all__ = ["PipelineKernel", "Matrix", "flatten", "ShapeError", "plan"]
 
@@ -198,7 +199,7 @@ class PackedLaunch:
         # a CUkernel (cuda.core loads library kernels) is launched as a CUfunction (CUDA >= 12)
         self._function = driver.CUfunction(int(kernel.handle))
 
-    def __call__(self, stream: Any, grid: tuple[int, int], block: tuple[int, ...], smem: int, values: Sequence) -> None:
+    def __call__(self, stream: Any, grid: tuple[int, ...], block: tuple[int, ...], smem: int, values: Sequence) -> None:
         """Launch on ``stream`` (a ``driver.CUstream``) with ``values`` in the recorded kinds' order."""
         from cuda.bindings import driver
 
@@ -206,7 +207,8 @@ class PackedLaunch:
             raise TypeError(f"kernel takes {len(self.kinds)} flattened parameters, got {len(values)}")
         self.format.pack_into(self._buffer, 0, *values)
         bx, by, bz = (tuple(block) + (1, 1))[:3]
-        err, = driver.cuLaunchKernel(self._function, grid[0], grid[1], 1, bx, by, bz, smem, stream, self._params, 0)
+        gx, gy, gz = (tuple(grid) + (1, 1))[:3]
+        err, = driver.cuLaunchKernel(self._function, gx, gy, gz, bx, by, bz, smem, stream, self._params, 0)
         if err != driver.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"cuLaunchKernel failed: {err!r}")
 
@@ -377,6 +379,14 @@ def plan(m: int, n: int, k: int, tile: tuple[int, int, int], depth: int, a_align
     return Plan(k_floor, k_floor, k, not a_aligned, not b_aligned, False, mb_main, nb_main, grid)
 
 
+def storage_stride(storage_bytes: int, storage_alignment: int) -> int:
+    """Bytes from one device pipeline's storage to the next in a storage buffer: what the
+    init kernel is told, and (times the four pipelines of a K slice) how far a split-K
+    kernel's slice moves into the buffer (``_build._gemm_pyfunc``)."""
+    step = max(int(storage_alignment), 16)
+    return -(-int(storage_bytes) // step) * step
+
+
 def _aligned_ld(elements: int, itemsize: int) -> int:
     """The smallest leading dimension >= ``elements`` whose rows start 16-byte aligned."""
     per = max(16 // itemsize, 1)
@@ -503,11 +513,12 @@ class PipelineKernel:
 
         self._streams: dict[int, tuple[Any, Any]] = {}
         self._storage_buffers: dict[int, Any] = {}
-        self._initialized: dict[int, tuple | None] = {}  # per stream: what its storage holds
+        self._initialized: dict[tuple[int, int], tuple | None] = {}  # per (stream, K slice): what its storage holds
         self._plans: dict[tuple, Plan] = {}
         self._pair_lock = threading.Lock()
         align = int(self.meta.get("storage_alignment", 8))
-        self._storage_stride = -(-int(self.meta["storage_bytes"]) // max(align, 16)) * max(align, 16)
+        self._storage_stride = storage_stride(int(self.meta["storage_bytes"]), align)
+        self._slice_bytes = int(self.meta.get("split_slice_bytes", 0))  # a split-K kernel's storage per K slice
         self._launch_gemm = PackedLaunch(self._gemm, self.meta["gemm_params"])
         self._launch_init = PackedLaunch(self._init, self.meta["init_params"])
         self._init_grid = (int(init["grid"]), 1)
@@ -515,19 +526,28 @@ class PipelineKernel:
         self._smem = smem
 
     def __call__(self, stream: Any, a: Matrix, b: Matrix, d: Matrix, m: int, n: int, k: int,
-                 epi_args: tuple | list = ()) -> Plan:
+                 epi_args: tuple | list = (), slices: int = 1) -> Plan:
         """``d = epilogue(A @ B)`` on ``stream`` (a cuda.core Stream or an integer CUstream handle).
 
         ``a`` (m x k) and ``b`` (k x n) must be in the arrangements the kernel was built
         for; ``d`` (m x n) may be either.  ``epi_args`` is the bound epilogue's run-time
         tuple (or a list of its already flattened kernel slots).  Returns the
         :class:`Plan` that ran (tests and benchmarks read it).
+
+        ``slices`` > 1 (a kernel built with ``split_k``, :mod:`._splitk`): the pipeline's K
+        is cut into that many ranges (:func:`.config.slice_ranges`), run side by side as
+        the grid's z dimension, and ``d`` is the stacked workspace: ``slices`` blocks of
+        ``m`` rows (row-major) or ``n`` columns (column-major), slice ``s`` holding
+        ``A[:, K_s] @ B[K_s, :]`` (the last one with the K tail).
         """
         if (a.arrangement, b.arrangement) != self.arrangement:
             raise ShapeError(f"kernel built for A/B {self.arrangement}, called with {(a.arrangement, b.arrangement)}")
-        if (a.rows, a.cols, b.rows, b.cols, d.rows, d.cols) != (m, k, k, n, m, n):
+        d_rows, d_cols = (slices * m, n) if d.arrangement == "row_major" else (m, slices * n)
+        if (a.rows, a.cols, b.rows, b.cols, d.rows, d.cols) != (m, k, k, n, d_rows, d_cols):
             raise ShapeError(f"operand shapes {a.rows}x{a.cols}, {b.rows}x{b.cols}, {d.rows}x{d.cols} "
-                             f"do not form an {m}x{n}x{k} GEMM")
+                             f"do not form an {m}x{n}x{k} GEMM" + (f" in {slices} K slices" if slices > 1 else ""))
+        if slices > 1 and not self._slice_bytes:
+            raise ValueError(f"kernel {self.key} was not built for split-K (split_k=True)")
         tm, tn = self.tile_m, self.tile_n
         a_aligned, b_aligned = a.aligned(), b.aligned()
         plan_key = (m, n, k, a_aligned, b_aligned, _k_tail_mode())
@@ -538,6 +558,7 @@ class PipelineKernel:
             if len(self._plans) > 1024:
                 self._plans.clear()
             self._plans[plan_key] = p
+        ranges = [(0, p.k_main)] if slices == 1 else slice_ranges(p.k_main, slices, self.tile_k)
         handle = int(getattr(stream, "handle", stream))
         stream, cu_stream = self._stream(handle)
         epi_slots = epi_args if type(epi_args) is list else _values(tuple(epi_args))
@@ -559,10 +580,12 @@ class PipelineKernel:
                 c0 = p.nb_main * tn
                 src = Matrix(pb.at(0, c0), p.k_pipe, n - c0, pb.ld, pb.arrangement, pb.itemsize)
                 b_edge = _copy_scratch(src, p.k_main, n - c0, p.k_main, tn, False, scratch, handle)
-            storage = self._storage(handle, stream)
+            storage = self._storage(handle, stream, len(ranges))
             stride = self._storage_stride
-            init_values = (storage, stride, pa.ptr, m, p.k_main, pa.ld, a_edge.ptr, tm, a_edge.ld,
-                           pb.ptr, p.k_main, n, pb.ld, b_edge.ptr, tn, b_edge.ld)
+            region = self._slice_bytes or 4 * stride
+            inits = [(storage + s * region, stride, pa.at(0, k0), m, ks, pa.ld, a_edge.at(0, k0), tm, a_edge.ld,
+                      pb.at(k0, 0), ks, n, pb.ld, b_edge.at(k0, 0), tn, b_edge.ld)
+                     for s, (k0, ks) in enumerate(ranges)]
             d_rs, d_cs = d.strides
             a_rs, a_cs = a.strides
             b_rs, b_cs = b.strides
@@ -570,18 +593,19 @@ class PipelineKernel:
                            *a.vector_slots(), a_rs, a_cs, *b.vector_slots(), b_rs, b_cs,
                            p.mb_main, p.nb_main, *epi_slots,
                            storage, storage + stride, storage + 2 * stride, storage + 3 * stride]
-            # init then GEMM, enqueued together: another thread's pair on the same stream
-            # cannot slip between them and overwrite this call's storage.  The storage is
-            # this stream's and only the init writes it, so when it already holds what this
-            # call would write (the same operands as the last call on the stream: repeated
-            # calls, and 3xTF32 scratch that CuPy's pool hands back at the same address),
-            # the init launch is skipped.
+            # inits then GEMM, enqueued together: another thread's launches on the same
+            # stream cannot slip between them and overwrite this call's storage.  The
+            # storage is this stream's and only the init writes it, so where a region
+            # already holds what this call would write (the same operands as the last call
+            # on the stream: repeated calls, and 3xTF32 scratch that CuPy's pool hands back
+            # at the same address), its init launch is skipped.
             with self._pair_lock:
-                if self._initialized.get(handle) != init_values:
-                    self._initialized[handle] = None  # unknown until the launch is enqueued
-                    self._launch_init(cu_stream, self._init_grid, self._init_block, 0, init_values)
-                    self._initialized[handle] = init_values
-                self._launch_gemm(cu_stream, p.grid, self.block, self._smem, gemm_values)
+                for s, init_values in enumerate(inits):
+                    if self._initialized.get((handle, s)) != init_values:
+                        self._initialized[(handle, s)] = None  # unknown until the launch is enqueued
+                        self._launch_init(cu_stream, self._init_grid, self._init_block, 0, init_values)
+                        self._initialized[(handle, s)] = init_values
+                self._launch_gemm(cu_stream, (*p.grid, len(ranges)), self.block, self._smem, gemm_values)
         finally:
             if scratch is not None:
                 scratch.close()
@@ -599,14 +623,21 @@ class PipelineKernel:
             hit = self._streams[handle] = (stream, cu_stream(handle))
         return hit
 
-    def _storage(self, handle: int, stream: Any) -> int:
-        """The four pipelines' storage for calls on this stream, allocated once (a few hundred bytes).
+    def _storage(self, handle: int, stream: Any, slices: int = 1) -> int:
+        """The pipelines' storage for calls on this stream: four per K slice, kept (a few KiB at most).
 
-        The init kernel rewrites it before each GEMM; calls on one stream are ordered, and
-        calls on different streams use different buffers.
+        The init kernel rewrites a slice's region before a GEMM that needs it; calls on one
+        stream are ordered, and calls on different streams use different buffers.  A call
+        with more slices than the buffer holds replaces it (stream-ordered) and forgets
+        what the old one held.
         """
+        nbytes = slices * (self._slice_bytes or 4 * self._storage_stride)
         buf = self._storage_buffers.get(handle)
-        if buf is None:
-            buf = self.device.memory_resource.allocate(4 * self._storage_stride, stream=stream)
+        if buf is None or buf.size < nbytes:
+            if buf is not None:
+                buf.close(stream)
+                for key in [key for key in self._initialized if key[0] == handle]:
+                    del self._initialized[key]
+            buf = self.device.memory_resource.allocate(nbytes, stream=stream)
             self._storage_buffers[handle] = buf
         return int(buf.handle)

@@ -1,27 +1,23 @@
-"""Split-K pipeline calls: ``S`` K slices on ``S`` streams, then one reduce-and-epilogue pass.
+"""Split-K pipeline calls: ``S`` K slices in one launch, then one reduce-and-epilogue pass.
 
 When an output has too few tiles to fill the GPU (:func:`.config.split_k` decides how
 many slices), a call runs as:
 
-1. (3xTF32 only) the split of A and B into their TF32 parts, once, on the caller's
-   stream; the slices below cut the split operands' tripled K;
-2. a fork: each slice's stream waits for an event recorded on the caller's stream, so
-   every slice reads operands that work already enqueued there has finished writing;
-3. per slice ``s``: the *plain* pipeline kernel of the same configuration (alpha 1,
-   beta 0, no epilogue — the kernel the unsplit plain GEMM runs, so nothing new is
-   compiled) computes ``A[:, K_s] @ B[K_s, :]`` into slice ``s`` of a workspace.  The
-   slices are launched on separate streams so their grids run side by side; on one
-   stream each grid would wait for the previous one and the split would gain nothing;
-4. a join: the caller's stream waits for every slice's event, then
-   :mod:`dxgemm.kernels.splitk_reduce` sums the slices and applies the caller's
-   epilogue chain (alpha/beta first) while writing D.
+1. (3xTF32 only) the split of A and B into their TF32 parts, once; the slices below cut
+   the split operands' tripled K;
+2. the *split-K variant* of the plain pipeline kernel (alpha 1, beta 0, no epilogue;
+   ``_build._gemm_pyfunc`` with ``slice_bytes``) on a grid whose z dimension is the slice:
+   block ``(i, j, s)`` computes tile ``(i, j)`` of ``A[:, K_s] @ B[K_s, :]`` into slice
+   ``s`` of a workspace, through the device pipelines the init kernel filled for ``K_s``;
+3. :mod:`dxgemm.kernels.splitk_reduce` sums the slices and applies the caller's epilogue
+   chain (alpha/beta first) while writing D.
 
-Slice 0 runs on the caller's stream itself (one fork fewer).  The workspace (``S x m x
-n`` elements, laid out like D) is kept per caller's stream (:meth:`_Fork.workspace`):
-calls on one stream are ordered, and the next call's slices wait for this call's reduce.
-The streams and events are made once per device and shared by all calls; a lock keeps
-one call's fork/join sequence whole, since two calls interleaving their records on the
-same events could lose an ordering.
+Everything runs on the caller's stream.  The first version ran each slice as its own
+launch of the plain kernel on its own stream (a fork and a join of events around them):
+the launches' skew and the events cost ~15 microseconds of GPU time and several launches'
+worth of host time per call (``benchmarks/results/h100_split_k_launch.log`` compares the
+two in one run).  The workspace (``S x m x n`` elements, laid out like D) is kept per
+caller's stream: calls on one stream are ordered, so they can share it.
 """
 
 from __future__ import annotations
@@ -29,72 +25,41 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ._launch import Matrix, _aligned_ld, _check, _values
-from .config import MAX_SPLIT_K, slice_ranges
+from ._launch import Matrix, _aligned_ld, _values
 
 __all__ = ["SplitKCall"]
 
+_workspaces: dict[tuple[int, int], Any] = {}
+_workspaces_lock = threading.Lock()
 
-class _Fork:
-    """``MAX_SPLIT_K - 1`` non-blocking streams and their events on one device, made once,
-    and the workspace kept for each caller's stream."""
 
-    def __init__(self, device: int):
-        from cuda.bindings import driver
-        from cuda.core import Device
+def workspace(device: int, handle: int, stream: Any, nbytes: int) -> int:
+    """At least ``nbytes`` of device memory for split calls on stream ``handle``, kept between calls.
 
-        self.device = Device(device)
-        self.device.set_current()
-        self.workspaces: dict[int, Any] = {}
-        self.streams, self.handles, self.done = [], [], []
-        for _ in range(MAX_SPLIT_K - 1):
-            err, stream = driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING)
-            _check(err, "cuStreamCreate")
-            self.streams.append(stream)
-            self.handles.append(int(stream))
-            err, event = driver.cuEventCreate(driver.CUevent_flags.CU_EVENT_DISABLE_TIMING)
-            _check(err, "cuEventCreate")
-            self.done.append(event)
-        err, self.start = driver.cuEventCreate(driver.CUevent_flags.CU_EVENT_DISABLE_TIMING)
-        _check(err, "cuEventCreate")
-        self.lock = threading.Lock()
+    A larger request frees the old buffer in stream order and takes a new one.  Split
+    calls have small outputs (at most one tile per SM times the slices), so what is kept
+    is small.
+    """
+    key = (device, handle)
+    kept = _workspaces.get(key)
+    if kept is not None and kept.size >= nbytes:
+        return int(kept.handle)
+    from cuda.core import Device
 
-    def workspace(self, handle: int, stream: Any, nbytes: int) -> int:
-        """At least ``nbytes`` of device memory for calls on stream ``handle``, kept between calls.
-
-        Calls on one stream are ordered (each call's slices wait for the work before it on
-        that stream, the stream waits for its slices), so they can share one buffer; a
-        larger request frees the old buffer in stream order and takes a new one.  Split
-        calls have small outputs (at most one tile per SM times the slices), so what is
-        kept is small.
-        """
-        kept = self.workspaces.get(handle)
+    with _workspaces_lock:
+        kept = _workspaces.get(key)
         if kept is not None and kept.size >= nbytes:
             return int(kept.handle)
         if kept is not None:
             kept.close(stream)
-        buf = self.workspaces[handle] = self.device.memory_resource.allocate(nbytes, stream=stream)
-        return int(buf.handle)
-
-
-_forks: dict[int, _Fork] = {}
-_forks_lock = threading.Lock()
-
-
-def _fork(device: int) -> _Fork:
-    fork = _forks.get(device)
-    if fork is None:
-        with _forks_lock:
-            fork = _forks.get(device)
-            if fork is None:
-                fork = _forks[device] = _Fork(device)
-    return fork
+        buf = _workspaces[key] = Device(device).memory_resource.allocate(nbytes, stream=stream)
+    return int(buf.handle)
 
 
 class SplitKCall:
     """A pipeline call split into K slices (module docstring); same interface as ``PipelineCall``.
 
-    ``kernel``: the loaded *plain* pipeline kernel the slices run; ``reduce``: the
+    ``kernel``: the loaded split-K variant of the *plain* pipeline kernel; ``reduce``: the
     :class:`dxgemm._calls.KernelCall` of the reduce kernel compiled with the caller's
     epilogue; ``one``: the plain kernel's flattened alpha (1 in the dtype).
     """
@@ -106,11 +71,11 @@ class SplitKCall:
         self.tf32x3, self.device, self.one = tf32x3, device, one
 
     def __call__(self, a: Matrix, b: Matrix, d: Matrix, m: int, n: int, k: int, epi_args: tuple | list,
-                 stream: int) -> list[tuple[int, int]]:
-        """Launch on ``stream`` (an integer handle); returns the K ranges the slices ran."""
+                 stream: int) -> Any:
+        """Launch on ``stream`` (an integer handle); returns the slices' launch :class:`~._launch.Plan`."""
         kernel = self.kernel
         handle = int(getattr(stream, "handle", stream))
-        main, main_cu = kernel._stream(handle)
+        main, _ = kernel._stream(handle)
         epi_slots = epi_args if type(epi_args) is list else _values(tuple(epi_args))
         if self.tf32x3:
             from .tf32x3 import split_extent, split_operands
@@ -121,55 +86,31 @@ class SplitKCall:
             b = Matrix(int(b3.data.ptr), k_total, n, k_total, "col_major", 4)
         else:
             k_total = k
-        ranges = slice_ranges(k_total, self.slices, kernel.tile_k)
-        itemsize = d.itemsize
+        slices, itemsize = self.slices, d.itemsize
         row_major = d.arrangement == "row_major"
         ld_w = _aligned_ld(n if row_major else m, itemsize)
         slice_stride = ld_w * (m if row_major else n)
-        fork = _fork(self.device)
-        with fork.lock:
-            w = fork.workspace(handle, main, len(ranges) * slice_stride * itemsize)
-            self._slices(fork, a, b, w, ld_w, slice_stride, d.arrangement, itemsize, m, n, ranges, handle, main_cu)
-            # the reduce reads the slices as one stacked matrix and learns their stride from the "B" operand
-            stacked = (Matrix(w, len(ranges) * m, n, ld_w, "row_major", itemsize) if row_major
-                       else Matrix(w, m, len(ranges) * n, ld_w, "col_major", itemsize))
-            stride_view = Matrix(w, 1, 1, slice_stride, "row_major", itemsize)
-            self.reduce(stacked, stride_view, d, m, n, len(ranges), epi_slots, handle)
-        return ranges
-
-    def _slices(self, fork: _Fork, a: Matrix, b: Matrix, w: int, ld_w: int, slice_stride: int, arrangement: str,
-                itemsize: int, m: int, n: int, ranges: list, handle: int, main_cu: Any) -> None:
-        """Fork, one plain pipeline GEMM per K range into the workspace, join (module docstring).
-
-        Slice 0 runs on the caller's stream itself; the others on the fork's streams.
-        """
-        from cuda.bindings import driver
-
-        _check(driver.cuEventRecord(fork.start, main_cu), "cuEventRecord")
-        for s, (k0, ks) in enumerate(ranges):
-            a_s = Matrix(a.at(0, k0), m, ks, a.ld, a.arrangement, a.itemsize)
-            b_s = Matrix(b.at(k0, 0), ks, n, b.ld, b.arrangement, b.itemsize)
-            w_s = Matrix(w + s * slice_stride * itemsize, m, n, ld_w, arrangement, itemsize)
-            if s == 0:
-                self.kernel(handle, a_s, b_s, w_s, m, n, ks, self.one)
-                continue
-            aux = fork.streams[s - 1]
-            _check(driver.cuStreamWaitEvent(aux, fork.start, 0), "cuStreamWaitEvent")
-            self.kernel(fork.handles[s - 1], a_s, b_s, w_s, m, n, ks, self.one)
-            _check(driver.cuEventRecord(fork.done[s - 1], aux), "cuEventRecord")
-        for s in range(1, len(ranges)):
-            _check(driver.cuStreamWaitEvent(main_cu, fork.done[s - 1], 0), "cuStreamWaitEvent")
+        w = workspace(self.device, handle, main, slices * slice_stride * itemsize)
+        # the slices stacked: the kernel finds slice s at s * m * ld_w (s * n * ld_w) elements
+        stacked = (Matrix(w, slices * m, n, ld_w, "row_major", itemsize) if row_major
+                   else Matrix(w, m, slices * n, ld_w, "col_major", itemsize))
+        p = kernel(handle, a, b, stacked, m, n, k_total, self.one, slices=slices)
+        # the reduce learns the slices' stride from its "B" operand
+        stride_view = Matrix(w, 1, 1, slice_stride, "row_major", itemsize)
+        self.reduce(stacked, stride_view, d, m, n, slices, epi_slots, handle)
+        return p
 
 
 def prepare_split(config: Any, dtype: Any, arrangement: tuple[str, str], operands: str, bound: Any,
                   d_arrangement: str, slices: int, device: int) -> SplitKCall:
-    """Load the plain pipeline kernel and the reduce compiled with ``bound`` (the caller's chain)."""
+    """Load the split-K variant of the plain pipeline kernel and the reduce compiled with ``bound``
+    (the caller's chain)."""
     from .kernels import get_kernel
     from .warmup import plain_epilogue
 
     plain = plain_epilogue(dtype)
     kernel = get_kernel(config, dtype, arrangement, device=device, operands=operands,
-                        epilogue_key=plain.key, make_epilogue=plain.make, epi_args=plain.args)
+                        epilogue_key=plain.key, make_epilogue=plain.make, epi_args=plain.args, split_k=True)
     reduce = reduce_kernel(dtype, d_arrangement, bound, device)
     return SplitKCall(kernel, reduce, slices, operands == "tf32", device, _values(plain.args))
 

@@ -192,13 +192,15 @@ def key_fields(
     versions: Mapping[str, Any] | None = None,
     operands: str = "native",
     store: str = "loop",
+    split_k: bool = False,
 ) -> dict[str, Any]:
     """The fields a pipeline kernel's cache key is made of (see the module docstring).
 
     ``config`` is a :class:`~dxgemm.pipelines.config.PipelineConfig` or a mapping;
     ``epilogue_key`` any structure of str/int/float/tuple (an epilogue's bound key);
     ``operands`` how the tensor cores read A and B (a field only when not ``"native"``,
-    so the keys of native kernels are what they always were).
+    so the keys of native kernels are what they always were); ``split_k`` the variant
+    whose grid runs K slices (a field only when set, likewise).
     """
     if hasattr(config, "as_dict"):
         config = config.as_dict()
@@ -215,6 +217,8 @@ def key_fields(
         fields["operands"] = str(operands)
     if store != "loop":
         fields["store"] = str(store)
+    if split_k:
+        fields["split_k"] = "grid"
     return fields
 
 

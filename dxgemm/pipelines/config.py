@@ -422,41 +422,44 @@ def split_k(m: int, n: int, k: int, config: PipelineConfig, dtype: Any, *, devic
     ranges gives ``S`` times the blocks; each range's partial product goes to a
     workspace and one more pass sums them and applies the epilogue
     (:mod:`dxgemm.kernels.splitk_reduce`).  The price is that pass (``S + 1`` reads and
-    one write of ``m x n``), a fork and join of streams, and each slice's fixed cost
-    (launch, pipeline fill and drain, the tile store: ~15 microseconds measured for a
-    128 x 64 float64 slice).
+    one write of ``m x n``) and each slice's fixed cost (pipeline fill and drain, the
+    tile store: ~12 microseconds measured for a 128 x 64 float64 slice); the slices
+    themselves run as one launch (:mod:`._splitk`).
 
     The rule: ``S`` is the number of times the output tiles fit into *one block per
     SM*, at most :data:`MAX_SPLIT_K`, and every slice keeps at least ``max(8, depth)``
     K-tiles (K tripled under 3xTF32, whose split operands are sliced).  Measured on the
     H100, GPU time per call in ms against cuBLAS in the same run
-    (``benchmarks/results/h100_split_k_sweep.log``; S=8 from ``h100_split_k_deeper.log``):
+    (``benchmarks/results/h100_split_k_launch.log``):
 
     ==========================  ======  =====  =====  =====  =====  =====
     shape, configuration        cuBLAS  S=1    S=2    S=4    S=8    rule
     ==========================  ======  =====  =====  =====  =====  =====
-    f64 4096x64x4096, 128x64    0.058   0.222  0.124  0.087  0.098  4
-    f64 4096x128x4096, 128x64   0.088   0.230  0.132  0.135  0.154  2
-    f64 2048x256x8192, 128x64   0.163   0.445  0.237  0.227  0.246  2
-    f64 1000^3, 128x64          0.044   0.104  0.116                1
-    f64 1024^3, 128x64          0.043   0.067  0.072  0.094         1
-    f32 4096x64x4096, 128x128   0.062   0.328  0.240  0.236         4
-    f32 1000^3, 128x128         0.052   0.091  0.078  0.100         2
-    f32 1024^3, 128x128         0.058   0.081  0.069  0.086         2
-    f32 4096x128x4096, 128x128  0.101   0.322  0.237  0.222         4
-    f32 2048x256x8192, 128x128  0.179   0.529  0.339  0.261         4
+    f64 4096x64x4096, 128x64    0.059   0.224  0.127  0.079  0.088  4
+    f64 4096x128x4096, 128x64   0.089   0.233  0.134  0.132  0.148  2
+    f64 2048x256x8192, 128x64   0.165   0.446  0.239  0.224  0.242  2
+    f64 1000^3, 128x64          0.044   0.107  0.119                1
+    f64 1024^3, 128x64          0.043   0.067  0.078  0.096         1
+    f32 4096x64x4096, 128x128   0.063   0.321  0.233  0.211  0.226  4
+    f32 1000^3, 128x128         0.053   0.082  0.070  0.078  0.106  2
+    f32 1024^3, 128x128         0.059   0.081  0.068  0.076  0.105  2
+    f32 4096x128x4096, 128x128  0.101   0.321  0.235  0.213  0.229  4
+    f32 2048x256x8192, 128x128  0.183   0.536  0.339  0.253  0.261  4
     ==========================  ======  =====  =====  =====  =====  =====
 
-    Where the split call's time goes (``h100_split_k_parts.log``, float64 4096x64x4096,
-    four slices): one slice alone 0.065 ms, the four forked and joined 0.080, the reduce
-    0.006, the whole call 0.089 — against 0.224 unsplit.  A slice has a fixed cost of
-    ~12 microseconds (launch, pipeline fill, tile store: K=1024 took 0.065 ms, K=4096
-    0.224), and four slices together share the memory system (A alone is 128 MB).
-    Deeper pipelines (depth 3 and 4 of the same tile) were slower at every count.
-    A second block per SM (the 128 x 64 float64 kernel fits two) did not add throughput:
-    eight slices of 4096 x 64 x 4096 were slower than four, and 1024^3 (128 tiles) was
-    slower split in two — hence one block per SM.  ``DXGEMM_SPLIT_K`` (an integer from 1
-    to :data:`MAX_SPLIT_K`) overrides the count, still bounded by the slice minimum.
+    Where a split call's time went in the first version, which launched each slice on
+    its own stream (``h100_split_k_parts.log``, float64 4096x64x4096, four slices): one
+    slice alone 0.065 ms, the four forked and joined 0.080, the reduce 0.006, the whole
+    call 0.089 — against 0.224 unsplit.  As one launch the whole call takes 0.079 ms.
+    A slice has a fixed cost of ~12 microseconds (pipeline fill, tile store: K=1024 took
+    0.065 ms, K=4096 0.224), and four slices together share the memory system (A alone
+    is 128 MB).  Deeper pipelines (depth 3 and 4 of the same tile) were slower at every
+    count (``h100_split_k_deeper.log``).  A second block per SM (the 128 x 64 float64
+    kernel fits two) added little: eight slices of 4096 x 64 x 4096 were slower than
+    four, 2048x256x8192 gained 6 % with four slices over the rule's two, and 1024^3
+    (128 tiles) was slower split in two; in float32 two blocks per SM lost at every shape
+    above — hence one block per SM.  ``DXGEMM_SPLIT_K`` (an integer from 1 to
+    :data:`MAX_SPLIT_K`) overrides the count, still bounded by the slice minimum.
     """
     import os
 

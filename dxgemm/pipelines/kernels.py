@@ -40,8 +40,10 @@ def entry_fields(
     epi_arg_types: str = "()",
     cc: tuple[int, int] = (9, 0),
     operands: str = "native",
+    split_k: bool = False,
 ) -> dict:
-    """The cache-key fields of one kernel.  ``epi_arg_types``: the Numba type of the epilogue's arguments, as text.
+    """The cache-key fields of one kernel.  ``epi_arg_types``: the Numba type of the epilogue's arguments, as text;
+    ``split_k``: the variant whose grid runs K slices (:mod:`._splitk`).
 
     How the kernel stores its fragment follows from the rest (:func:`.config.pipeline_store`).
     """
@@ -53,6 +55,7 @@ def entry_fields(
         epilogue_key=(epilogue_key, epi_arg_types),
         operands=operands,
         store=pipeline_store(operands, config, dtype),
+        split_k=split_k,
     )
 
 
@@ -68,15 +71,16 @@ def get_entry(
     cache: KernelCache | None = None,
     log: Callable[[str], None] | None = None,
     operands: str = "native",
+    split_k: bool = False,
 ) -> CacheEntry:
     """The cache entry (cubins + launch metadata) of one kernel, compiling it on a miss.
 
     ``operands="tf32"``: a float32 kernel whose tensor cores read A and B as TF32 (the
-    building block of :mod:`.tf32x3`)."""
+    building block of :mod:`.tf32x3`); ``split_k=True``: the split-K variant (:mod:`._splitk`)."""
     cache = cache or KernelCache()
     arg_types = _numba_type_text(epi_args)
     fields = entry_fields(config, dtype, arrangement, epilogue_key, epi_arg_types=arg_types, cc=cc,
-                          operands=operands)
+                          operands=operands, split_k=split_k)
     store = fields.get("store", "loop")
 
     def build():
@@ -94,7 +98,7 @@ def get_entry(
 
         epilogue = make_epilogue() if make_epilogue is not None else None
         meta, blobs = compile_kernel(config, dtype, tuple(arrangement)[:2], epilogue, epi_args, cc=cc, log=log,
-                                     operands=operands, fragment_store=store)
+                                     operands=operands, fragment_store=store, split_k=split_k)
         _compiles += 1
         return meta, blobs
 
@@ -114,7 +118,7 @@ def get_kernel(
 
     key = (config, np.dtype(dtype).name, tuple(arrangement), kwargs.get("epilogue_key", IDENTITY_EPILOGUE),
            _numba_type_text(kwargs.get("epi_args", ())), kwargs.get("operands", "native"),
-           pipeline_store(kwargs.get("operands", "native"), config, dtype),
+           pipeline_store(kwargs.get("operands", "native"), config, dtype), kwargs.get("split_k", False),
            device)
     hit = _memo.get(key)
     if hit is not None:

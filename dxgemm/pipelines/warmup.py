@@ -37,7 +37,7 @@ def plain_epilogue(dtype: Any):
 
 
 def _build_one(job: tuple) -> dict:
-    config, dtype, arrangement, cache_root, workers, operands = job
+    config, dtype, arrangement, cache_root, workers, operands, split = job
     from . import _standin
     from .cache import KernelCache
     from .kernels import get_entry
@@ -50,9 +50,9 @@ def _build_one(job: tuple) -> dict:
         os.environ["DXGEMM_COMPILE_WORKERS"] = str(workers)
     t0 = time.perf_counter()
     entry = get_entry(config, dtype, arrangement, epilogue_key=bound.key, make_epilogue=bound.make,
-                      epi_args=bound.args, cache=KernelCache(cache_root), operands=operands)
+                      epi_args=bound.args, cache=KernelCache(cache_root), operands=operands, split_k=split)
     return {"config": config.name, "dtype": np.dtype(dtype).name, "operands": operands,
-            "arrangement": list(arrangement),
+            "arrangement": list(arrangement), "split_k": split,
             "seconds": round(time.perf_counter() - t0, 1), "path": str(entry.path),
             "build_times_s": entry.meta.get("build_times_s")}
 
@@ -62,6 +62,7 @@ def warmup(
     *,
     configs: Iterable[str] = ("large", "small"),
     arrangements: Iterable[tuple[str, str]] = ARRANGEMENT_PAIRS,
+    split_k_configs: Iterable[str] = ("small",),
     cache_root: str | None = None,
     jobs: int = 1,
     workers: int | None = None,
@@ -72,16 +73,24 @@ def warmup(
 
     float32 under the ``"tf32x3"`` method (:func:`~.config.float32_method`) needs one
     arrangement only (its split operands are always K-major, :mod:`.tf32x3`).
+    ``split_k_configs``: those of ``configs`` whose split-K variant (:mod:`._splitk`) is
+    built as well — by default the small ones, which :func:`~.config.suggest` gives the
+    outputs with few tiles that :func:`~.config.split_k` splits.
     """
     todo = []
+    split_names = set(split_k_configs)
     for dtype in dtypes:
         dt = np.dtype(dtype)
         if dt not in CONFIGS:
             raise TypeError(f"dtypes: pipeline GEMM supports float32 and float64, not {dt}")
         variants = dict.fromkeys(kernel_variant(dt, arrangement) for arrangement in arrangements)
-        for config in dict.fromkeys(parse_config(name, dt) for name in configs):
+        for name in dict.fromkeys(configs):
+            config = parse_config(name, dt)
             for arrangement, operands in variants:
-                todo.append((config, dt.name, arrangement, cache_root, workers, operands))
+                for split in (False, True) if name in split_names else (False,):
+                    job = (config, dt.name, arrangement, cache_root, workers, operands, split)
+                    if job not in todo:
+                        todo.append(job)
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     bar = None
@@ -104,7 +113,8 @@ def warmup(
     for record in results:
         out.append(record)
         if log is not None:
-            log(f"{record['config']} {record['dtype']} {'/'.join(record['arrangement'])}: {record['seconds']} s")
+            log(f"{record['config']} {record['dtype']} {'/'.join(record['arrangement'])}"
+                f"{' split-K' if record['split_k'] else ''}: {record['seconds']} s")
         if bar is not None:
             bar.update(1)
     if bar is not None:
