@@ -29,9 +29,13 @@ VERSIONS = {"nvmath-python": "1.0.0", "libmathdx": "0.3.2.6", "numba-cuda": "0.3
 
 @pytest.mark.parametrize("dtype", [F64, F32])
 def test_large_square_takes_large_tile(dtype):
-    # 2048^2 is less than one wave of float32's 128x256 tiles (128 tiles, 132 SMs)
-    for size in (2048, 4096, 8192) if dtype == F64 else (4096, 8192):
+    # 2048^2 is less than one wave of float32's 128x256 tiles (128 tiles, 132 SMs); float64
+    # takes its large tile only with K >= 4096 and well-filled waves (4097^3's are 86 % full)
+    for size in (4096, 8192, 16384):
         assert suggest(size, size, size, dtype, device=H100) == configs_for(dtype)["large"]
+    if dtype == F64:
+        for shape in [(2048, 2048, 2048), (3072, 3072, 3072), (4097, 4097, 4097), (4096, 4096, 2048)]:
+            assert suggest(*shape, dtype, device=H100) == configs_for(dtype)["small"], shape
 
 
 @pytest.mark.parametrize("dtype", [F64, F32])

@@ -23,16 +23,16 @@ def no_override(monkeypatch):
 
 
 @pytest.mark.parametrize("shape, dtype, config, expected", [
-    ((4096, 64, 4096), F64, CONFIGS[F64]["small"], 4),  # 32 tiles on 132 SMs
-    ((4096, 64, 4096), F64, CONFIGS[F64]["large"], 4),
-    ((4096, 128, 4096), F64, CONFIGS[F64]["small"], 2),  # 64 tiles
-    ((1000, 1000, 1000), F64, CONFIGS[F64]["small"], 1),  # 128 tiles: one wave already
+    ((4096, 64, 4096), F64, CONFIGS[F64]["small"], 4),  # 64 tiles of 64 x 64, two blocks per SM
+    ((4096, 64, 4096), F64, CONFIGS[F64]["large"], 4),  # 32 tiles, one block per SM
+    ((4096, 128, 4096), F64, CONFIGS[F64]["small"], 2),  # 128 tiles
+    ((1000, 1000, 1000), F64, CONFIGS[F64]["small"], 1),  # 256 tiles: two per SM already
     ((1000, 1000, 1000), F32, TF32X3_CONFIGS["small"], 2),  # 64 tiles of 128 x 128
     ((4096, 64, 4096), F32, TF32X3_CONFIGS["small"], 4),
     ((4096, 4096, 40), F64, CONFIGS[F64]["small"], 1),  # 2048 tiles
     ((8192, 8192, 8192), F64, CONFIGS[F64]["large"], 1),
     ((300, 200, 300), F64, CONFIGS[F64]["small"], 1),  # 300 < 2 slices x 8 tiles x 32
-    ((300, 200, 600), F64, CONFIGS[F64]["small"], 2),  # 12 tiles, but K holds only 2 slices
+    ((300, 200, 600), F64, CONFIGS[F64]["small"], 2),  # 20 tiles, but K holds only 2 slices
     ((64, 64, 100000), F64, CONFIGS[F64]["small"], MAX_SPLIT_K),  # one tile: capped
     ((100, 100, 100), F32, TF32X3_CONFIGS["small"], 1),  # K3 = 300: one slice's minimum
 ])

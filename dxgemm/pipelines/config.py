@@ -129,11 +129,17 @@ _F64 = np.dtype(np.float64)
 _F32 = np.dtype(np.float32)
 
 # The fixed set, best first for each dtype.  "large" is the default for big problems,
-# "small" the one for skinny or shallow problems (more blocks, shorter pipeline fill).
+# "small" the one for skinny, shallow or small problems (more blocks, shorter pipeline
+# fill).  float64 "small" is 64x64x32: three blocks per SM (64 KiB of pipeline buffer
+# each) hide the DMMA and load latency that one 128x64 block per SM left exposed; it
+# beat 128x64x32 at every shape measured (benchmarks/results/h100_small_tiles.log,
+# h100_fp64_64x64.log: 1000^3 0.42x -> 0.52x cuBLAS, 1024^3 0.63x -> 0.69x, 1536^3
+# 0.56x -> 0.69x, 8192^2 x 512 1.821 -> 1.715 ms, with bias|gelu 2.274 -> 2.156 ms,
+# skinny and short K level).
 CONFIGS: dict[np.dtype, dict[str, PipelineConfig]] = {
     _F64: {
         "large": PipelineConfig(128, 128, 32, 256, 2),
-        "small": PipelineConfig(128, 64, 32, 128, 2),
+        "small": PipelineConfig(64, 64, 32, 128, 2),
     },
     _F32: {
         "large": PipelineConfig(128, 128, 16, 256, 3),
@@ -273,6 +279,10 @@ def configs_for(dtype: Any) -> dict[str, PipelineConfig]:
 _SHALLOW_K_TILES = 16
 """K of at most this many large-configuration K-tiles counts as shallow (see :func:`suggest`)."""
 
+_DEEP_K_TILES_F64 = 128
+"""float64 takes its large tile only where K holds at least this many of its K-tiles
+(k >= 4096) and the large tile's waves are at least 90 % full (:func:`suggest`, step 6)."""
+
 
 def waves(m: int, n: int, config: PipelineConfig, sm_count: int) -> float:
     """Output tiles divided by SM count (one resident block per SM for these configurations)."""
@@ -354,12 +364,21 @@ def suggest(m: int, n: int, k: int, dtype: Any, *, device: Any = None) -> Pipeli
        ``tile_k * depth`` cannot fill it, and a short K (a few K-tiles) spends most of its
        time filling and draining.  When K holds at most 16 of the large configuration's
        K-tiles (512 for fp64) the small configuration is preferred: its blocks are
-       cheaper to fill and twice as many share the SMs.  The measured 8192x8192x512 fp64
+       cheaper to fill and several share each SM.  The measured 8192x8192x512 fp64
        case agrees (128x64x32: 0.80x cuBLAS against 0.73-0.77x for the deeper 128x128
-       configurations).  3xTF32 triples K and counts up to 64 tiles as shallow (measured,
+       configurations; 64x64x32, now fp64's small one, 6 % faster again).  3xTF32 triples K and counts up to 64 tiles as shallow (measured,
        see :data:`TF32X3_CONFIGS`).
     5. **Fits the device.**  A configuration whose shared memory exceeds the device's
        per-block opt-in limit is skipped.
+    6. **float64: small unless large, deep and well quantized.**  float64's small tile
+       (64x64x32, three blocks per SM) beat the large one (128x128x32, one block per SM:
+       216 registers) everywhere measured except at 4096^3 and 8192^3
+       (``h100_fp64_64x64.log``, x cuBLAS, small / large: 2560^3 0.78 / -, 3072^3 0.69 /
+       0.64, 4097^3 0.96 / 0.92, 4096^2 x 1024 0.72 / 0.61, 4096^2 x 2048 0.74 / 0.69,
+       8192^2 x 1024 0.67 / 0.64; 4096^3 0.72 / 0.75, 8192^3 0.77 / 0.88).  So float64
+       takes the large tile only where K holds at least :data:`_DEEP_K_TILES_F64` of its
+       K-tiles and its waves are at least 90 % full (4097^3's are 86 %), and the small
+       one everywhere else.  Steps 3 and 4 apply to float32.
 
     ``device``: a :class:`DeviceInfo`, a device ordinal, or None — None means the current
     device when a GPU is present and the H100's figures otherwise, so the choice can be
@@ -398,6 +417,9 @@ def _choose(m: int, n: int, k: int, dt: np.dtype, info: DeviceInfo, method: str)
         return small  # skinny: the large tile would be mostly padding
     if waves(m, n, large, info.sm_count) < 1.0:
         return small  # not even one wave with the large tile
+    if dt == _F64:  # step 6 of the docstring
+        deep = k >= _DEEP_K_TILES_F64 * large.tile_k
+        return large if deep and wave_efficiency(m, n, large, info.sm_count) >= 0.9 else small
     if k <= shallow_tiles * large.tile_k:
         return small  # shallow K: pipeline fill/drain is a large share of the loop
     if wave_efficiency(m, n, small, info.sm_count) > 1.15 * wave_efficiency(m, n, large, info.sm_count):
@@ -426,9 +448,17 @@ def split_k(m: int, n: int, k: int, config: PipelineConfig, dtype: Any, *, devic
     tile store: ~12 microseconds measured for a 128 x 64 float64 slice); the slices
     themselves run as one launch (:mod:`._splitk`).
 
-    The rule: ``S`` is the number of times the output tiles fit into *one block per
-    SM*, at most :data:`MAX_SPLIT_K`, and every slice keeps at least ``max(8, depth)``
-    K-tiles (K tripled under 3xTF32, whose split operands are sliced).  Measured on the
+    The rule: ``S`` is the number of times the output tiles fit into ``R - 1`` blocks
+    per SM (at least one), where ``R`` is how many blocks of the configuration one SM
+    holds (:meth:`PipelineConfig.resident_blocks`: 1 for the 128x128 float64 and
+    128x256 TF32 tiles, 2 for 128x128 TF32 and 128x64 float64, 3 for 64x64 float64), at
+    most :data:`MAX_SPLIT_K`, and every slice keeps at least ``max(8, depth)`` K-tiles (K
+    tripled under 3xTF32, whose split operands are sliced).  An empirical fit: the
+    two-block configurations were fastest with one block per SM, the three-block 64x64
+    one with two (``h100_split_k_64x64.log``, float64 ms: 4096x64x4096 0.140 / 0.081 /
+    0.079 / 0.080 / 0.098 at S = 1 / 2 / 4 / 6 / 8, rule 4; 4096x128x4096 0.146 / 0.125 /
+    0.150, S = 1 / 2 / 4, rule 2; 2048x256x8192 0.275 / 0.215 / 0.259, rule 2; 1024^3
+    0.063 unsplit, 0.085 in two).  Measured on the
     H100, GPU time per call in ms against cuBLAS in the same run
     (``benchmarks/results/h100_split_k_launch.log``):
 
@@ -475,7 +505,8 @@ def split_k(m: int, n: int, k: int, config: PipelineConfig, dtype: Any, *, devic
         wanted = int(forced)
     else:
         tiles = math.ceil(m / config.tile_m) * math.ceil(n / config.tile_n)
-        wanted = min(_device_info(device).sm_count // tiles, MAX_SPLIT_K)
+        per_sm = max(1, config.resident_blocks(dt.itemsize) - 1)
+        wanted = min(_device_info(device).sm_count * per_sm // tiles, MAX_SPLIT_K)
     return max(1, min(wanted, most))
 
 
