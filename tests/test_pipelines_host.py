@@ -879,3 +879,15 @@ def test_warmup_builds_split_k_variants_of_the_small_configurations(monkeypatch)
     W.warmup(["float64"], configs=["small"], arrangements=[("row_major", "row_major")], split_k_configs=(),
              progress=False)
     assert [job[6] for job in jobs] == [False]
+
+
+def test_kernel_generating_sources_match_the_reviewed_digest():
+    """The cache key holds FORMAT_VERSION, not a hash of dxgemm's source (cache.CODEGEN_DIGEST says why):
+    an edit to the code that generates kernels must come with a decision about FORMAT_VERSION."""
+    from dxgemm.pipelines import cache
+
+    assert cache.codegen_digest() == cache.CODEGEN_DIGEST, (
+        f"the kernel-generating sources changed ({', '.join(cache.CODEGEN_SOURCES)}, PipelineConfig). If the "
+        f"generated code changes, bump FORMAT_VERSION in dxgemm/pipelines/cache.py (every cached kernel is "
+        f"rebuilt); either way set CODEGEN_DIGEST = {cache.codegen_digest()!r}"
+    )

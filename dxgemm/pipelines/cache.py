@@ -33,10 +33,14 @@ The key
 :func:`key_fields` gathers everything that changes the generated code: the versions of
 the packages that *generate* it (nvmath-python, libmathdx, numba-cuda), the CUDA major
 version of the compilers (NVRTC / nvJitLink), the target compute capability, the cache
-format (bumped whenever the kernel's signature changes), and what the caller adds
+format (bumped whenever the generated code changes), and what the caller adds
 (configuration, dtype, arrangement, epilogue structure and the Numba type of its
 arguments).  :func:`cache_key` hashes their canonical JSON.  Gathering versions imports
 no nvmath (package metadata only), so a warm process stays light.
+
+Not in the key either: dxgemm's own source.  :data:`FORMAT_VERSION` stands for it, and a
+test holds the kernel-generating modules to a recorded digest (:data:`CODEGEN_DIGEST`), so
+a change to them cannot slip by without a decision on the version.
 
 Deliberately *not* in the key: the driver version and the compilers' minor versions.
 A cubin is SASS for one compute capability; a CUDA 13.x toolchain's cubin loads on any
@@ -80,6 +84,22 @@ __all__ = [
 ]
 
 FORMAT_VERSION = 3  # 3: grouped block order in the GEMM kernel, one-block-per-pipeline init
+"""Part of every key: bump it whenever the code dxgemm generates changes (see :data:`CODEGEN_DIGEST`)."""
+
+CODEGEN_SOURCES = ("pipelines/_build.py", "pipelines/_lto.py", "kernels/__init__.py", "kernels/_device.py",
+                   "kernels/_spec.py", "kernels/splitk_reduce.py", "epilogues/_base.py", "epilogues/_pointwise.py",
+                   "epilogues/_operands.py", "epilogues/_custom.py")
+"""The modules (relative to the package) whose code ends up in cached kernels, besides
+:class:`~.config.PipelineConfig` (its launch bounds)."""
+
+CODEGEN_DIGEST = "755100e5606d6643"
+""":func:`codegen_digest` as of the last review of :data:`FORMAT_VERSION`.
+
+The key does not hash dxgemm's own source: a cold kernel costs 30-60 s, and every edit
+(a comment, a docstring) would rebuild them all.  Instead ``tests/test_pipelines_host.py``
+fails when the generating sources no longer match this digest, so whoever changes them
+decides: generated code changed -> bump :data:`FORMAT_VERSION` (every cached kernel is
+rebuilt, in users' caches too); it did not -> only update this digest."""
 _MAGIC = b"DXGEMM-KERNEL-CACHE\n"
 _SUFFIX = ".dxk"
 _LOCK_TIMEOUT_S = 3600.0  # a cold build can take minutes; waiting beats building twice
@@ -87,6 +107,22 @@ _LOCK_TIMEOUT_S = 3600.0  # a cold build can take minutes; waiting beats buildin
 
 class CacheWarning(UserWarning):
     """A cache entry was corrupt, stale or could not be written; the kernel is rebuilt."""
+
+
+def codegen_digest() -> str:
+    """sha256 (16 hex digits) of the kernel-generating sources (:data:`CODEGEN_SOURCES` and
+    :class:`~.config.PipelineConfig`), line endings normalised."""
+    import inspect
+
+    from .config import PipelineConfig
+
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for rel in CODEGEN_SOURCES:
+        digest.update(rel.encode())
+        digest.update((root / rel).read_text(encoding="utf-8").replace("\r\n", "\n").encode())
+    digest.update(inspect.getsource(PipelineConfig).encode())
+    return digest.hexdigest()[:16]
 
 
 def default_cache_dir() -> Path:
