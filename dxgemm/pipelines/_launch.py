@@ -10,7 +10,9 @@ ordered after whatever produced A and B and before whatever reads D):
 1. prepares the operands the pipeline reads (below) — usually nothing to do;
 2. launches the init kernel (one thread in each of 4 blocks) that writes four device
    pipelines' storage (A/B pointers, extents, leading dimensions: the cp.async state,
-   72 bytes each, or TMA descriptors for the TF32 kernels, 576 bytes);
+   72 bytes each, or TMA descriptors for the TF32 kernels, 576 bytes) — once per K slice
+   for a split-K call (:mod:`._splitk`), each slice's four in their own region — and
+   skips it when the storage already holds what it would write;
 3. launches the GEMM on a ceil(m / tile_m) x ceil(n / tile_n) grid, then frees any
    scratch stream-ordered.  The storage is allocated once per stream and kept: the init
    rewrites it before every GEMM, and the two launches are enqueued under one lock.
