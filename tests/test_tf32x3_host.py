@@ -92,13 +92,14 @@ def test_store_rule_follows_the_measurements(monkeypatch):
     monkeypatch.delenv("DXGEMM_PIPELINE_STORE", raising=False)
     small, large = TF32X3_CONFIGS["small"], TF32X3_CONFIGS["large"]
     f64 = np.dtype(np.float64)
-    # every TF32 kernel (the vector variant), and float64 wherever two or more blocks fit an SM: staged
+    # every TF32 kernel (the vector variant), and float64 wherever two or more blocks fit an SM: staged,
+    # with the full-tile walk
     assert small.resident_blocks(4) == 2 and CONFIGS[f64]["small"].resident_blocks(8) == 3
     shallow = TF32X3_CONFIGS["small"].__class__(128, 128, 32, 256, 2)  # 64 KiB: three blocks by shared memory
     assert shallow.resident_blocks(4) == 3 and shallow.bounded_blocks(4) == 2  # but >= 128 registers a thread
     for config in (small, large):
-        assert pipeline_store("tf32", config) == "staged_vec"
-    assert pipeline_store("native", CONFIGS[f64]["small"], f64) == "staged"
+        assert pipeline_store("tf32", config) == "staged_vec_tile"
+    assert pipeline_store("native", CONFIGS[f64]["small"], f64) == "staged_tile"
     # the one-block float64 configuration keeps the loop (its large squares were slower staged)
     assert CONFIGS[f64]["large"].resident_blocks(8) == 1
     assert pipeline_store("native", CONFIGS[f64]["large"], f64) == "loop"

@@ -249,7 +249,7 @@ def _make_device_pipeline(mm, depth: int, arrangement: tuple[str, str], dtype: n
     return dp, h
 
 
-STORES = ("loop", "unrolled", "staged", "staged_vec")
+STORES = ("loop", "unrolled", "staged", "staged_vec", "staged_tile", "staged_vec_tile")
 """How the kernel stores its accumulator fragment: ``"loop"`` (a run-time loop over the
 fragment: the fragment goes through local memory, ``STL``/``LDL`` in SASS), ``"unrolled"``
 (one straight-line block per fragment element, so every index is a constant and the
@@ -260,7 +260,11 @@ tile in D's memory order and applies the epilogue once per element in one loop: 
 of the epilogue's code, and coalesced stores) or ``"staged_vec"`` (staged, but each
 thread takes 16 bytes of consecutive elements along D's contiguous dimension: one index
 computation and one 128-bit store for 4 float32 / 2 float64 elements, the epilogue
-inlined that many times; :func:`_vector_group`)."""
+inlined that many times; :func:`_vector_group`).  ``"staged_tile"`` / ``"staged_vec_tile"``:
+the same, but a block whose tile lies wholly inside D walks it with a loop of constant
+trip count, each thread's column (row) fixed and its row (column) stepped by a constant,
+with unsigned indices (no bounds checks, no negative-index fix-ups); edge tiles take the
+general loop."""
 
 
 def _vector_group(width: int, tile_n: int, epilogue: Callable, value_type: Any) -> Callable:
@@ -373,7 +377,7 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
       as in Triton's matmul tutorial): the blocks in flight then read a few block rows of
       A and a few block columns of B, which stay in L2, instead of all of A per wave.
     """
-    from numba import cuda, int64
+    from numba import cuda, int64, uint64
 
     tile_m, tile_n = config.tile_m, config.tile_n
     value_type = np.dtype(dtype).type
@@ -382,14 +386,23 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
     if store not in STORES:
         raise ValueError(f"store must be one of {STORES}, got {store!r}")
     UNROLLED = store == "unrolled"
-    STAGED = store in ("staged", "staged_vec")
-    VECTOR = store == "staged_vec"
+    STAGED = store in ("staged", "staged_vec", "staged_tile", "staged_vec_tile")
+    VECTOR = store in ("staged_vec", "staged_vec_tile")
+    TILE_WALK = store in ("staged_tile", "staged_vec_tile")
     STEP = 16 // np.dtype(dtype).itemsize if VECTOR else 1  # tile elements per thread and step
     vector_group = _vector_group(STEP, tile_n, epilogue, value_type) if VECTOR else None
     store_unrolled = _unrolled_store(frag_size, epilogue) if UNROLLED else None
     stage = _staging_store(frag_size) if STAGED else None
     threads = config.block_size
     tile_elements = tile_m * tile_n
+    SPAN = threads * STEP  # tile elements the block covers per step of the full-tile walk
+    if TILE_WALK and (SPAN % tile_m or SPAN % tile_n or tile_elements % SPAN):
+        raise ValueError(f"the tile walk needs {threads} x {STEP} elements to cover whole rows and columns of "
+                         f"the {tile_m}x{tile_n} tile")
+    WALK_STEPS = tile_elements // SPAN if TILE_WALK else 0
+    ROW_STEP = SPAN // tile_n if TILE_WALK else 0  # rows per step, D row-major
+    COL_STEP = SPAN // tile_m if TILE_WALK else 0  # columns per step, D column-major
+    MASK = tile_n - 1
     if STAGED and (tile_m & (tile_m - 1) or tile_n & (tile_n - 1)):
         raise ValueError(f"the staged store needs power-of-two tile sides, got {tile_m}x{tile_n}")
     if STAGED and tile_elements * np.dtype(dtype).itemsize > config.smem_bytes(np.dtype(dtype).itemsize):
@@ -446,24 +459,49 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
             rows_fastest = d_rs == 1 and d_cs != 1  # walk the tile in D's memory order
             dr = int64(1) if rows_fastest else int64(0)  # the vector group's direction
             dc = int64(1) - dr
-            for g in range(first, tile_elements // STEP, threads):
-                e = g * STEP
+            walked = False
+            if TILE_WALK:
+                walked = row0 + tile_m <= m and col0 + tile_n <= n and k_main == k
+            if TILE_WALK and walked:
+                e0 = first * STEP
                 if rows_fastest:
-                    r = e % tile_m
-                    c = e // tile_m
+                    r = e0 % tile_m
+                    c = e0 // tile_m
                 else:
-                    r = e // tile_n
-                    c = e % tile_n
-                row = row0 + r
-                col = col0 + c
-                if VECTOR:
-                    vector_group(smem, d, r, c, row, col, dr, dc, m, n, d_rs, d_cs, k_main, k,
-                                 a, a_rs, a_cs, b, b_rs, b_cs, epi_args)
-                elif row < m and col < n:
-                    value = smem[r * tile_n + ((c + r) & (tile_n - 1))]
-                    for kk in range(k_main, k):
-                        value += a[row * a_rs + kk * a_cs] * b[kk * b_rs + col * b_cs]
-                    d[row * d_rs + col * d_cs] = epilogue(value, row, col, epi_args)
+                    r = e0 // tile_n
+                    c = e0 % tile_n
+                for step in range(WALK_STEPS):
+                    if VECTOR:
+                        vector_group(smem, d, r, c, row0 + r, col0 + c, dr, dc, m, n, d_rs, d_cs, k_main, k,
+                                     a, a_rs, a_cs, b, b_rs, b_cs, epi_args)
+                    else:
+                        row = row0 + r
+                        col = col0 + c
+                        value = smem[uint64(r * tile_n + ((c + r) & MASK))]
+                        d[uint64(row * d_rs + col * d_cs)] = epilogue(value, row, col, epi_args)
+                    if rows_fastest:
+                        c += COL_STEP
+                    else:
+                        r += ROW_STEP
+            else:
+                for g in range(first, tile_elements // STEP, threads):
+                    e = g * STEP
+                    if rows_fastest:
+                        r = e % tile_m
+                        c = e // tile_m
+                    else:
+                        r = e // tile_n
+                        c = e % tile_n
+                    row = row0 + r
+                    col = col0 + c
+                    if VECTOR:
+                        vector_group(smem, d, r, c, row, col, dr, dc, m, n, d_rs, d_cs, k_main, k,
+                                     a, a_rs, a_cs, b, b_rs, b_cs, epi_args)
+                    elif row < m and col < n:
+                        value = smem[r * tile_n + ((c + r) & (tile_n - 1))]
+                        for kk in range(k_main, k):
+                            value += a[row * a_rs + kk * a_cs] * b[kk * b_rs + col * b_cs]
+                        d[row * d_rs + col * d_cs] = epilogue(value, row, col, epi_args)
         elif accumulator.is_thread_active():
             results = accumulator.get_results()
             if UNROLLED:
@@ -625,7 +663,7 @@ def _lower_inner(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str
         # TF32 128x128/256 threads unbounded, one block per SM); bound them so that as many
         # blocks fit as the buffer allows, and one block's epilogue overlaps another's main loop
         launch_bounds=(config.block_size,
-                       config.bounded_blocks(dtype.itemsize) if store in ("staged", "staged_vec") else 1),
+                       config.bounded_blocks(dtype.itemsize) if store.startswith("staged") else 1),
     )
     out["times"]["compile_all"] = time.perf_counter() - t
     t = time.perf_counter()

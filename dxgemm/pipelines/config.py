@@ -217,7 +217,7 @@ def pipeline_store(operands: str = "native", config: "PipelineConfig | None" = N
     ==============================  ===========  =========  =========
 
     So every TF32 kernel and every kernel with two or more blocks per SM
-    (:meth:`PipelineConfig.resident_blocks`) stores staged; the one-block float64
+    (:meth:`PipelineConfig.resident_blocks`) stores staged (with the tile walk, below); the one-block float64
     configuration, whose large squares lost 1-6 %, keeps the loop.  The unrolled store
     (straight-line stores from registers, 128 inlined epilogue copies for a fused kernel)
     lost to the staged one everywhere it was measured and is only chosen on request.
@@ -243,21 +243,46 @@ def pipeline_store(operands: str = "native", config: "PipelineConfig | None" = N
     ==================================  ======  ==========
 
     float64 keeps the scalar staged store: its fused kernels lost 2-3 % (two inlined
-    copies of the float64 erf).  ``DXGEMM_PIPELINE_STORE`` (``loop``, ``unrolled``,
-    ``staged`` or ``staged_vec``) overrides the rule.
+    copies of the float64 erf).
+
+    Both take the *tile walk* (``staged_tile`` / ``staged_vec_tile``): a block whose tile
+    lies wholly inside D, with no K tail, walks it with a constant trip count, unsigned
+    indices and no bounds checks (``_build.STORES``).  ncu of the float64 short-K kernel
+    had shown ~115 thread-instructions per output element, most of them the copy-out's
+    index arithmetic and Numba's negative-index fix-ups (``h100_ncu_short_k.log``).  Same
+    run, ms (``benchmarks/results/h100_store_tile.log``):
+
+    ==================================  ===========  ==========
+    kernel, shape                       without      tile walk
+    ==================================  ===========  ==========
+    fp64 64x64, 4096^2x40               0.153        0.121
+    fp64 64x64, 4096^2x256              0.272        0.228
+    fp64 64x64 bias|gelu, same          0.365        0.335
+    fp64 64x64, 8192^2x512              1.729        1.674
+    fp64 64x64 bias|gelu, same          2.264        2.151
+    fp64 64x64, 1024^3                  0.062        0.059
+    fp64 64x64, 1000^3 (K tail)         0.085        0.085
+    TF32 128x128, 4096^2x40             0.119        0.113
+    TF32 128x128 bias|gelu, 4096^2x256  0.214        0.205
+    TF32 128x128 bias|gelu, 8192^2x512  1.078        1.053
+    ==================================  ===========  ==========
+
+    ``DXGEMM_PIPELINE_STORE`` (``loop``, ``unrolled``, ``staged``, ``staged_vec``,
+    ``staged_tile`` or ``staged_vec_tile``) overrides the rule.
     """
     import os
 
     store = os.environ.get("DXGEMM_PIPELINE_STORE")
     if store is None:
         if operands == "tf32":
-            return "staged_vec"
+            return "staged_vec_tile"
         itemsize = np.dtype(dtype).itemsize if dtype is not None else None
         if config is not None and itemsize is not None and config.resident_blocks(itemsize) >= 2:
-            return "staged"
+            return "staged_tile"
         return "loop"
-    if store not in ("loop", "unrolled", "staged", "staged_vec"):
-        raise ValueError(f"DXGEMM_PIPELINE_STORE must be 'loop', 'unrolled', 'staged' or 'staged_vec', got {store!r}")
+    stores = ("loop", "unrolled", "staged", "staged_vec", "staged_tile", "staged_vec_tile")
+    if store not in stores:
+        raise ValueError(f"DXGEMM_PIPELINE_STORE must be one of {stores}, got {store!r}")
     return store
 
 
