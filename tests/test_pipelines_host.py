@@ -444,6 +444,8 @@ def test_plan_covers_every_shape(shape, tile, depth):
     ((2048, 2048, 2040), "loop", False, True),  # 24 tail columns over 4M outputs: copying is cheaper
     ((4097, 4097, 4097), "loop", True, True),  # both copied for alignment anyway: padding costs the zeroing
     ((512, 512, 1000), "staged", False, False),  # small: the two copies cost more than the tail
+    ((1000, 1000, 1000), "staged_tile", False, False),  # the tile stores add a tail like the staged one
+    ((1000, 1000, 1000), "loop", False, True),
     ((4096, 4096, 4096), "loop", False, False),  # no tail
     ((64, 64, 4095), "loop", False, False),  # few outputs: the tail is cheap
 ])
@@ -891,3 +893,10 @@ def test_kernel_generating_sources_match_the_reviewed_digest():
         f"generated code changes, bump FORMAT_VERSION in dxgemm/pipelines/cache.py (every cached kernel is "
         f"rebuilt); either way set CODEGEN_DIGEST = {cache.codegen_digest()!r}"
     )
+
+
+def test_every_fragment_store_has_a_k_tail_cost():
+    from dxgemm.pipelines._build import STORES
+    from dxgemm.pipelines._launch import TAIL_SECONDS_PER_PRODUCT
+
+    assert set(TAIL_SECONDS_PER_PRODUCT) == set(STORES)

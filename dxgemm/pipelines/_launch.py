@@ -297,7 +297,8 @@ class Plan:
     grid: tuple[int, int]
 
 
-TAIL_SECONDS_PER_PRODUCT = {"staged": 3.4e-12, "staged_vec": 3.4e-12, "loop": 7.3e-12, "unrolled": 7.3e-12}
+TAIL_SECONDS_PER_PRODUCT = {"staged": 3.4e-12, "staged_vec": 3.4e-12, "staged_tile": 3.4e-12,
+                            "staged_vec_tile": 3.4e-12, "loop": 7.3e-12, "unrolled": 7.3e-12}
 """What the kernel's own K tail costs per output element and tail column, by fragment
 store (H100, float64; ``benchmarks/results/h100_odd_shapes_dissect.log`` and
 ``h100_k_tail.log``): the staged store adds the tail while walking the tile in D's
@@ -344,7 +345,7 @@ def pad_k_tail(m: int, n: int, k: int, tile_k: int, a_copied: bool, b_copied: bo
     if mode != "auto":
         return mode == "pad"
     k_pad = k - tail + tile_k
-    tail_s = m * n * tail * TAIL_SECONDS_PER_PRODUCT.get(store, TAIL_SECONDS_PER_PRODUCT["loop"])
+    tail_s = m * n * tail * TAIL_SECONDS_PER_PRODUCT[store]
     pad_s = 0.0
     for rows, copied in ((m, a_copied), (n, b_copied)):
         if not copied:
