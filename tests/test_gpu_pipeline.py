@@ -101,28 +101,31 @@ def test_shapes_and_arrangements(cp, shape, dtype, arrangement):
     assert_close(d, a.astype(np.float64), b.astype(np.float64), np.dtype(dtype), split=_split(dtype))
 
 
-@pytest.mark.parametrize("store", ["staged", "staged_vec"])
+@pytest.mark.parametrize("store", ["staged", "staged_vec", "default"])
 @pytest.mark.parametrize("epilogue", ["none", "bias|gelu"])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_staged_store_on_edges_and_both_d_orders(cp, dtype, epilogue, store, monkeypatch):
-    """The staged fragment stores (``_build.STORES``) on the small configuration: edges, K tails, D either
-    way, rows that are and are not 16-byte aligned (the vector store's fallback)."""
+    """The staged fragment stores (``_build.STORES``; ``default``: the tile walk the small configuration
+    uses) on the small configuration: whole tiles, edges, K tails, D either way, and D rows that are not
+    16-byte aligned (the vector store's fallback, and no vector walk)."""
     from dxgemm import _calls
     from dxgemm import epilogues as E
     from dxgemm.epilogues.reference import check
     from dxgemm.pipelines import use_config
 
-    monkeypatch.setenv("DXGEMM_PIPELINE_STORE", store)
+    if store != "default":
+        monkeypatch.setenv("DXGEMM_PIPELINE_STORE", store)
     monkeypatch.setenv("DXGEMM_SPLIT_K", "1")  # the fused kernel's own edges (split calls run the plain one)
     _calls.clear()
     b_order = "col" if _split(dtype) == 3 else "row"  # the arrangement the small kernels were built for
     with use_config("small"):
         for m, n, k in [(1000, 1000, 1000), (129, 257, 95), (17, 33, 5), (4096, 64, 4096), (1, 4096, 4096),
                         (4096, 4096, 40), (2048, 2048, 256)]:
-            for d_order in ("row", "col"):
+            for d_order in ("row", "col", "padded"):
                 a = _matrix(cp, m, k, dtype, "row", 60)
                 b = _matrix(cp, k, n, dtype, b_order, 61)
-                d = _matrix(cp, m, n, dtype, d_order, 62)
+                d = _matrix(cp, m, n + 1, dtype, "row", 62)[:, :n] if d_order == "padded" else \
+                    _matrix(cp, m, n, dtype, d_order, 62)
                 d.fill(cp.nan)
                 v = cp.random.default_rng(63).standard_normal(n).astype(dtype)
                 chain = E.bias(v) | E.gelu() if epilogue != "none" else None

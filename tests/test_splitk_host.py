@@ -181,3 +181,42 @@ def test_split_launch_needs_the_split_kernel():
     w = Matrix(1 << 34, 512, 64, 64, "row_major", 8)
     with pytest.raises(ValueError, match="split_k"):
         kernel(0, a, b, w, 256, 64, 512, [np.float64(1)], slices=2)
+
+
+class _Buffer:
+    def __init__(self, handle: int, size: int, log: list):
+        self.handle, self.size, self._log = handle, size, log
+
+    def close(self, stream):
+        self._log.append(("close", self.handle, stream))
+
+
+class _Device:
+    """A stand-in for ``cuda.core.Device``: its memory resource hands out numbered buffers."""
+
+    def __init__(self):
+        self.log: list = []
+        self.memory_resource = self
+
+    def allocate(self, nbytes, stream=None):
+        buf = _Buffer(0x1000 * (len(self.log) + 1), nbytes, self.log)
+        self.log.append(("allocate", buf.handle, nbytes, stream))
+        return buf
+
+
+def test_kept_buffers_reuse_grow_in_stream_order_and_keep_keys_apart():
+    from dxgemm.pipelines._launch import KeptBuffers
+
+    device, kept = _Device(), KeptBuffers()
+    first, replaced = kept.get(7, device, "s7", 256)
+    assert replaced and device.log == [("allocate", first, 256, "s7")]
+    assert kept.get(7, device, "s7", 100) == (first, False)  # smaller: the same buffer
+    assert kept.get(7, device, "s7", 256) == (first, False)
+    assert len(device.log) == 1
+    other, replaced = kept.get(8, device, "s8", 64)  # another stream: its own buffer
+    assert replaced and other != first
+    bigger, replaced = kept.get(7, device, "s7", 1024)
+    assert replaced and bigger not in (first, other)
+    # the old buffer is freed on the requesting stream, before the new one is taken
+    assert device.log[-2:] == [("close", first, "s7"), ("allocate", bigger, 1024, "s7")]
+    assert kept.get(8, device, "s8", 64) == (other, False)

@@ -261,13 +261,15 @@ of the epilogue's code, and coalesced stores) or ``"staged_vec"`` (staged, but e
 thread takes 16 bytes of consecutive elements along D's contiguous dimension: one index
 computation and one 128-bit store for 4 float32 / 2 float64 elements, the epilogue
 inlined that many times; :func:`_vector_group`).  ``"staged_tile"`` / ``"staged_vec_tile"``:
-the same, but a block whose tile lies wholly inside D walks it with a loop of constant
-trip count, each thread's column (row) fixed and its row (column) stepped by a constant,
-with unsigned indices (no bounds checks, no negative-index fix-ups); edge tiles take the
-general loop."""
+the same, but a block whose tile lies wholly inside D, with no K tail (and, for the vector
+store, 16-byte aligned rows) walks it with a loop of constant trip count, one loop per D
+order, each thread's column (row) fixed and its row (column) stepped by a constant, with
+unsigned indices (no bounds checks, no negative-index fix-ups) and, along rows, one
+128-bit shared-memory load per group (:func:`_walk_group`); other tiles take the general
+loop."""
 
 
-def _vector_group(width: int, tile_n: int, epilogue: Callable, value_type: Any) -> Callable:
+def _vector_group(width: int, slot: Callable, epilogue: Callable, value_type: Any) -> Callable:
     """A device function storing ``width`` consecutive elements of D from the staging area.
 
     Elements ``j = 0 .. width-1`` are tile element ``(r + j dr, c + j dc)``, global element
@@ -285,7 +287,7 @@ def _vector_group(width: int, tile_n: int, epilogue: Callable, value_type: Any) 
         lines += [f"    rj = r + {j} * dr", f"    cj = c + {j} * dc", f"    gr = row + {j} * dr", f"    gc = col + {j} * dc",
                   f"    v{j} = ZERO",
                   "    if gr < m and gc < n:",
-                  f"        v{j} = smem[rj * TILE_N + ((cj + rj) & MASK)]",
+                  f"        v{j} = smem[slot(rj, cj)]",
                   "        for kk in range(k_main, k):",
                   f"            v{j} += a[gr * a_rs + kk * a_cs] * b[kk * b_rs + gc * b_cs]",
                   f"        v{j} = epilogue(v{j}, gr, gc, epi_args)",
@@ -300,9 +302,53 @@ def _vector_group(width: int, tile_n: int, epilogue: Callable, value_type: Any) 
     for j in range(width):
         lines += [f"        if row + {j} * dr < m and col + {j} * dc < n:", f"            d[at + {j} * step] = v{j}"]
     namespace = {"epilogue": epilogue, "is_aligned16": is_aligned16, "store_vec": store_vec,
-                 "ZERO": value_type(0), "TILE_N": tile_n, "MASK": tile_n - 1}
+                 "ZERO": value_type(0), "slot": slot}
     exec("\n".join(lines), namespace)  # noqa: S102 - generated from constants above
     return cuda.jit(device=True, forceinline=True)(namespace["group"])
+
+
+def _walk_group(width: int, slot: Callable, epilogue: Callable, along_row: bool) -> Callable:
+    """A device function storing ``width`` consecutive elements of a tile that lies wholly inside D.
+
+    The tile walk's counterpart of :func:`_vector_group` for blocks with no edge and no K
+    tail: no bounds checks, no K tail, and the caller has checked once that every group's
+    address is 16-byte aligned.  ``along_row``: the group runs along a row of the tile (D
+    row-major), where the staging layout keeps it contiguous (:func:`_staging_slot`), so
+    it leaves shared memory in one 128-bit load; otherwise down a column, element by
+    element.  Indices are unsigned (no negative-index fix-ups).
+    """
+    from numba import cuda, uint32, uint64
+
+    from ..kernels._device import load_vec, store_vec
+
+    lines = ["def group(smem, d, r, c, row0, col0, d_rs, d_cs, epi_args):"]
+    if along_row and width > 1:
+        lines.append(f"    {', '.join(f'x{j}' for j in range(width))}, = load_vec(smem, uint32(slot(r, c)))")
+        lines += [f"    v{j} = epilogue(x{j}, row0 + r, col0 + c + {j}, epi_args)" for j in range(width)]
+    else:
+        lines += [f"    v{j} = epilogue(smem[uint32(slot(r + {j}, c))], row0 + r + {j}, col0 + c, epi_args)"
+                  for j in range(width)]
+    lines.append("    at = uint64((row0 + r) * d_rs + (col0 + c) * d_cs)")
+    if width == 1:
+        lines.append("    d[at] = v0")
+    else:
+        lines.append(f"    store_vec(d, at, ({', '.join(f'v{j}' for j in range(width))},))")
+    namespace = {"epilogue": epilogue, "load_vec": load_vec, "store_vec": store_vec, "uint32": uint32,
+                 "uint64": uint64, "slot": slot}
+    exec("\n".join(lines), namespace)  # noqa: S102 - generated from constants above
+    return cuda.jit(device=True, forceinline=True)(namespace["group"])
+
+
+def _tile_position(tile_m: int, tile_n: int) -> Callable:
+    """A device function mapping tile element ``e`` (in D's memory order) to its ``(r, c)``."""
+    from numba import cuda
+
+    def position(e, rows_fastest):
+        if rows_fastest:
+            return e % tile_m, e // tile_m
+        return e // tile_n, e % tile_n
+
+    return cuda.jit(device=True, forceinline=True)(position)
 
 
 def _unrolled_store(frag_size: int, epilogue: Callable) -> Callable:
@@ -327,21 +373,37 @@ def _unrolled_store(frag_size: int, epilogue: Callable) -> Callable:
     return cuda.jit(device=True, forceinline=True)(namespace["store"])
 
 
-def _staging_store(frag_size: int) -> Callable:
-    """A device function writing a fragment into the tile-sized staging area, with constant indices.
+def _staging_slot(tile_n: int, rotation: int) -> Callable:
+    """The staging area's layout: a device function giving the slot of tile element ``(r, c)``.
 
-    Element ``(r, c)`` of the tile goes to ``r * tile_n + ((c + r) mod tile_n)``: rows are
-    rotated by their index, so the lanes of a warp that hold the same column of different
-    rows hit different banks (no padding, which would not fit: a 128x128 float64 tile
-    fills the whole buffer).
+    Element ``(r, c)`` goes to ``r * tile_n + ((c + rotation * r) mod tile_n)``.  Rows are
+    rotated so that the lanes of a warp writing the same column of different rows hit
+    different banks (no padding, which would not fit: a 128x128 float64 tile fills the
+    whole buffer).  A rotation that is a multiple of the 16-byte vector width keeps every
+    aligned group of ``16 / itemsize`` elements of a row contiguous and aligned in shared
+    memory, so the tile walk reads it with one 128-bit load; with ``rotation = 4`` a
+    warp's float32 fragment store (8 rows x 4 column pairs) is at most 2-way bank
+    conflicted, against up to 4-way with ``rotation = 1``.
     """
     from numba import cuda
 
-    lines = ["def stage(accumulator, results, smem, tile_n):"]
+    mask = tile_n - 1
+
+    def slot(r, c):
+        return r * tile_n + ((c + rotation * r) & mask)
+
+    return cuda.jit(device=True, forceinline=True)(slot)
+
+
+def _staging_store(frag_size: int, slot: Callable) -> Callable:
+    """A device function writing a fragment into the tile-sized staging area, with constant indices."""
+    from numba import cuda
+
+    lines = ["def stage(accumulator, results, smem):"]
     for i in range(frag_size):
         lines += [f"    r, c = accumulator.map_fragment_index({i})",
-                  f"    smem[r * tile_n + ((c + r) & (tile_n - 1))] = results[{i}]"]
-    namespace: dict = {}
+                  f"    smem[slot(r, c)] = results[{i}]"]
+    namespace: dict = {"slot": slot}
     exec("\n".join(lines), namespace)  # noqa: S102 - generated from constants above
     return cuda.jit(device=True, forceinline=True)(namespace["stage"])
 
@@ -377,7 +439,9 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
       as in Triton's matmul tutorial): the blocks in flight then read a few block rows of
       A and a few block columns of B, which stay in L2, instead of all of A per wave.
     """
-    from numba import cuda, int64, uint64
+    from numba import cuda, int64
+
+    from ..kernels._device import is_aligned16
 
     tile_m, tile_n = config.tile_m, config.tile_n
     value_type = np.dtype(dtype).type
@@ -390,9 +454,13 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
     VECTOR = store in ("staged_vec", "staged_vec_tile")
     TILE_WALK = store in ("staged_tile", "staged_vec_tile")
     STEP = 16 // np.dtype(dtype).itemsize if VECTOR else 1  # tile elements per thread and step
-    vector_group = _vector_group(STEP, tile_n, epilogue, value_type) if VECTOR else None
+    slot = _staging_slot(tile_n, STEP)
+    vector_group = _vector_group(STEP, slot, epilogue, value_type) if VECTOR else None
+    walk_row = _walk_group(STEP, slot, epilogue, along_row=True) if TILE_WALK else None
+    walk_column = _walk_group(STEP, slot, epilogue, along_row=False) if TILE_WALK else None
+    tile_position = _tile_position(tile_m, tile_n)
     store_unrolled = _unrolled_store(frag_size, epilogue) if UNROLLED else None
-    stage = _staging_store(frag_size) if STAGED else None
+    stage = _staging_store(frag_size, slot) if STAGED else None
     threads = config.block_size
     tile_elements = tile_m * tile_n
     SPAN = threads * STEP  # tile elements the block covers per step of the full-tile walk
@@ -402,7 +470,6 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
     WALK_STEPS = tile_elements // SPAN if TILE_WALK else 0
     ROW_STEP = SPAN // tile_n if TILE_WALK else 0  # rows per step, D row-major
     COL_STEP = SPAN // tile_m if TILE_WALK else 0  # columns per step, D column-major
-    MASK = tile_n - 1
     if STAGED and (tile_m & (tile_m - 1) or tile_n & (tile_n - 1)):
         raise ValueError(f"the staged store needs power-of-two tile sides, got {tile_m}x{tile_n}")
     if STAGED and tile_elements * np.dtype(dtype).itemsize > config.smem_bytes(np.dtype(dtype).itemsize):
@@ -453,52 +520,33 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
             # their last MMA, the buffer holds nothing anyone still needs.
             cuda.syncthreads()
             if accumulator.is_thread_active():
-                stage(accumulator, accumulator.get_results(), smem, tile_n)
+                stage(accumulator, accumulator.get_results(), smem)
             cuda.syncthreads()
             first = int64(cuda.threadIdx.x)
             rows_fastest = d_rs == 1 and d_cs != 1  # walk the tile in D's memory order
-            dr = int64(1) if rows_fastest else int64(0)  # the vector group's direction
-            dc = int64(1) - dr
-            walked = False
-            if TILE_WALK:
-                walked = row0 + tile_m <= m and col0 + tile_n <= n and k_main == k
-            if TILE_WALK and walked:
-                e0 = first * STEP
+            if TILE_WALK and row0 + tile_m <= m and col0 + tile_n <= n and k_main == k and (
+                    STEP == 1 or (is_aligned16(d, 0) and (d_cs if rows_fastest else d_rs) % STEP == 0)):
+                r, c = tile_position(first * STEP, rows_fastest)
                 if rows_fastest:
-                    r = e0 % tile_m
-                    c = e0 // tile_m
-                else:
-                    r = e0 // tile_n
-                    c = e0 % tile_n
-                for step in range(WALK_STEPS):
-                    if VECTOR:
-                        vector_group(smem, d, r, c, row0 + r, col0 + c, dr, dc, m, n, d_rs, d_cs, k_main, k,
-                                     a, a_rs, a_cs, b, b_rs, b_cs, epi_args)
-                    else:
-                        row = row0 + r
-                        col = col0 + c
-                        value = smem[uint64(r * tile_n + ((c + r) & MASK))]
-                        d[uint64(row * d_rs + col * d_cs)] = epilogue(value, row, col, epi_args)
-                    if rows_fastest:
+                    for step in range(WALK_STEPS):
+                        walk_column(smem, d, r, c, row0, col0, d_rs, d_cs, epi_args)
                         c += COL_STEP
-                    else:
+                else:
+                    for step in range(WALK_STEPS):
+                        walk_row(smem, d, r, c, row0, col0, d_rs, d_cs, epi_args)
                         r += ROW_STEP
             else:
+                dr = int64(1) if rows_fastest else int64(0)  # the vector group's direction
+                dc = int64(1) - dr
                 for g in range(first, tile_elements // STEP, threads):
-                    e = g * STEP
-                    if rows_fastest:
-                        r = e % tile_m
-                        c = e // tile_m
-                    else:
-                        r = e // tile_n
-                        c = e % tile_n
+                    r, c = tile_position(g * STEP, rows_fastest)
                     row = row0 + r
                     col = col0 + c
                     if VECTOR:
                         vector_group(smem, d, r, c, row, col, dr, dc, m, n, d_rs, d_cs, k_main, k,
                                      a, a_rs, a_cs, b, b_rs, b_cs, epi_args)
                     elif row < m and col < n:
-                        value = smem[r * tile_n + ((c + r) & (tile_n - 1))]
+                        value = smem[slot(r, c)]
                         for kk in range(k_main, k):
                             value += a[row * a_rs + kk * a_cs] * b[kk * b_rs + col * b_cs]
                         d[row * d_rs + col * d_cs] = epilogue(value, row, col, epi_args)

@@ -382,6 +382,36 @@ def plan(m: int, n: int, k: int, tile: tuple[int, int, int], depth: int, a_align
     return Plan(k_floor, k_floor, k, not a_aligned, not b_aligned, False, mb_main, nb_main, grid)
 
 
+class KeptBuffers:
+    """Device buffers kept between calls, one per key (a stream), grown in stream order.
+
+    A pipeline kernel keeps its pipelines' storage this way, and split-K calls their
+    workspace: a request no larger than the kept buffer reuses it; a larger one frees the
+    old buffer on the requesting stream (so work already enqueued there finishes with it)
+    and allocates a new one from ``device``'s memory resource.
+    """
+
+    def __init__(self) -> None:
+        import threading
+
+        self._buffers: dict[Any, Any] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: Any, device: Any, stream: Any, nbytes: int) -> tuple[int, bool]:
+        """``(pointer, replaced)``: at least ``nbytes`` for ``key``; ``replaced`` when a new buffer was taken."""
+        buf = self._buffers.get(key)
+        if buf is not None and buf.size >= nbytes:
+            return int(buf.handle), False
+        with self._lock:
+            buf = self._buffers.get(key)
+            if buf is not None and buf.size >= nbytes:
+                return int(buf.handle), False
+            if buf is not None:
+                buf.close(stream)
+            buf = self._buffers[key] = device.memory_resource.allocate(nbytes, stream=stream)
+        return int(buf.handle), True
+
+
 def storage_stride(storage_bytes: int, storage_alignment: int) -> int:
     """Bytes from one device pipeline's storage to the next in a storage buffer: what the
     init kernel is told, and (times the four pipelines of a K slice) how far a split-K
@@ -515,7 +545,7 @@ class PipelineKernel:
         import threading
 
         self._streams: dict[int, tuple[Any, Any]] = {}
-        self._storage_buffers: dict[int, Any] = {}
+        self._storage_buffers = KeptBuffers()
         self._initialized: dict[tuple[int, int], tuple | None] = {}  # per (stream, K slice): what its storage holds
         self._plans: dict[tuple, Plan] = {}
         self._pair_lock = threading.Lock()
@@ -635,12 +665,8 @@ class PipelineKernel:
         what the old one held.
         """
         nbytes = slices * (self._slice_bytes or 4 * self._storage_stride)
-        buf = self._storage_buffers.get(handle)
-        if buf is None or buf.size < nbytes:
-            if buf is not None:
-                buf.close(stream)
-                for key in [key for key in self._initialized if key[0] == handle]:
-                    del self._initialized[key]
-            buf = self.device.memory_resource.allocate(nbytes, stream=stream)
-            self._storage_buffers[handle] = buf
-        return int(buf.handle)
+        pointer, replaced = self._storage_buffers.get(handle, self.device, stream, nbytes)
+        if replaced:
+            for key in [key for key in self._initialized if key[0] == handle]:
+                del self._initialized[key]
+        return pointer

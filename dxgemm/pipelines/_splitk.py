@@ -16,44 +16,38 @@ Everything runs on the caller's stream.  The first version ran each slice as its
 launch of the plain kernel on its own stream (a fork and a join of events around them):
 the launches' skew and the events cost ~15 microseconds of GPU time and several launches'
 worth of host time per call (``benchmarks/results/h100_split_k_launch.log`` compares the
-two in one run).  The workspace (``S x m x n`` elements, laid out like D) is kept per
-caller's stream: calls on one stream are ordered, so they can share it.
+two in one run; the script that did, with its copy of the first version, is
+``benchmarks/split_k_launch.py`` at commit f6fef38).  The workspace (``S x m x n``
+elements, laid out like D) is kept per caller's stream: calls on one stream are ordered,
+so they can share it.
 """
 
 from __future__ import annotations
 
-import threading
+import functools
 from typing import Any
 
-from ._launch import Matrix, _aligned_ld, _values
+from ._launch import KeptBuffers, Matrix, _aligned_ld, _values
 
 __all__ = ["SplitKCall"]
 
-_workspaces: dict[tuple[int, int], Any] = {}
-_workspaces_lock = threading.Lock()
+_workspaces = KeptBuffers()
 
 
 def workspace(device: int, handle: int, stream: Any, nbytes: int) -> int:
     """At least ``nbytes`` of device memory for split calls on stream ``handle``, kept between calls.
 
-    A larger request frees the old buffer in stream order and takes a new one.  Split
-    calls have small outputs (at most one tile per SM times the slices), so what is kept
-    is small.
+    Split calls have small outputs (at most one tile per SM times the slices), so what is
+    kept is small (:class:`~._launch.KeptBuffers`).
     """
-    key = (device, handle)
-    kept = _workspaces.get(key)
-    if kept is not None and kept.size >= nbytes:
-        return int(kept.handle)
+    return _workspaces.get((device, handle), _device(device), stream, nbytes)[0]
+
+
+@functools.lru_cache(maxsize=None)
+def _device(ordinal: int) -> Any:
     from cuda.core import Device
 
-    with _workspaces_lock:
-        kept = _workspaces.get(key)
-        if kept is not None and kept.size >= nbytes:
-            return int(kept.handle)
-        if kept is not None:
-            kept.close(stream)
-        buf = _workspaces[key] = Device(device).memory_resource.allocate(nbytes, stream=stream)
-    return int(buf.handle)
+    return Device(ordinal)
 
 
 class SplitKCall:

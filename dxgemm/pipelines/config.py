@@ -267,6 +267,26 @@ def pipeline_store(operands: str = "native", config: "PipelineConfig | None" = N
     TF32 128x128 bias|gelu, 8192^2x512  1.078        1.053
     ==================================  ===========  ==========
 
+    The walk then lost its remaining run-time work: D's direction is fixed per loop at
+    compile time, the 16-byte alignment is checked once per block rather than per group,
+    and for row-major D the staging rows are rotated by the vector width, so a group
+    leaves shared memory in one 128-bit load.  The float32 fused walk went from ~88 to
+    ~34 SASS instructions per element, most of what is left being ``erff``.  Same run,
+    two rounds, ms (``benchmarks/results/h100_tile_walk_vector.log``); float64's walk was
+    already scalar and its fused cost is the float64 ``erf`` itself (unchanged):
+
+    ===================================  ===========  ==========
+    kernel, shape                        before       after
+    ===================================  ===========  ==========
+    TF32 128x128, 4096^2x256             0.187        0.174
+    TF32 128x128 bias|gelu, same         0.205        0.182
+    TF32 128x128, 8192^2x512             1.005        0.959
+    TF32 128x128 bias|gelu, same         1.053        0.992
+    TF32 128x256, 8192^2x1024            1.657        1.546
+    TF32 128x256 bias|gelu, same         1.760        1.590
+    fp64 64x64 bias|gelu, 4096^2x256     0.336        0.335
+    ===================================  ===========  ==========
+
     ``DXGEMM_PIPELINE_STORE`` (``loop``, ``unrolled``, ``staged``, ``staged_vec``,
     ``staged_tile`` or ``staged_vec_tile``) overrides the rule.
     """
