@@ -138,29 +138,38 @@ def gemm(
 def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = False) -> str:
     """The backend ``"auto"`` runs (``pipeline``: whether the pipeline can run on this device).
 
-    Measured on the H100, per call (split or init included), pipeline against warptile in
-    the same run, ms (``benchmarks/results/h100_pipeline_bench_final3.log``; the skinny
-    shapes with split-K, ``h100_split_k_sweep.log``):
+    Measured on the H100, pipeline against warptile in the same run: wall time per call
+    of 200 calls back to back (host time included where it exceeds the GPU's), ms
+    (``benchmarks/results/h100_auto_choice.log``, which also has the GPU times):
 
     ===================  =================  =================
     shape                float64            float32 (3xTF32)
     ===================  =================  =================
-    1000^3               0.117 / 0.130      0.091 / 0.151
-    1024^3               0.067 / 0.114      0.082 / 0.151
-    4096^3               3.003 / 5.594      1.515 / 3.661
-    4096 x 64 x 4096     0.087 / 0.425      0.236 / 0.581
-    4096 x 4096 x 40     0.156 / 0.113      0.129 / 0.114
+    512^3                0.064 / 0.059      0.120 / 0.081
+    640^3                0.063 / 0.072      0.117 / 0.095
+    768^3                0.044 / 0.086      0.114 / 0.112
+    896^3                0.053 / 0.100      0.109 / 0.130
+    4096 x 4096 x 16     0.117 / 0.101      0.100 / 0.096
+    4096 x 4096 x 40     0.118 / 0.114      0.103 / 0.113
+    4096 x 4096 x 64     0.101 / 0.138      0.108 / 0.124
+    4096 x 4096 x 100    0.161 / 0.185      0.119 / 0.159
+    8192 x 8192 x 32     0.393 / 0.399      0.359 / 0.325
     ===================  =================  =================
 
-    So both dtypes take the pipeline from 2^29 multiply-adds (~812^3) with K of at least
-    128; short K stays on warptile (the pipeline pads K to its depth and runs many
-    short blocks).  With ``DXGEMM_FLOAT32_PIPELINE=fp32`` (cuBLASDx's SIMT float32, 0.66x
-    cuBLAS) warptile led at every size, so float32 stays there.  Every device where the
-    pipeline cannot run gets ``warptile``.
+    Earlier runs had the pipeline ahead from 1000^3 up and at 4096 x 64 x 4096 (split-K;
+    ``h100_pipeline_bench_final3.log``, ``h100_split_k_sweep.log``).  Small problems are
+    host-bound: a pipeline call costs ~45-65 us of host time in float64 and ~100 us in
+    float32 (the 3xTF32 split adds launches), so the pipeline's shorter GPU time (3x at
+    512^3) only shows from ~2^28 multiply-adds (float64) or ~2^29 (float32).  Short K
+    favours warptile below K = 64 (the pipeline pads K to its depth and runs many short
+    blocks; float32 alternates there) and the pipeline from K = 64.  With
+    ``DXGEMM_FLOAT32_PIPELINE=fp32`` (cuBLASDx's SIMT float32, 0.66x cuBLAS) warptile led
+    at every size, so float32 stays there.  Every device where the pipeline cannot run
+    gets ``warptile``.
     """
-    if not pipeline or k < 128 or m * n * k < 2**29:
-        return "warptile"
     dt = np.dtype(dtype)
+    if not pipeline or k < 64 or m * n * k < (2**28 if dt == np.float64 else 2**29):
+        return "warptile"
     if dt == np.float64:
         return "pipeline"
     if dt == np.float32:
