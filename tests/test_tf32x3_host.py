@@ -103,6 +103,9 @@ def test_store_rule_follows_the_measurements(monkeypatch):
     # the one-block float64 configuration keeps the loop (its large squares were slower staged)
     assert CONFIGS[f64]["large"].resident_blocks(8) == 1
     assert pipeline_store("native", CONFIGS[f64]["large"], f64) == "loop"
+    # two blocks fit by shared memory, but the 128 KiB tile does not fit the 96 KiB buffer it would be staged in
+    wide_shallow = small.__class__(128, 128, 16, 256, 3)
+    assert wide_shallow.resident_blocks(8) == 2 and pipeline_store("native", wide_shallow, f64) == "loop"
     monkeypatch.setenv("DXGEMM_PIPELINE_STORE", "unrolled")
     assert pipeline_store("native", CONFIGS[f64]["large"], f64) == "unrolled"
     monkeypatch.setenv("DXGEMM_PIPELINE_STORE", "sideways")

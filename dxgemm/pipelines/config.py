@@ -287,6 +287,8 @@ def pipeline_store(operands: str = "native", config: "PipelineConfig | None" = N
     fp64 64x64 bias|gelu, 4096^2x256     0.336        0.335
     ===================================  ===========  ==========
 
+    A configuration whose tile does not fit its own pipeline buffer (a shallow tile_k with
+    a large tile, e.g. float64 128x128x16 at depth 3) keeps the loop store.
     ``DXGEMM_PIPELINE_STORE`` (``loop``, ``unrolled``, ``staged``, ``staged_vec``,
     ``staged_tile`` or ``staged_vec_tile``) overrides the rule.
     """
@@ -294,9 +296,12 @@ def pipeline_store(operands: str = "native", config: "PipelineConfig | None" = N
 
     store = os.environ.get("DXGEMM_PIPELINE_STORE")
     if store is None:
+        itemsize = np.dtype(dtype).itemsize if dtype is not None else None
+        if config is not None and itemsize is not None and \
+                config.tile_m * config.tile_n * itemsize > config.smem_bytes(itemsize):
+            return "loop"  # the tile does not fit the pipeline's buffer to be staged there
         if operands == "tf32":
             return "staged_vec_tile"
-        itemsize = np.dtype(dtype).itemsize if dtype is not None else None
         if config is not None and itemsize is not None and config.resident_blocks(itemsize) >= 2:
             return "staged_tile"
         return "loop"
