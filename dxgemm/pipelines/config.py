@@ -21,7 +21,11 @@ float32    64 x 64 x 32         128     2      0.29x (small problems only)
 
 Configurations that collapsed (fp64 128x128x32 with 128 threads, 256x128x16: ~0.2x,
 likely register spills) are deliberately absent; fp64 128x128x32 with 512 threads was
-slower (0.67x at 4096^3, ``benchmarks/results/h100_pipeline_configs.log``).
+slower (0.67x at 4096^3, ``benchmarks/results/h100_pipeline_configs.log``).  Three more
+float64 shapes of tile, against today's pair in one run (``h100_fp64_configs_more.log``):
+64x64x16 (128 threads, depth 4) and 128x128x16 (256, 3) lost at every shape; 128x64x16
+(128, 4) won only 8192x8192x512 (0.83x against 0.79x) and lost at 1000^3 (0.40x against
+0.52x), so none joined the set.
 
 float32 no longer runs the SIMT configurations above by default: it runs the 3xTF32
 split on the TF32 tensor cores (:mod:`.tf32x3`), whose own fixed set is
