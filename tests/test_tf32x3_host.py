@@ -123,6 +123,10 @@ def test_dispatch_routes_float32_through_the_split_and_float64_straight(monkeypa
 
     class FakeKernel:
         tile_k, depth = 32, 3
+        device = "cuda.core device"
+
+        def _stream(self, handle):
+            return "cuda.core stream", "CUstream"
 
         def __call__(self, stream, a, b, d, m, n, k, epi_args):
             calls.append(("launch", a, b, m, n, k))
@@ -132,14 +136,15 @@ def test_dispatch_routes_float32_through_the_split_and_float64_straight(monkeypa
         calls.append(("kernel", np.dtype(dtype).name, tuple(arrangement), kwargs["operands"]))
         return FakeKernel()
 
-    def fake_split(a, b, m, n, k, k3, device, stream):
+    def fake_split(a, b, m, n, k, k3, device, stream, core_device, core_stream):
         calls.append(("split", m, n, k, k3))
-        return (SimpleNamespace(data=SimpleNamespace(ptr=1 << 20)), SimpleNamespace(data=SimpleNamespace(ptr=2 << 20)))
+        assert (core_device, core_stream) == ("cuda.core device", "cuda.core stream")
+        return 1 << 20, 2 << 20, None
 
     monkeypatch.delenv("DXGEMM_FLOAT32_PIPELINE", raising=False)
     monkeypatch.setattr(_dispatch, "availability", lambda device: None)
     monkeypatch.setattr(kernels, "get_kernel", fake_get_kernel)
-    monkeypatch.setattr(tf32x3, "split_operands", fake_split)
+    monkeypatch.setattr(tf32x3, "split_pointers", fake_split)
 
     def operand(dtype, rows, cols, layout):
         ld = cols if layout == "row" else rows
@@ -159,6 +164,7 @@ def test_dispatch_routes_float32_through_the_split_and_float64_straight(monkeypa
     assert (lm, ln, lk) == (m, n, k3)
     assert (a3.rows, a3.cols, a3.arrangement, b3.rows, b3.cols, b3.arrangement) == (
         m, k3, "row_major", k3, n, "col_major")
+    assert (a3.ptr, b3.ptr) == (1 << 20, 2 << 20)
 
     calls.clear()
     _dispatch.run(operand(np.float64, m, k, "col"), operand(np.float64, k, n, "row"),

@@ -72,14 +72,14 @@ class SplitKCall:
         main, _ = kernel._stream(handle)
         epi_slots = epi_args if type(epi_args) is list else _values(tuple(epi_args))
         if self.tf32x3:
-            from .tf32x3 import split_extent, split_operands
+            from .tf32x3 import split_extent, split_pointers
 
             k_total = split_extent(k, kernel.tile_k, kernel.depth)
-            a3, b3 = split_operands(a, b, m, n, k, k_total, self.device, handle)
-            a = Matrix(int(a3.data.ptr), m, k_total, k_total, "row_major", 4)
-            b = Matrix(int(b3.data.ptr), k_total, n, k_total, "col_major", 4)
+            a3, b3, keep = split_pointers(a, b, m, n, k, k_total, self.device, handle, kernel.device, main)
+            a = Matrix(a3, m, k_total, k_total, "row_major", 4)
+            b = Matrix(b3, k_total, n, k_total, "col_major", 4)
         else:
-            k_total = k
+            k_total, keep = k, None
         slices, itemsize = self.slices, d.itemsize
         row_major = d.arrangement == "row_major"
         ld_w = _aligned_ld(n if row_major else m, itemsize)
@@ -92,6 +92,7 @@ class SplitKCall:
         # the reduce learns the slices' stride from its "B" operand
         stride_view = Matrix(w, 1, 1, slice_stride, "row_major", itemsize)
         self.reduce(stacked, stride_view, d, m, n, slices, epi_slots, handle)
+        del keep  # a CuPy-pool split may go back to the pool once the GEMM is enqueued
         return p
 
 

@@ -45,11 +45,14 @@ H100, less for larger m and n.  The workspace (``12 (m + n) k`` bytes, e.g. 384 
 from __future__ import annotations
 
 import functools
+import threading
 from typing import Any
 
 import numpy as np
 
-__all__ = ["split_extent", "split_operands", "run", "kernel_variant", "ARRANGEMENT", "SPLIT_SOURCE"]
+from ._launch import KeptBuffers, PackedLaunch, cu_stream
+
+__all__ = ["split_extent", "split_operands", "split_pointers", "run", "kernel_variant", "ARRANGEMENT", "SPLIT_SOURCE"]
 
 ARRANGEMENT = ("row_major", "col_major")
 """A3 and B3 are K-major whatever the user's layouts: one kernel per configuration and epilogue."""
@@ -160,6 +163,49 @@ def split_extent(k: int, tile_k: int, depth: int) -> int:
     return max(k3, depth * tile_k)
 
 
+_SPLIT_KINDS = ("ptr", "i64", "i64", "i64", "ptr", "ptr", "i64", "i64", "i64", "ptr", "i64", "i64")
+"""The split kernel's parameters, in order, as :class:`._launch.PackedLaunch` kinds."""
+
+KEPT_SPLIT_BYTES = 32 << 20
+"""Splits up to this size (``(m + n) * K3`` float32) go into a buffer kept per stream.
+
+Those are the calls whose host time exceeds their GPU time, where a CuPy allocation and
+its device and stream contexts are a measurable part of the call; larger splits take
+CuPy's pool, so that no large buffer stays held."""
+
+_split_buffers = KeptBuffers()
+_split_lock = threading.Lock()
+
+
+class _FunctionHandle:
+    """What :class:`._launch.PackedLaunch` reads from a kernel: its ``CUfunction`` as ``handle``."""
+
+    def __init__(self, handle: int):
+        self.handle = handle
+
+
+@functools.lru_cache(maxsize=None)
+def _split_launch(device: int) -> PackedLaunch:
+    import cupy
+
+    with cupy.cuda.Device(device):  # CuPy loads the module on first use, on the current device
+        function = _kernel(device).kernel
+    return PackedLaunch(_FunctionHandle(int(function.ptr)), _SPLIT_KINDS)
+
+
+def _launch_split(a: Any, b: Any, m: int, n: int, k: int, k3: int, a3: int, b3: int, device: int,
+                  stream_handle: int) -> None:
+    """Launch the split of ``a`` and ``b`` into the float32 buffers at ``a3`` and ``b3`` on the stream."""
+    a_rs, a_cs = a.strides
+    b_rs, b_cs = b.strides
+    grid = (-(-k // _TILE), -(-max(m, n) // _TILE), 2)
+    # row j of B3 is column j of B: B is read with its strides swapped
+    values = (a.ptr, a_rs, a_cs, m, a3, b.ptr, b_cs, b_rs, n, b3, k, k3)
+    launch = _split_launch(device)
+    with _split_lock:  # one PackedLaunch reuses its parameter buffer
+        launch(cu_stream(int(stream_handle)), grid, (_TILE, 8), 0, values)
+
+
 def split_operands(a: Any, b: Any, m: int, n: int, k: int, k3: int, device: int, stream_handle: int,
                    out: Any = None):
     """``(A3, B3)`` for ``A @ B`` (module docstring): CuPy arrays of shape ``(m, k3)`` and ``(n, k3)``.
@@ -178,16 +224,26 @@ def split_operands(a: Any, b: Any, m: int, n: int, k: int, k3: int, device: int,
         buf = cupy.empty((m + n) * k3, dtype=np.float32) if out is None else out
         a3 = buf[:m * k3].reshape(m, k3)
         b3 = buf[m * k3:(m + n) * k3].reshape(n, k3)
-        a_rs, a_cs = a.strides
-        b_rs, b_cs = b.strides
-        grid = (-(-k // _TILE), -(-max(m, n) // _TILE), 2)
-        i64 = np.int64
-        # row j of B3 is column j of B: B is read with its strides swapped
-        _kernel(device)(grid, (_TILE, 8), (
-            np.uint64(a.ptr), i64(a_rs), i64(a_cs), i64(m), a3,
-            np.uint64(b.ptr), i64(b_cs), i64(b_rs), i64(n), b3,
-            i64(k), i64(k3)), stream=stream)
+    _launch_split(a, b, m, n, k, k3, int(a3.data.ptr), int(b3.data.ptr), device, stream_handle)
     return a3, b3
+
+
+def split_pointers(a: Any, b: Any, m: int, n: int, k: int, k3: int, device: int, stream_handle: int,
+                   core_device: Any, core_stream: Any) -> tuple[int, int, Any]:
+    """The split as device pointers ``(A3, B3, keep)`` (layouts as in :func:`split_operands`).
+
+    Up to :data:`KEPT_SPLIT_BYTES` the split goes into a buffer kept for the stream
+    (``core_device``/``core_stream``: its cuda.core device and stream; calls on one stream
+    are ordered, so the next call's split waits for this call's GEMM); beyond, into CuPy
+    arrays, returned as ``keep`` for the caller to hold until the GEMM is enqueued.
+    """
+    nbytes = (m + n) * k3 * 4
+    if nbytes > KEPT_SPLIT_BYTES:
+        a3, b3 = split_operands(a, b, m, n, k, k3, device, stream_handle)
+        return int(a3.data.ptr), int(b3.data.ptr), (a3, b3)
+    base, _ = _split_buffers.get((device, int(stream_handle)), core_device, core_stream, nbytes)
+    _launch_split(a, b, m, n, k, k3, base, base + m * k3 * 4, device, stream_handle)
+    return base, base + m * k3 * 4, None
 
 
 def run(kernel: Any, a: Any, b: Any, d: Any, m: int, n: int, k: int, epi_args: tuple, stream: Any, device: int):
@@ -202,9 +258,12 @@ def run(kernel: Any, a: Any, b: Any, d: Any, m: int, n: int, k: int, epi_args: t
 
     handle = int(getattr(stream, "handle", stream))
     k3 = split_extent(k, kernel.tile_k, kernel.depth)
-    a3, b3 = split_operands(a, b, m, n, k, k3, device, handle)
-    a3_view = Matrix(int(a3.data.ptr), m, k3, k3, "row_major", 4)
-    b3_view = Matrix(int(b3.data.ptr), k3, n, k3, "col_major", 4)
-    # a3/b3 go back to CuPy's pool for this stream when they die: later work on the
-    # stream is ordered after the GEMM that reads them
-    return kernel(stream, a3_view, b3_view, d, m, n, k3, epi_args)
+    core_stream, _ = kernel._stream(handle)
+    a3, b3, keep = split_pointers(a, b, m, n, k, k3, device, handle, kernel.device, core_stream)
+    a3_view = Matrix(a3, m, k3, k3, "row_major", 4)
+    b3_view = Matrix(b3, k3, n, k3, "col_major", 4)
+    # CuPy-pool splits (``keep``) go back to the pool for this stream when they die: later
+    # work on the stream is ordered after the GEMM that reads them
+    plan = kernel(stream, a3_view, b3_view, d, m, n, k3, epi_args)
+    del keep
+    return plan
