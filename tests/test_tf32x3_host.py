@@ -193,3 +193,32 @@ def test_split_kernel_compiles_for_sm90():
     ptx = b" " * size
     nvrtc.nvrtcGetPTX(prog, ptx)
     assert b".entry dxgemm_split_tf32x3" in ptx
+
+
+def test_small_splits_use_the_kept_buffer_and_large_ones_the_pool(monkeypatch):
+    """split_pointers: up to KEPT_SPLIT_BYTES into the stream's kept buffer (B3 right after A3), beyond
+    into CuPy arrays that the caller keeps alive until the GEMM is enqueued."""
+    from types import SimpleNamespace
+
+    from dxgemm.pipelines import tf32x3
+
+    launched, got = [], []
+
+    class Kept:
+        def get(self, key, device, stream, nbytes):
+            got.append((key, device, stream, nbytes))
+            return 1 << 30, True
+
+    def fake_pool(a, b, m, n, k, k3, device, handle):
+        return SimpleNamespace(data=SimpleNamespace(ptr=7 << 20)), SimpleNamespace(data=SimpleNamespace(ptr=9 << 20))
+
+    monkeypatch.setattr(tf32x3, "_split_buffers", Kept())
+    monkeypatch.setattr(tf32x3, "split_operands", fake_pool)
+    monkeypatch.setattr(tf32x3, "_launch_split", lambda *args: launched.append(args[6:8]))
+    m, n, k3 = 512, 256, 96
+    a3, b3, keep = tf32x3.split_pointers("a", "b", m, n, 32, k3, 0, 5, "device", "stream")
+    assert (a3, b3, keep) == (1 << 30, (1 << 30) + m * k3 * 4, None)
+    assert got == [((0, 5), "device", "stream", (m + n) * k3 * 4)] and launched == [(a3, b3)]
+    big = tf32x3.KEPT_SPLIT_BYTES // (4 * (m + n) * 32) + 1  # K3 tiles that pass the limit
+    a3, b3, keep = tf32x3.split_pointers("a", "b", m, n, 32 * big, 32 * big * 3, 0, 5, "device", "stream")
+    assert (a3, b3) == (7 << 20, 9 << 20) and keep is not None and len(got) == 1
