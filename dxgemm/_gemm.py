@@ -159,8 +159,8 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     Earlier runs had the pipeline ahead from 1000^3 up and at 4096 x 64 x 4096 (split-K;
     ``h100_pipeline_bench_final3.log``, ``h100_split_k_sweep.log``).  Small problems are
     host-bound: a pipeline call costs ~45-65 us of host time in float64 and ~100 us in
-    float32 (the 3xTF32 split adds a launch; since its buffer is kept per stream and its
-    launch packed, ~100 -> ~70 us, ``h100_split_host_ab.log``), so the pipeline's shorter
+    float32 (the 3xTF32 split adds a launch; keeping its buffer per stream and packing its
+    launch cut a noisy median from 144 to 96 us, ``h100_split_host_ab.log``), so the pipeline's shorter
     GPU time (3x at 512^3) only shows from ~2^28 multiply-adds (float64) or ~2^29
     (float32).  Short K
     favours warptile below K = 64 (the pipeline pads K to its depth and runs many short
