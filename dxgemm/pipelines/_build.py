@@ -113,7 +113,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .cache import toolchain_versions
-from .config import PipelineConfig
+from .config import STORES, PipelineConfig
 
 __all__ = ["build", "LIBMATHDX_RUNTIME", "ARRANGEMENTS", "OPERAND_PRECISIONS", "kernel_entries"]
 
@@ -249,24 +249,24 @@ def _make_device_pipeline(mm, depth: int, arrangement: tuple[str, str], dtype: n
     return dp, h
 
 
-STORES = ("loop", "unrolled", "staged", "staged_vec", "staged_tile", "staged_vec_tile")
-"""How the kernel stores its accumulator fragment: ``"loop"`` (a run-time loop over the
-fragment: the fragment goes through local memory, ``STL``/``LDL`` in SASS), ``"unrolled"``
-(one straight-line block per fragment element, so every index is a constant and the
-fragment can stay in registers; the epilogue is inlined once per element) or
-``"staged"`` (the fragment is written, with constant indices, into the pipeline's shared
-memory buffer, which the finished main loop no longer needs; then the block walks the
-tile in D's memory order and applies the epilogue once per element in one loop: one copy
-of the epilogue's code, and coalesced stores) or ``"staged_vec"`` (staged, but each
-thread takes 16 bytes of consecutive elements along D's contiguous dimension: one index
-computation and one 128-bit store for 4 float32 / 2 float64 elements, the epilogue
-inlined that many times; :func:`_vector_group`).  ``"staged_tile"`` / ``"staged_vec_tile"``:
-the same, but a block whose tile lies wholly inside D, with no K tail (and, for the vector
-store, 16-byte aligned rows) walks it with a loop of constant trip count, one loop per D
-order, each thread's column (row) fixed and its row (column) stepped by a constant, with
-unsigned indices (no bounds checks, no negative-index fix-ups) and, along rows, one
-128-bit shared-memory load per group (:func:`_walk_group`); other tiles take the general
-loop."""
+# STORES (defined in .config, which picks among them) are how the kernel stores its
+# accumulator fragment: ``"loop"`` (a run-time loop over the fragment: the fragment goes
+# through local memory, ``STL``/``LDL`` in SASS), ``"unrolled"``
+# (one straight-line block per fragment element, so every index is a constant and the
+# fragment can stay in registers; the epilogue is inlined once per element) or
+# ``"staged"`` (the fragment is written, with constant indices, into the pipeline's shared
+# memory buffer, which the finished main loop no longer needs; then the block walks the
+# tile in D's memory order and applies the epilogue once per element in one loop: one copy
+# of the epilogue's code, and coalesced stores) or ``"staged_vec"`` (staged, but each
+# thread takes 16 bytes of consecutive elements along D's contiguous dimension: one index
+# computation and one 128-bit store for 4 float32 / 2 float64 elements, the epilogue
+# inlined that many times; :func:`_vector_group`).  ``"staged_tile"`` / ``"staged_vec_tile"``:
+# the same, but a block whose tile lies wholly inside D, with no K tail (and, for the vector
+# store, 16-byte aligned rows) walks it with a loop of constant trip count, one loop per D
+# order, each thread's column (row) fixed and its row (column) stepped by a constant, with
+# unsigned indices (no bounds checks, no negative-index fix-ups) and, along rows, one
+# 128-bit shared-memory load per group (:func:`_walk_group`); other tiles take the general
+# loop.
 
 
 def _vector_group(width: int, slot: Callable, epilogue: Callable, value_type: Any) -> Callable:
@@ -450,7 +450,7 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
     if store not in STORES:
         raise ValueError(f"store must be one of {STORES}, got {store!r}")
     UNROLLED = store == "unrolled"
-    STAGED = store in ("staged", "staged_vec", "staged_tile", "staged_vec_tile")
+    STAGED = store.startswith("staged")
     VECTOR = store in ("staged_vec", "staged_vec_tile")
     TILE_WALK = store in ("staged_tile", "staged_vec_tile")
     STEP = 16 // np.dtype(dtype).itemsize if VECTOR else 1  # tile elements per thread and step

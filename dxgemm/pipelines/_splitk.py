@@ -24,7 +24,6 @@ so they can share it.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from ._launch import KeptBuffers, Matrix, _aligned_ld, _values
@@ -34,20 +33,14 @@ __all__ = ["SplitKCall"]
 _workspaces = KeptBuffers()
 
 
-def workspace(device: int, handle: int, stream: Any, nbytes: int) -> int:
+def workspace(device: int, core_device: Any, handle: int, stream: Any, nbytes: int) -> int:
     """At least ``nbytes`` of device memory for split calls on stream ``handle``, kept between calls.
 
-    Split calls have small outputs (at most one tile per SM times the slices), so what is
-    kept is small (:class:`~._launch.KeptBuffers`).
+    ``core_device``/``stream``: the cuda.core device and stream it is allocated from.  Split
+    calls have small outputs (at most one tile per SM times the slices), so what is kept is
+    small (:class:`~._launch.KeptBuffers`).
     """
-    return _workspaces.get((device, handle), _device(device), stream, nbytes)[0]
-
-
-@functools.lru_cache(maxsize=None)
-def _device(ordinal: int) -> Any:
-    from cuda.core import Device
-
-    return Device(ordinal)
+    return _workspaces.get((device, handle), core_device, stream, nbytes)[0]
 
 
 class SplitKCall:
@@ -84,7 +77,7 @@ class SplitKCall:
         row_major = d.arrangement == "row_major"
         ld_w = _aligned_ld(n if row_major else m, itemsize)
         slice_stride = ld_w * (m if row_major else n)
-        w = workspace(self.device, handle, main, slices * slice_stride * itemsize)
+        w = workspace(self.device, kernel.device, handle, main, slices * slice_stride * itemsize)
         # the slices stacked: the kernel finds slice s at s * m * ld_w (s * n * ld_w) elements
         stacked = (Matrix(w, slices * m, n, ld_w, "row_major", itemsize) if row_major
                    else Matrix(w, m, slices * n, ld_w, "col_major", itemsize))

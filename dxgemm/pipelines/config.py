@@ -43,8 +43,8 @@ from typing import Any
 import numpy as np
 
 __all__ = ["PipelineConfig", "DeviceInfo", "CONFIGS", "TF32X3_CONFIGS", "FLOAT32_METHODS", "float32_method",
-           "uses_tf32x3", "pipeline_store", "configs_for", "H100", "suggest", "waves", "wave_efficiency", "use_config",
-           "parse_config", "split_k", "slice_ranges", "MAX_SPLIT_K"]
+           "uses_tf32x3", "STORES", "pipeline_store", "configs_for", "H100", "suggest", "waves", "wave_efficiency",
+           "use_config", "parse_config", "split_k", "slice_ranges", "MAX_SPLIT_K"]
 
 
 SMEM_PER_SM = 228 * 1024
@@ -190,8 +190,13 @@ def float32_method() -> str:
     return method
 
 
+STORES = ("loop", "unrolled", "staged", "staged_vec", "staged_tile", "staged_vec_tile")
+"""The fragment stores a pipeline kernel can be built with; ``_build`` generates them and
+its ``STORES`` note says what each does.  :func:`pipeline_store` picks one."""
+
+
 def pipeline_store(operands: str = "native", config: "PipelineConfig | None" = None, dtype: Any = None) -> str:
-    """How a pipeline kernel stores its accumulator fragment (``_build.STORES``).
+    """How a pipeline kernel stores its accumulator fragment (:data:`STORES`).
 
     The staged store writes the fragment into the finished pipeline's shared memory and
     then stores the tile in D's memory order, with one copy of the epilogue's code; where
@@ -251,7 +256,7 @@ def pipeline_store(operands: str = "native", config: "PipelineConfig | None" = N
 
     Both take the *tile walk* (``staged_tile`` / ``staged_vec_tile``): a block whose tile
     lies wholly inside D, with no K tail, walks it with a constant trip count, unsigned
-    indices and no bounds checks (``_build.STORES``).  ncu of the float64 short-K kernel
+    indices and no bounds checks (:data:`STORES`).  ncu of the float64 short-K kernel
     had shown ~115 thread-instructions per output element, most of them the copy-out's
     index arithmetic and Numba's negative-index fix-ups (``h100_ncu_short_k.log``).  Same
     run, ms (``benchmarks/results/h100_store_tile.log``):
@@ -309,9 +314,8 @@ def pipeline_store(operands: str = "native", config: "PipelineConfig | None" = N
         if config is not None and itemsize is not None and config.resident_blocks(itemsize) >= 2:
             return "staged_tile"
         return "loop"
-    stores = ("loop", "unrolled", "staged", "staged_vec", "staged_tile", "staged_vec_tile")
-    if store not in stores:
-        raise ValueError(f"DXGEMM_PIPELINE_STORE must be one of {stores}, got {store!r}")
+    if store not in STORES:
+        raise ValueError(f"DXGEMM_PIPELINE_STORE must be one of {STORES}, got {store!r}")
     return store
 
 
@@ -420,8 +424,8 @@ def suggest(m: int, n: int, k: int, dtype: Any, *, device: Any = None) -> Pipeli
        K-tiles (512 for fp64) the small configuration is preferred: its blocks are
        cheaper to fill and several share each SM.  The measured 8192x8192x512 fp64
        case agrees (128x64x32: 0.80x cuBLAS against 0.73-0.77x for the deeper 128x128
-       configurations; 64x64x32, now fp64's small one, 6 % faster again).  3xTF32 triples K and counts up to 64 tiles as shallow (measured,
-       see :data:`TF32X3_CONFIGS`).
+       configurations; 64x64x32, now fp64's small one, 6 % faster again).  3xTF32 triples
+       K and counts up to 64 tiles as shallow (measured, see :data:`TF32X3_CONFIGS`).
     5. **Fits the device.**  A configuration whose shared memory exceeds the device's
        per-block opt-in limit is skipped.
     6. **float64: small unless large, deep and well quantized.**  float64's small tile

@@ -241,9 +241,10 @@ def split_pointers(a: Any, b: Any, m: int, n: int, k: int, k3: int, device: int,
     if nbytes > KEPT_SPLIT_BYTES:
         a3, b3 = split_operands(a, b, m, n, k, k3, device, stream_handle)
         return int(a3.data.ptr), int(b3.data.ptr), (a3, b3)
-    base, _ = _split_buffers.get((device, int(stream_handle)), core_device, core_stream, nbytes)
-    _launch_split(a, b, m, n, k, k3, base, base + m * k3 * 4, device, stream_handle)
-    return base, base + m * k3 * 4, None
+    a3, _ = _split_buffers.get((device, int(stream_handle)), core_device, core_stream, nbytes)
+    b3 = a3 + m * k3 * 4
+    _launch_split(a, b, m, n, k, k3, a3, b3, device, stream_handle)
+    return a3, b3, None
 
 
 def run(kernel: Any, a: Any, b: Any, d: Any, m: int, n: int, k: int, epi_args: tuple, stream: Any, device: int):
