@@ -47,7 +47,7 @@ __all__ = ["signature", "lookup", "remember", "clear"]
 _MAX_ENTRIES = 512
 _entries: dict[tuple, "_KeptCall"] = {}
 _STEERING_VARIABLES = ("DXGEMM_AUTO_PIPELINE", "DXGEMM_FLOAT32_PIPELINE", "DXGEMM_PIPELINE_STORE",
-                       "DXGEMM_SPLIT_K", "DXGEMM_CACHE_DIR", "XDG_CACHE_HOME")
+                       "DXGEMM_WALK_UNROLL", "DXGEMM_SPLIT_K", "DXGEMM_CACHE_DIR", "XDG_CACHE_HOME")
 
 
 def _steering_state() -> tuple:

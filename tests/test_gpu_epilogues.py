@@ -102,6 +102,28 @@ def test_dense_layer_4096_cubed(cp, backend, dtype):
     assert worst <= 1.0
 
 
+@pytest.mark.parametrize("backend", ["warptile", "pipeline"])
+def test_gelu_float32_tail_on_the_gpu(cp, backend):
+    """float32 GELU on the hardware (ex2.approx): within 3 float32 units of |x| of
+    ``x erfc(-x / sqrt 2) / 2`` and relative error within 1e-4 down to x = -6, x being the
+    same GEMM's output without the epilogue (``A @ I``, close to A: 3xTF32 drops a few low bits)."""
+    if backend not in dxgemm.BACKENDS:
+        pytest.skip(f"{backend} is not available")
+    x = np.concatenate([np.linspace(-12, 12, 4096 * 16 - 4), [0.0, -0.0, 1e-30, -1e-30]]).astype(np.float32)
+    a, eye = cp.asarray(x.reshape(-1, 64)), cp.eye(64, dtype=cp.float32)
+    got = cp.asnumpy(dxgemm.gemm(a, eye, epilogue=E.gelu(), backend=backend)).ravel().astype(np.float64)
+    xs = cp.asnumpy(dxgemm.gemm(a, eye, backend=backend)).ravel().astype(np.float64)
+    want = np.array([v * 0.5 * math.erfc(-v / math.sqrt(2)) for v in xs])
+    u = np.finfo(np.float32).eps / 2
+    assert np.all(np.abs(got - want) <= 3 * u * np.abs(xs) + 1e-38)
+    tail = (np.abs(xs) <= 6) & (want != 0)
+    assert np.max(np.abs(got[tail] / want[tail] - 1)) <= 1e-4
+    # Special values (a column times 1, so no inf * 0 makes a NaN before the epilogue)
+    special = cp.asarray(np.array([[np.inf], [-np.inf], [np.nan], [-50.0]], np.float32))
+    out = cp.asnumpy(dxgemm.gemm(special, cp.ones((1, 1), cp.float32), epilogue=E.gelu(), backend="warptile")).ravel()
+    assert out[0] == np.inf and abs(out[1]) < 1e-8 and np.isnan(out[2]) and abs(out[3]) < 1e-8
+
+
 def test_new_values_run_the_cached_kernel(cp):
     from dxgemm.kernels import compile_count
 

@@ -137,11 +137,40 @@ def test_key_is_stable_and_order_independent():
         dict(versions={**VERSIONS, "format": 99}),
         dict(split_k=True),
         dict(store="staged"),
+        dict(store="staged_tile", walk=4),
         dict(operands="tf32"),
     ],
 )
 def test_key_changes_with_everything_that_changes_code(change):
     assert cache_key(_fields(**change)) != cache_key(_fields())
+
+
+def test_walk_is_keyed_only_for_the_walking_stores():
+    """Only the tile-walk stores carry ``walk``: kernels of other stores, and split-K kernels, keep their keys."""
+    from dxgemm.pipelines.config import walk_unroll
+    from dxgemm.pipelines.kernels import entry_fields
+
+    small = CONFIGS[F64]["small"]
+    assert [walk_unroll(s) for s in ("loop", "unrolled", "staged", "staged_vec")] == [1] * 4
+    assert walk_unroll("staged_tile") == walk_unroll("staged_vec_tile") > 1
+    fields = entry_fields(small, "float64", ("row_major", "row_major"), ("chain",))
+    assert fields["store"] == "staged_tile" and fields["walk"] == walk_unroll("staged_tile")
+    assert "walk" not in entry_fields(CONFIGS[F64]["large"], "float64", ("row_major", "row_major"), ("chain",))
+    # the split-K variant walks group by group (its partial sums have no epilogue to overlap)
+    assert "walk" not in entry_fields(small, "float64", ("row_major", "row_major"), ("chain",), split_k=True)
+    assert "walk" not in _fields(store="staged")
+
+
+def test_walk_unroll_override(monkeypatch):
+    from dxgemm.pipelines.config import walk_unroll
+
+    monkeypatch.setenv("DXGEMM_WALK_UNROLL", "1")
+    assert walk_unroll("staged_tile") == 1 and walk_unroll("loop") == 1
+    monkeypatch.setenv("DXGEMM_WALK_UNROLL", "8")
+    assert walk_unroll("staged_vec_tile") == 8
+    monkeypatch.setenv("DXGEMM_WALK_UNROLL", "four")
+    with pytest.raises(ValueError, match="DXGEMM_WALK_UNROLL must be a positive integer"):
+        walk_unroll("staged_tile")
 
 
 @pytest.mark.parametrize(
@@ -895,7 +924,8 @@ def test_kernel_generating_sources_match_the_reviewed_digest():
     assert cache.codegen_digest() == cache.CODEGEN_DIGEST, (
         f"the kernel-generating sources changed ({', '.join(cache.CODEGEN_SOURCES)}, PipelineConfig). If the "
         f"generated code changes, bump FORMAT_VERSION in dxgemm/pipelines/cache.py (every cached kernel is "
-        f"rebuilt); either way set CODEGEN_DIGEST = {cache.codegen_digest()!r}"
+        f"rebuilt) or change the key of exactly the kernels it changes; either way set CODEGEN_DIGEST = "
+        f"{cache.codegen_digest()!r}"
     )
 
 

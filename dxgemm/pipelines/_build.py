@@ -103,6 +103,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 import struct
 import time
@@ -113,7 +114,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .cache import toolchain_versions
-from .config import STORES, PipelineConfig
+from .config import STORES, PipelineConfig, walk_unroll
 
 __all__ = ["build", "LIBMATHDX_RUNTIME", "ARRANGEMENTS", "OPERAND_PRECISIONS", "kernel_entries"]
 
@@ -264,9 +265,10 @@ def _make_device_pipeline(mm, depth: int, arrangement: tuple[str, str], dtype: n
 # the same, but a block whose tile lies wholly inside D, with no K tail (and, for the vector
 # store, 16-byte aligned rows) walks it with a loop of constant trip count, one loop per D
 # order, each thread's column (row) fixed and its row (column) stepped by a constant, with
-# unsigned indices (no bounds checks, no negative-index fix-ups) and, along rows, one
-# 128-bit shared-memory load per group (:func:`_walk_group`); other tiles take the general
-# loop.
+# unsigned indices (no bounds checks, no negative-index fix-ups), along rows one 128-bit
+# shared-memory load per group, and several groups per iteration loaded, then computed,
+# then stored (:func:`_walk_group`, :func:`.config.walk_unroll`); other tiles take the
+# general loop.
 
 
 def _vector_group(width: int, slot: Callable, epilogue: Callable, value_type: Any) -> Callable:
@@ -307,16 +309,58 @@ def _vector_group(width: int, slot: Callable, epilogue: Callable, value_type: An
     return cuda.jit(device=True, forceinline=True)(namespace["group"])
 
 
-def _walk_group(width: int, slot: Callable, epilogue: Callable, along_row: bool) -> Callable:
-    """A device function storing ``width`` consecutive elements of a tile that lies wholly inside D.
+def _walk_group(width: int, slot: Callable, epilogue: Callable, along_row: bool, steps: int = 1,
+                step_rows: int = 0, step_cols: int = 0) -> Callable:
+    """A device function storing ``steps`` groups of ``width`` consecutive elements of a tile wholly inside D.
 
     The tile walk's counterpart of :func:`_vector_group` for blocks with no edge and no K
     tail: no bounds checks, no K tail, and the caller has checked once that every group's
-    address is 16-byte aligned.  ``along_row``: the group runs along a row of the tile (D
+    address is 16-byte aligned.  ``along_row``: a group runs along a row of the tile (D
     row-major), where the staging layout keeps it contiguous (:func:`_staging_slot`), so
     it leaves shared memory in one 128-bit load; otherwise down a column, element by
-    element.  Indices are unsigned (no negative-index fix-ups).
+    element.  Group ``u`` starts ``u * step_rows`` rows and ``u * step_cols`` columns
+    after ``(r, c)``.  Indices are unsigned (no negative-index fix-ups).
+
+    The code is in three phases, all groups' shared-memory loads, then all epilogues, then
+    all stores, because the compiler may not move a load above an earlier store to D: D
+    may alias the epilogue's operands (a bias vector), and Numba's arrays are generic
+    pointers that may alias shared memory.  Written group by group, each group's loads wait
+    for the previous group's store, and a fused walk pays a load latency per group.
     """
+    from numba import cuda, uint32, uint64
+
+    from ..kernels._device import load_vec, store_vec
+
+    lines = ["def group(smem, d, r, c, row0, col0, d_rs, d_cs, epi_args):"]
+    if steps == 1:  # one group: its loads feed its epilogues directly (the code of the walk before phases)
+        return _walk_one_group(width, slot, epilogue, along_row)
+    for u in range(steps):
+        ru, cu = f"r + {u * step_rows}", f"c + {u * step_cols}"
+        if along_row and width > 1:
+            lines.append(f"    {', '.join(f'x{u}_{j}' for j in range(width))}, = load_vec(smem, uint32(slot({ru}, {cu})))")
+        else:
+            lines += [f"    x{u}_{j} = smem[uint32(slot({ru} + {j}, {cu}))]" for j in range(width)]
+    for u in range(steps):
+        ru, cu = f"r + {u * step_rows}", f"c + {u * step_cols}"
+        if along_row:
+            lines += [f"    v{u}_{j} = epilogue(x{u}_{j}, row0 + {ru}, col0 + {cu} + {j}, epi_args)" for j in range(width)]
+        else:
+            lines += [f"    v{u}_{j} = epilogue(x{u}_{j}, row0 + {ru} + {j}, col0 + {cu}, epi_args)" for j in range(width)]
+    for u in range(steps):
+        ru, cu = f"r + {u * step_rows}", f"c + {u * step_cols}"
+        lines.append(f"    at = uint64((row0 + {ru}) * d_rs + (col0 + {cu}) * d_cs)")
+        if width == 1:
+            lines.append(f"    d[at] = v{u}_0")
+        else:
+            lines.append(f"    store_vec(d, at, ({', '.join(f'v{u}_{j}' for j in range(width))},))")
+    namespace = {"epilogue": epilogue, "load_vec": load_vec, "store_vec": store_vec, "uint32": uint32,
+                 "uint64": uint64, "slot": slot}
+    exec("\n".join(lines), namespace)  # noqa: S102 - generated from constants above
+    return cuda.jit(device=True, forceinline=True)(namespace["group"])
+
+
+def _walk_one_group(width: int, slot: Callable, epilogue: Callable, along_row: bool) -> Callable:
+    """:func:`_walk_group` for one group per iteration (the split-K kernels' walk)."""
     from numba import cuda, uint32, uint64
 
     from ..kernels._device import load_vec, store_vec
@@ -409,7 +453,7 @@ def _staging_store(frag_size: int, slot: Callable) -> Callable:
 
 
 def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, buffer_alignment: int,
-                 epilogue: Callable, store: str = "loop", slice_bytes: int = 0) -> Callable:
+                 epilogue: Callable, store: str = "loop", slice_bytes: int = 0, walk_groups: int = 1) -> Callable:
     """The kernel's Python function, specialised by closure on everything compile-time.
 
     ``slice_bytes`` > 0 builds the *split-K* variant (:mod:`._splitk`): the grid's z
@@ -417,7 +461,8 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
     device pipelines ``slice_bytes`` further into the storage (the init kernel filled
     them for its K range), writes its partial product into slice ``z`` of the stacked
     workspace ``d`` (``m`` rows of ``d_rs``, or ``n`` columns of ``d_cs``, per slice), and
-    only the last slice adds the K tail.
+    only the last slice adds the K tail.  ``walk_groups``: groups per iteration of a
+    staged tile walk (:func:`.config.walk_unroll`).
 
     Edges (measured on the H100, ``benchmarks/results/h100_pipeline_edges.log``): the
     pipeline's loads are unmasked ``cp.async`` (LDGSTS) and its tile loop runs over
@@ -456,8 +501,6 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
     STEP = 16 // np.dtype(dtype).itemsize if VECTOR else 1  # tile elements per thread and step
     slot = _staging_slot(tile_n, STEP)
     vector_group = _vector_group(STEP, slot, epilogue, value_type) if VECTOR else None
-    walk_row = _walk_group(STEP, slot, epilogue, along_row=True) if TILE_WALK else None
-    walk_column = _walk_group(STEP, slot, epilogue, along_row=False) if TILE_WALK else None
     tile_position = _tile_position(tile_m, tile_n)
     store_unrolled = _unrolled_store(frag_size, epilogue) if UNROLLED else None
     stage = _staging_store(frag_size, slot) if STAGED else None
@@ -470,6 +513,9 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
     WALK_STEPS = tile_elements // SPAN if TILE_WALK else 0
     ROW_STEP = SPAN // tile_n if TILE_WALK else 0  # rows per step, D row-major
     COL_STEP = SPAN // tile_m if TILE_WALK else 0  # columns per step, D column-major
+    WALK_UNROLL = math.gcd(walk_groups, WALK_STEPS) if TILE_WALK else 1  # groups per walk iteration
+    walk_rows = _walk_group(STEP, slot, epilogue, True, WALK_UNROLL, step_rows=ROW_STEP) if TILE_WALK else None
+    walk_columns = _walk_group(STEP, slot, epilogue, False, WALK_UNROLL, step_cols=COL_STEP) if TILE_WALK else None
     if STAGED and (tile_m & (tile_m - 1) or tile_n & (tile_n - 1)):
         raise ValueError(f"the staged store needs power-of-two tile sides, got {tile_m}x{tile_n}")
     if STAGED and tile_elements * np.dtype(dtype).itemsize > config.smem_bytes(np.dtype(dtype).itemsize):
@@ -528,13 +574,13 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
                     STEP == 1 or (is_aligned16(d, 0) and (d_cs if rows_fastest else d_rs) % STEP == 0)):
                 r, c = tile_position(first * STEP, rows_fastest)
                 if rows_fastest:
-                    for step in range(WALK_STEPS):
-                        walk_column(smem, d, r, c, row0, col0, d_rs, d_cs, epi_args)
-                        c += COL_STEP
+                    for step in range(WALK_STEPS // WALK_UNROLL):
+                        walk_columns(smem, d, r, c, row0, col0, d_rs, d_cs, epi_args)
+                        c += WALK_UNROLL * COL_STEP
                 else:
-                    for step in range(WALK_STEPS):
-                        walk_row(smem, d, r, c, row0, col0, d_rs, d_cs, epi_args)
-                        r += ROW_STEP
+                    for step in range(WALK_STEPS // WALK_UNROLL):
+                        walk_rows(smem, d, r, c, row0, col0, d_rs, d_cs, epi_args)
+                        r += WALK_UNROLL * ROW_STEP
             else:
                 dr = int64(1) if rows_fastest else int64(0)  # the vector group's direction
                 dc = int64(1) - dr
@@ -702,7 +748,8 @@ def _lower_inner(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str
     from ._launch import storage_stride
 
     slice_bytes = INIT_PIPELINES * storage_stride(dp._storage_bytes, dp._storage_alignment_bytes) if split_k else 0
-    pyfunc = _gemm_pyfunc(mm, config, dtype, frag_size, dp._buffer_alignment_bytes, epilogue, store, slice_bytes)
+    pyfunc = _gemm_pyfunc(mm, config, dtype, frag_size, dp._buffer_alignment_bytes, epilogue, store, slice_bytes,
+                          walk_unroll(store, split_k))
     arg_types = gemm_arg_types(dtype, typeof(epi_args), DevicePipelineType(dp))
     t = time.perf_counter()
     codes, _ = cuda.compile_all(
@@ -1276,6 +1323,7 @@ def build(
         "dtype": dtype.name,
         "operands": operands,
         "store": fragment_store,
+        "walk": walk_unroll(fragment_store, split_k),
         "arrangement": list(arrangement),
         "cc": list(cc),
         "arch": arch,

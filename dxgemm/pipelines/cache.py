@@ -92,14 +92,16 @@ CODEGEN_SOURCES = ("pipelines/_build.py", "pipelines/_lto.py", "kernels/__init__
 """The modules (relative to the package) whose code ends up in cached kernels, besides
 :class:`~.config.PipelineConfig` (its launch bounds)."""
 
-CODEGEN_DIGEST = "07f9f81960077a57"
+CODEGEN_DIGEST = "b317a5457a12465a"
 """:func:`codegen_digest` as of the last review of :data:`FORMAT_VERSION`.
 
 The key does not hash dxgemm's own source: a cold kernel costs 30-60 s, and every edit
 (a comment, a docstring) would rebuild them all.  Instead ``tests/test_pipelines_host.py``
 fails when the generating sources no longer match this digest, so whoever changes them
 decides: generated code changed -> bump :data:`FORMAT_VERSION` (every cached kernel is
-rebuilt, in users' caches too); it did not -> only update this digest."""
+rebuilt, in users' caches too), unless the change also changes the key of exactly the
+kernels whose code it changes (a key field such as ``walk``, a stage's formula tag such as
+float32 ``gelu``'s), which rebuilds only those; it did not -> only update this digest."""
 _MAGIC = b"DXGEMM-KERNEL-CACHE\n"
 _SUFFIX = ".dxk"
 _LOCK_TIMEOUT_S = 3600.0  # a cold build can take minutes; waiting beats building twice
@@ -228,6 +230,7 @@ def key_fields(
     versions: Mapping[str, Any] | None = None,
     operands: str = "native",
     store: str = "loop",
+    walk: int = 1,
     split_k: bool = False,
 ) -> dict[str, Any]:
     """The fields a pipeline kernel's cache key is made of (see the module docstring).
@@ -235,8 +238,9 @@ def key_fields(
     ``config`` is a :class:`~dxgemm.pipelines.config.PipelineConfig` or a mapping;
     ``epilogue_key`` any structure of str/int/float/tuple (an epilogue's bound key);
     ``operands`` how the tensor cores read A and B (a field only when not ``"native"``,
-    so the keys of native kernels are what they always were); ``split_k`` the variant
-    whose grid runs K slices (a field only when set, likewise).
+    so the keys of native kernels are what they always were); ``walk`` the groups per
+    iteration of a staged store's tile walk (a field only when not 1, likewise); ``split_k``
+    the variant whose grid runs K slices (a field only when set, likewise).
     """
     if hasattr(config, "as_dict"):
         config = config.as_dict()
@@ -253,6 +257,8 @@ def key_fields(
         fields["operands"] = str(operands)
     if store != "loop":
         fields["store"] = str(store)
+    if walk != 1:
+        fields["walk"] = int(walk)
     if split_k:
         fields["split_k"] = "grid"
     return fields

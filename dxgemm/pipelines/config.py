@@ -319,6 +319,62 @@ def pipeline_store(operands: str = "native", config: "PipelineConfig | None" = N
     return store
 
 
+WALK_UNROLL = 4
+"""Groups of the tile walk per loop iteration (:func:`walk_unroll`)."""
+
+
+def walk_unroll(store: str, split_k: bool = False) -> int:
+    """How many groups the tile walk of a ``store`` stores per loop iteration (1: not a walk).
+
+    The walk (``staged_tile`` / ``staged_vec_tile``) loads :data:`WALK_UNROLL` groups
+    from shared memory, then runs their epilogues, then stores them.  Written group by
+    group, a group's loads could not start before the previous group's store (D may
+    alias an epilogue operand such as the bias, and Numba's generic pointers may alias
+    shared memory), so every group of a fused walk paid a load latency; and one float64
+    ``erf`` per group is a chain of ~38 dependent DFMAs that a few warps per scheduler
+    cannot hide.  Same run, ms, group by group -> four groups in three phases
+    (``benchmarks/results/h100_walk_phases.log``):
+
+    ======================================  =============  ===========
+    kernel, shape                           group by group  3 phases
+    ======================================  =============  ===========
+    TF32 128x128, 4096^2x256                0.174          0.174
+    TF32 128x128 bias, same                 0.179          0.175
+    TF32 128x128 bias|gelu, same            0.181          0.180
+    TF32 128x128, 8192^2x512                0.957          0.957
+    TF32 128x128 bias, same                 0.994-1.003    0.964-0.968
+    TF32 128x128 bias|gelu, same            0.990-0.992    0.977-0.978
+    fp64 64x64, 4096^2x256                  0.225          0.224-0.226
+    fp64 64x64 bias, same                   0.240-0.243    0.227-0.229
+    fp64 64x64 bias|gelu, same              0.332-0.334    0.268-0.270
+    fp64 64x64, 8192^2x512                  1.572-1.574    1.574-1.575
+    fp64 64x64 bias, same                   1.625-1.633    1.576-1.577
+    fp64 64x64 bias|gelu, same              2.005-2.022    1.741-1.744
+    ======================================  =============  ===========
+
+    The split-K variant (``split_k``), which stores partial sums with no epilogue, keeps
+    the walk group by group: with four groups its TF32 128x128 kernel took 0.062 ms at
+    1024^3 (two slices) against 0.056, 0.068 against 0.062 at 1000^3, while every other
+    plain kernel was unchanged (``h100_walk_unroll_ab.log``; there too, 2, 4 and 8 groups
+    against each other for the fused float32 kernels: 4 and 8 within 2.4 % of no epilogue
+    at the shallow shapes, 2 up to 4 %).
+
+    It is part of the cache key (a kernel's ``walk`` field), so only the walking kernels
+    were rebuilt when it changed.  ``DXGEMM_WALK_UNROLL`` (a positive integer) overrides
+    :data:`WALK_UNROLL` for the kernels that walk; 1 is the walk group by group.
+    """
+    import os
+
+    if store not in ("staged_tile", "staged_vec_tile") or split_k:
+        return 1
+    text = os.environ.get("DXGEMM_WALK_UNROLL")
+    if text is None:
+        return WALK_UNROLL
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"DXGEMM_WALK_UNROLL must be a positive integer, got {text!r}")
+    return int(text)
+
+
 def uses_tf32x3(dtype: Any) -> bool:
     """Whether a pipeline GEMM in ``dtype`` runs the 3xTF32 split (float32 under the ``"tf32x3"`` method)."""
     return np.dtype(dtype) == _F32 and float32_method() == "tf32x3"

@@ -14,7 +14,7 @@ from typing import Any, Callable, Hashable
 import numpy as np
 
 from .cache import CacheEntry, KernelCache, key_fields
-from .config import PipelineConfig, pipeline_store
+from .config import PipelineConfig, pipeline_store, walk_unroll
 
 __all__ = ["IDENTITY_EPILOGUE", "entry_fields", "get_entry", "get_kernel", "compile_count"]
 
@@ -47,6 +47,7 @@ def entry_fields(
 
     How the kernel stores its fragment follows from the rest (:func:`.config.pipeline_store`).
     """
+    store = pipeline_store(operands, config, dtype)
     return key_fields(
         cc=cc,
         config=config,
@@ -54,7 +55,8 @@ def entry_fields(
         arrangement=tuple(arrangement)[:2],
         epilogue_key=(epilogue_key, epi_arg_types),
         operands=operands,
-        store=pipeline_store(operands, config, dtype),
+        store=store,
+        walk=walk_unroll(store, split_k),
         split_k=split_k,
     )
 
