@@ -5,7 +5,7 @@ Each stage is written once as a device function factory of the accumulator's sca
 constant cast with ``t`` (``half = t(0.5)``): Numba types a bare ``0.5`` as float64, and a
 float32 value multiplied by it would silently run in float64 on the FP64 units, which on
 most GPUs are many times slower than the FP32 ones.  ``math.erf``/``math.exp``/``math.tanh``
-on a float32 value lower to libdevice's single-precision ``erff``/``expf``/``tanhf``.
+/``math.exp2`` on a float32 value lower to libdevice's single-precision functions.
 
 Scalar parameters (``slope``, ``lo``/``hi``, ``s``) are run-time arguments, cast to the
 accumulator's dtype at bind time, so a new value reuses the compiled kernel.  What changes
@@ -360,7 +360,13 @@ def leaky_relu(slope: float = 0.01) -> Epilogue:
 
 
 def gelu(approximate: str = "none") -> Epilogue:
-    """GELU, ``x * Phi(x)``: ``approximate="none"`` is the exact erf form, ``"tanh"`` PyTorch's tanh approximation."""
+    """GELU, ``x * Phi(x)``: ``approximate="none"`` is the exact erf form, ``"tanh"`` PyTorch's tanh approximation.
+
+    The exact form runs in the accumulator's dtype: float64 as ``0.5 x (1 + erf(x / sqrt 2))``
+    with libdevice's ``erf``; float32 as ``relu(x) - s Phi(-s)``, ``s = min(|x|, 6)``, with
+    ``Phi(-s)`` a fitted ``exp2`` of a polynomial (within 3 float32 units of ``|x|``, and no
+    cancellation for negative ``x``).
+    """
     return GELU(approximate)
 
 

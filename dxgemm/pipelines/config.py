@@ -353,11 +353,13 @@ def walk_unroll(store: str, split_k: bool = False) -> int:
     ======================================  =============  ===========
 
     The split-K variant (``split_k``), which stores partial sums with no epilogue, keeps
-    the walk group by group: with four groups its TF32 128x128 kernel took 0.062 ms at
-    1024^3 (two slices) against 0.056, 0.068 against 0.062 at 1000^3, while every other
-    plain kernel was unchanged (``h100_walk_unroll_ab.log``; there too, 2, 4 and 8 groups
-    against each other for the fused float32 kernels: 4 and 8 within 2.4 % of no epilogue
-    at the shallow shapes, 2 up to 4 %).
+    the walk group by group (and its kernels their keys): built with the same toolchain,
+    its TF32 128x128 kernel ran 0.062 ms at 1024^3 (two slices) with one group and with
+    four.  (Built on the GPU host, the one-group kernel ran 0.056 ms: the CPU machine's
+    nvJitLink 13.5 and the host's 13.0 emit different SASS for it,
+    ``h100_split_kernel_toolchain.log``.)  Four and eight groups were within 2.4 % of no
+    epilogue for the fused float32 kernels at the shallow shapes, two up to 4 %
+    (``h100_walk_unroll_ab.log``).
 
     It is part of the cache key (a kernel's ``walk`` field), so only the walking kernels
     were rebuilt when it changed.  ``DXGEMM_WALK_UNROLL`` (a positive integer) overrides
