@@ -327,13 +327,9 @@ def _walk_group(width: int, slot: Callable, epilogue: Callable, along_row: bool,
     pointers that may alias shared memory.  Written group by group, each group's loads wait
     for the previous group's store, and a fused walk pays a load latency per group.
     """
-    from numba import cuda, uint32, uint64
-
-    from ..kernels._device import load_vec, store_vec
-
-    lines = ["def group(smem, d, r, c, row0, col0, d_rs, d_cs, epi_args):"]
     if steps == 1:  # one group: its loads feed its epilogues directly (the code of the walk before phases)
         return _walk_one_group(width, slot, epilogue, along_row)
+    lines = ["def group(smem, d, r, c, row0, col0, d_rs, d_cs, epi_args):"]
     for u in range(steps):
         ru, cu = f"r + {u * step_rows}", f"c + {u * step_cols}"
         if along_row and width > 1:
@@ -353,18 +349,11 @@ def _walk_group(width: int, slot: Callable, epilogue: Callable, along_row: bool,
             lines.append(f"    d[at] = v{u}_0")
         else:
             lines.append(f"    store_vec(d, at, ({', '.join(f'v{u}_{j}' for j in range(width))},))")
-    namespace = {"epilogue": epilogue, "load_vec": load_vec, "store_vec": store_vec, "uint32": uint32,
-                 "uint64": uint64, "slot": slot}
-    exec("\n".join(lines), namespace)  # noqa: S102 - generated from constants above
-    return cuda.jit(device=True, forceinline=True)(namespace["group"])
+    return _jit_walk(lines, slot, epilogue)
 
 
 def _walk_one_group(width: int, slot: Callable, epilogue: Callable, along_row: bool) -> Callable:
     """:func:`_walk_group` for one group per iteration (the split-K kernels' walk)."""
-    from numba import cuda, uint32, uint64
-
-    from ..kernels._device import load_vec, store_vec
-
     lines = ["def group(smem, d, r, c, row0, col0, d_rs, d_cs, epi_args):"]
     if along_row and width > 1:
         lines.append(f"    {', '.join(f'x{j}' for j in range(width))}, = load_vec(smem, uint32(slot(r, c)))")
@@ -377,9 +366,18 @@ def _walk_one_group(width: int, slot: Callable, epilogue: Callable, along_row: b
         lines.append("    d[at] = v0")
     else:
         lines.append(f"    store_vec(d, at, ({', '.join(f'v{j}' for j in range(width))},))")
+    return _jit_walk(lines, slot, epilogue)
+
+
+def _jit_walk(lines: list[str], slot: Callable, epilogue: Callable) -> Callable:
+    """The walk function written in ``lines`` (named ``group``), compiled as an inlined device function."""
+    from numba import cuda, uint32, uint64
+
+    from ..kernels._device import load_vec, store_vec
+
     namespace = {"epilogue": epilogue, "load_vec": load_vec, "store_vec": store_vec, "uint32": uint32,
                  "uint64": uint64, "slot": slot}
-    exec("\n".join(lines), namespace)  # noqa: S102 - generated from constants above
+    exec("\n".join(lines), namespace)  # noqa: S102 - generated from constants in the caller
     return cuda.jit(device=True, forceinline=True)(namespace["group"])
 
 
