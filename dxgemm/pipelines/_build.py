@@ -327,8 +327,6 @@ def _walk_group(width: int, slot: Callable, epilogue: Callable, along_row: bool,
     pointers that may alias shared memory.  Written group by group, each group's loads wait
     for the previous group's store, and a fused walk pays a load latency per group.
     """
-    if steps == 1:  # one group: its loads feed its epilogues directly (the code of the walk before phases)
-        return _walk_one_group(width, slot, epilogue, along_row)
     lines = ["def group(smem, d, r, c, row0, col0, d_rs, d_cs, epi_args):"]
     for u in range(steps):
         ru, cu = f"r + {u * step_rows}", f"c + {u * step_cols}"
@@ -349,23 +347,6 @@ def _walk_group(width: int, slot: Callable, epilogue: Callable, along_row: bool,
             lines.append(f"    d[at] = v{u}_0")
         else:
             lines.append(f"    store_vec(d, at, ({', '.join(f'v{u}_{j}' for j in range(width))},))")
-    return _jit_walk(lines, slot, epilogue)
-
-
-def _walk_one_group(width: int, slot: Callable, epilogue: Callable, along_row: bool) -> Callable:
-    """:func:`_walk_group` for one group per iteration (the split-K kernels' walk)."""
-    lines = ["def group(smem, d, r, c, row0, col0, d_rs, d_cs, epi_args):"]
-    if along_row and width > 1:
-        lines.append(f"    {', '.join(f'x{j}' for j in range(width))}, = load_vec(smem, uint32(slot(r, c)))")
-        lines += [f"    v{j} = epilogue(x{j}, row0 + r, col0 + c + {j}, epi_args)" for j in range(width)]
-    else:
-        lines += [f"    v{j} = epilogue(smem[uint32(slot(r + {j}, c))], row0 + r + {j}, col0 + c, epi_args)"
-                  for j in range(width)]
-    lines.append("    at = uint64((row0 + r) * d_rs + (col0 + c) * d_cs)")
-    if width == 1:
-        lines.append("    d[at] = v0")
-    else:
-        lines.append(f"    store_vec(d, at, ({', '.join(f'v{j}' for j in range(width))},))")
     return _jit_walk(lines, slot, epilogue)
 
 

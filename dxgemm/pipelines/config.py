@@ -282,7 +282,8 @@ def pipeline_store(operands: str = "native", config: "PipelineConfig | None" = N
     leaves shared memory in one 128-bit load.  The float32 fused walk went from ~88 to
     ~34 SASS instructions per element, most of what is left being ``erff``.  Same run,
     two rounds, ms (``benchmarks/results/h100_tile_walk_vector.log``); float64's walk was
-    already scalar and its fused cost is the float64 ``erf`` itself (unchanged):
+    already scalar (unchanged here; its fused cost fell with the three phases of
+    :func:`walk_unroll`):
 
     ===================================  ===========  ==========
     kernel, shape                        before       after
