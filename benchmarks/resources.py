@@ -34,6 +34,7 @@ def _pretend_sm90() -> None:
         compute_capability = (9, 0)
 
     dispatcher.get_current_device = lambda: _Sm90()
+    cuda.get_current_device = lambda: _Sm90()
 
 
 def compile_rung(rung: str, dtype: np.dtype, layout: Layout = Layout.ROW):

@@ -1,4 +1,4 @@
-"""Time warptile configurations at 4096^3 against cuBLAS (used to choose warptile.CONFIGS).
+"""Time warptile configurations against cuBLAS (used to choose warptile.CONFIGS; float64 also the mma shape).
 
     python benchmarks/sweep_warptile.py [--size 4096]
 """
@@ -19,13 +19,33 @@ CANDIDATES = {
         dict(threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, WNITER=2, TM=8, TN=4, stages=2),
     ],
     "float64": [
-        dict(kind="dmma", threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=2),
-        dict(kind="dmma", threads=256, BM=128, BN=64, BK=16, WM=64, WN=16, stages=2),
-        dict(kind="dmma", threads=256, BM=128, BN=64, BK=16, WM=64, WN=16, stages=2, min_blocks=2),
-        dict(kind="dmma", threads=256, BM=128, BN=64, BK=16, WM=32, WN=32, stages=2, min_blocks=2),
-        dict(kind="dmma", threads=256, BM=64, BN=128, BK=16, WM=32, WN=32, stages=2, min_blocks=2),
-        dict(kind="dmma", threads=256, BM=64, BN=64, BK=32, WM=32, WN=16, stages=2, min_blocks=2),
-        dict(kind="dmma", threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, stages=2),
+        # the mma shape at the shipped tile (m8n8k4 was the shipped shape before sm_90's m16 ones)
+        dict(kind="dmma", mma=(8, 4), threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=2),
+        dict(kind="dmma", mma=(16, 4), threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=2),
+        dict(kind="dmma", mma=(16, 8), threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=2),
+        dict(kind="dmma", mma=(16, 8), threads=256, BM=128, BN=64, BK=16, WM=64, WN=16, stages=2),
+        dict(kind="dmma", mma=(16, 16), threads=256, BM=128, BN=64, BK=16, WM=64, WN=16, stages=2),
+        # bigger warp tiles: more independent mmas per warp, fewer shared loads per mma
+        dict(kind="dmma", mma=(16, 8), threads=256, BM=128, BN=128, BK=8, WM=64, WN=32, stages=2),
+        dict(kind="dmma", mma=(16, 8), threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, stages=2),
+        dict(kind="dmma", mma=(16, 16), threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, stages=2),
+        dict(kind="dmma", mma=(16, 8), threads=128, BM=128, BN=64, BK=16, WM=64, WN=32, stages=2),
+        dict(kind="dmma", mma=(16, 8), threads=256, BM=128, BN=64, BK=16, WM=32, WN=32, stages=2, min_blocks=2),
+        dict(kind="dmma", mma=(16, 8), threads=256, BM=64, BN=128, BK=16, WM=32, WN=32, stages=2, min_blocks=2),
+        dict(kind="dmma", mma=(16, 8), threads=256, BM=128, BN=128, BK=8, WM=32, WN=64, stages=2),
+        dict(kind="dmma", mma=(16, 8), threads=512, BM=128, BN=128, BK=16, WM=32, WN=32, stages=2),
+        dict(kind="dmma", mma=(16, 8), threads=256, BM=128, BN=64, BK=32, WM=64, WN=16, stages=2),
+        # around the 16-warp 32x32 tile (128 registers is the most 512 threads may use)
+        dict(kind="dmma", mma=(16, 8), threads=512, BM=128, BN=128, BK=16, WM=32, WN=32, stages=2),
+        dict(kind="dmma", mma=(16, 4), threads=512, BM=128, BN=128, BK=16, WM=32, WN=32, stages=2),
+        dict(kind="dmma", mma=(16, 4), threads=512, BM=128, BN=128, BK=8, WM=32, WN=32, stages=2),
+        dict(kind="dmma", mma=(16, 4), threads=512, BM=128, BN=128, BK=32, WM=32, WN=32, stages=2),
+        dict(kind="dmma", mma=(16, 4), threads=512, BM=128, BN=128, BK=16, WM=16, WN=64, stages=2),
+        dict(kind="dmma", mma=(16, 4), threads=512, BM=128, BN=128, BK=16, WM=64, WN=16, stages=2),
+        dict(kind="dmma", mma=(16, 4), threads=512, BM=256, BN=64, BK=16, WM=32, WN=32, stages=2),
+        dict(kind="dmma", mma=(16, 4), threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, stages=2),
+        dict(kind="dmma", mma=(16, 4), threads=256, BM=128, BN=128, BK=8, WM=32, WN=64, stages=2),
+        dict(kind="dmma", mma=(16, 4), threads=256, BM=128, BN=64, BK=16, WM=32, WN=32, stages=2),
     ],
 }
 
@@ -43,9 +63,13 @@ def main() -> None:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--size", type=int, default=4096)
-    n = parser.parse_args().size
+    parser.add_argument("--dtypes", default="float32,float64")
+    args = parser.parse_args()
+    n = args.size
     rng = cupy.random.default_rng(0)
     for dtype_name, configs in CANDIDATES.items():
+        if dtype_name not in args.dtypes.split(","):
+            continue
         dtype = np.dtype(dtype_name)
         a = rng.standard_normal((n, n), dtype=np.float64).astype(dtype)
         b = rng.standard_normal((n, n), dtype=np.float64).astype(dtype)

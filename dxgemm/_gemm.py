@@ -122,7 +122,8 @@ def gemm(
             call(mat_a, mat_b, mat_d, m, n, k, bound.args, handle)
             _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta, c is not None)
             return out
-    spec = KernelSpec(dtype, op_a.layout, op_b.layout, op_d.layout, bound.key, None)
+    spec = KernelSpec(dtype, op_a.layout, op_b.layout, op_d.layout, bound.key, None,
+                      tile=choose_tile(backend, dtype, m, n, k))
     compiled = get_kernel(backend, spec, bound.args, bound.make)
     flags = vector_flags(op_a.ptr, op_a.ld, op_b.ptr, op_b.ld, dtype.itemsize)
     compiled.launch(
@@ -140,20 +141,21 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
 
     Measured on the H100, pipeline against warptile in the same run: wall time per call
     of 200 calls back to back (host time included where it exceeds the GPU's), ms
-    (``benchmarks/results/h100_auto_choice.log``, which also has the GPU times):
+    (float64: ``benchmarks/results/h100_auto_choice_warptile.log``, after warptile moved
+    to m16n8k4; float32: ``h100_auto_choice.log``; both logs also have the GPU times):
 
     ===================  =================  =================
     shape                float64            float32 (3xTF32)
     ===================  =================  =================
-    512^3                0.064 / 0.059      0.120 / 0.081
-    640^3                0.063 / 0.072      0.117 / 0.095
-    768^3                0.044 / 0.086      0.114 / 0.112
-    896^3                0.053 / 0.100      0.109 / 0.130
-    4096 x 4096 x 16     0.117 / 0.101      0.100 / 0.096
-    4096 x 4096 x 40     0.118 / 0.114      0.103 / 0.113
-    4096 x 4096 x 64     0.101 / 0.138      0.108 / 0.124
-    4096 x 4096 x 100    0.161 / 0.185      0.119 / 0.159
-    8192 x 8192 x 32     0.393 / 0.399      0.359 / 0.325
+    512^3                0.069 / 0.047      0.120 / 0.081
+    640^3                0.070 / 0.057      0.117 / 0.095
+    768^3                0.044 / 0.067      0.114 / 0.112
+    896^3                0.050 / 0.078      0.109 / 0.130
+    4096 x 4096 x 16     0.119 / 0.100      0.100 / 0.096
+    4096 x 4096 x 40     0.156 / 0.106      0.103 / 0.113
+    4096 x 4096 x 64     0.103 / 0.123      0.108 / 0.124
+    4096 x 4096 x 100    0.175 / 0.158      0.119 / 0.159
+    8192 x 8192 x 32     0.401 / 0.383      0.359 / 0.325
     ===================  =================  =================
 
     Earlier runs had the pipeline ahead from 1000^3 up and at 4096 x 64 x 4096 (split-K;
@@ -164,7 +166,8 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     GPU time (3x at 512^3) only shows from ~2^28 multiply-adds (float64) or ~2^29
     (float32).  Short K
     favours warptile below K = 64 (the pipeline pads K to its depth and runs many short
-    blocks; float32 alternates there) and the pipeline from K = 64.  With
+    blocks; float32 alternates there) and the pipeline from K = 64 (float64 ties at
+    K = 100: 0.159 / 0.162 ms GPU time).  With
     ``DXGEMM_FLOAT32_PIPELINE=fp32`` (cuBLASDx's SIMT float32, 0.66x cuBLAS) warptile led
     at every size, so float32 stays there.  Every device where the pipeline cannot run
     gets ``warptile``.
@@ -180,6 +183,22 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
         if uses_tf32x3(dt):
             return "pipeline"
     return "warptile"
+
+
+def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int) -> str:
+    """The tile configuration of a handwritten rung (``KernelSpec.tile``).
+
+    Only float64 ``warptile`` has two.  Its 512-thread 128x128x16 tile holds one block per
+    SM and pads K to 16; the 256-thread 128x64x8 tile has twice the blocks and a quarter of
+    the K padding.  Measured against each other on the H100
+    (``benchmarks/results/h100_warptile_tiles.log``), the large tile won at 2048^3 (0.66x
+    cuBLAS against 0.56x), 4096^3 and 8192^2 x 512, and lost at 1536^3, at every K up to
+    256 and at 1024^3 and below.  So the large tile needs ``k >= 512`` and
+    ``m * n >= 2**22`` (2048^2).
+    """
+    if backend == "warptile" and np.dtype(dtype) == np.float64 and (k < 512 or m * n < 2**22):
+        return "small"
+    return "large"
 
 
 def available_backends(device: int = 0) -> tuple[str, ...]:

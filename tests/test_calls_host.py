@@ -184,3 +184,18 @@ def test_copied_inputs_and_mismatched_arguments_are_not_kept():
     assert _calls.lookup(key) is None
     _calls.remember(key, RecordingCall(), op_a, op_b, op_d, (a, b), m, n, k, bound, 2.0, 0.0, True)
     assert _calls.lookup(key) is not None
+
+
+def test_warptile_tile_rule():
+    """float64 warptile takes its small tile at short K and with few output tiles, the large one otherwise."""
+    from dxgemm._gemm import choose_tile
+
+    f64, f32 = np.dtype(np.float64), np.dtype(np.float32)
+    assert choose_tile("warptile", f64, 4096, 4096, 4096) == "large"
+    assert choose_tile("warptile", f64, 2048, 2048, 512) == "large"
+    assert choose_tile("warptile", f64, 8192, 8192, 511) == "small"
+    assert choose_tile("warptile", f64, 1536, 1536, 1536) == "small"
+    assert choose_tile("warptile", f64, 1024, 1024, 4096) == "small"
+    assert choose_tile("warptile", f64, 4096, 64, 4096) == "small"
+    assert choose_tile("warptile", f32, 16, 16, 16) == "large"  # one tile in float32
+    assert choose_tile("vectorized", f64, 16, 16, 16) == "large"

@@ -9,6 +9,8 @@ import dxgemm
 from dxgemm.kernels import RUNGS  # the handwritten ladder; the pipeline has its own tests
 from dxgemm.testing import assert_close
 
+from ._dmma import SMALL_CONFIGS, warptile_dmma
+
 pytestmark = pytest.mark.gpu
 
 SHAPES = [(1, 1, 1), (17, 17, 17), (1000, 1000, 1000), (4096, 4096, 4096), (4096, 64, 4096), (1, 4096, 4096),
@@ -126,3 +128,33 @@ def test_devices_must_match(cp):
         b = cp.ones((8, 8))
     with pytest.raises(ValueError, match="a is on GPU 0 but b is on GPU 1"):
         dxgemm.gemm(a, b)
+
+
+@pytest.mark.parametrize("shape", list(SMALL_CONFIGS), ids=lambda s: f"m{s[0]}n8k{s[1]}")
+def test_warptile_every_fp64_mma_shape(cp, shape):
+    """Each FP64 mma shape's register fragments (the simulator cannot check them), at an odd size."""
+    from numba import cuda
+
+    if shape != (8, 4) and cuda.get_current_device().compute_capability < (9, 0):
+        pytest.skip("m16n8kK float64 mma needs sm_90")
+    m, n, k = 1000, 777, 513
+    a, b = _operands(cp, m, n, k, np.float64, seed=3)
+    out = warptile_dmma(cuda.as_cuda_array(a), cuda.as_cuda_array(b), SMALL_CONFIGS[shape], alpha=-0.75)
+    assert_close(out, a.get(), b.get(), np.dtype(np.float64), alpha=-0.75)
+
+
+@pytest.mark.parametrize("shape", [(8, 4), (16, 4), (16, 16)], ids=lambda s: f"m{s[0]}n8k{s[1]}")
+def test_warptile_fp64_shipped_tile_with_other_mma_shapes(cp, shape):
+    """The shipped tile with the other mma shapes (the sweep's candidates) stays exact."""
+    from numba import cuda
+
+    if shape != (8, 4) and cuda.get_current_device().compute_capability < (9, 0):
+        pytest.skip("m16n8kK float64 mma needs sm_90")
+    from dxgemm.kernels import warptile
+
+    cfg = dict(warptile.CONFIGS["float64"], mma=shape)
+    cfg["BK"] = max(cfg["BK"], shape[1])
+    m, n, k = 1000, 777, 513
+    a, b = _operands(cp, m, n, k, np.float64, seed=4)
+    out = warptile_dmma(cuda.as_cuda_array(a), cuda.as_cuda_array(b), cfg)
+    assert_close(out, a.get(), b.get(), np.dtype(np.float64))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from numba import cuda
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -11,6 +12,7 @@ import dxgemm
 from dxgemm.kernels import RUNGS  # the handwritten ladder; the pipeline has its own tests
 from dxgemm.testing import assert_close
 
+from ._dmma import SMALL_CONFIGS, warptile_dmma
 from ._sim import device_matrix, poisoned
 
 M, N, K = 33, 47, 29  # odd, and not a multiple of any tile
@@ -131,3 +133,12 @@ def test_single_row_takes_the_gemv_kernel(dtype, layouts, k, rng):
     d = poisoned((1, n), dtype, lc)
     dxgemm.gemm(device_matrix(a, la), device_matrix(b, lb), d)
     assert_close(d.copy_to_host(), a.astype(np.float64), b.astype(np.float64), np.dtype(dtype))
+
+
+@pytest.mark.parametrize("shape", list(SMALL_CONFIGS), ids=lambda s: f"m{s[0]}n8k{s[1]}")
+def test_warptile_every_fp64_mma_shape(shape, rng):
+    """Each FP64 mma shape's fragment indexing, on a tile small enough for the simulator."""
+    a = rng.standard_normal((M, K))
+    b = rng.standard_normal((K, N))
+    out = warptile_dmma(cuda.to_device(a), cuda.to_device(b), SMALL_CONFIGS[shape], alpha=-0.75)
+    assert_close(out, a, b, np.dtype(np.float64), alpha=-0.75)

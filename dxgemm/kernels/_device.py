@@ -372,65 +372,152 @@ def make_tile_stager(
 
 # ---------------------------------------------------------------------------------------
 # FP64 tensor cores (DMMA).  numba-cuda has no mma API, so one warp-wide
-# ``mma.sync.aligned.m8n8k4.row.col.f64`` is emitted as inline PTX.  Its fragments, per
-# lane (``g = lane // 4``, ``t = lane % 4``):
-#   A (8x4):  one element, A[g, t]        B (4x8):  one element, B[t, g]
-#   C, D (8x8): two elements, C[g, 2t] and C[g, 2t + 1]
-# Both shared tiles are stored K-major (element (k, i) at ``k * ld + i``), so one index
-# formula loads either fragment.
+# ``mma.sync.aligned.m{M}n8k{K}.row.col.f64`` is emitted as inline PTX.  Four shapes exist:
+# m8n8k4 (sm_80 and later) and m16n8k4 / m16n8k8 / m16n8k16 (sm_90).  With ``g = lane // 4``
+# and ``t = lane % 4``, one formula gives every shape's fragments, per lane:
+#   A (M x K):  value ``vm + (M // 8) * vk`` is A[g + 8 vm, t + 4 vk]
+#   B (K x 8):  value ``vk`` is B[t + 4 vk, g]
+#   C, D (M x 8): value ``h + 2 vm`` is C[g + 8 vm, 2 t + h]
+# for vm < M // 8, vk < K // 4, h < 2.  Both shared tiles are stored K-major (element
+# (k, i) at ``k * ld + i``), so one index expression loads either operand.
 #
-# Under the simulator a lane cannot see its neighbours' registers, so there a "fragment"
-# is a reference (tile, base, ld) and the multiply reads the 8x4 / 4x8 blocks straight
-# from shared memory: the same arithmetic and the same shared-memory indexing, checked
-# on the CPU; the register exchange itself is checked by the GPU tests.
+# Why the shape matters (benchmarks/results/h100_dmma_peak.log, register-only loops on
+# the H100): m8n8k4 tops out at 31 TFLOP/s, half the FP64 tensor peak; m16n8k4 needs
+# eight independent accumulators per warp and 16 warps per SM to pass 60; m16n8k8 and
+# m16n8k16 reach 61-65 with a few.
+#
+# Under the simulator a lane cannot see its neighbours' registers, so there a fragment
+# is its block's position in the tile and the multiply reads A and B straight from
+# shared memory: the same arithmetic and the same shared-memory indexing, checked on the
+# CPU; the register exchange itself is checked by the GPU tests.
 # ---------------------------------------------------------------------------------------
-if SIMULATOR:
+DMMA_SHAPES = ((8, 4), (16, 4), (16, 8), (16, 16))
+"""The FP64 ``mma.sync`` shapes (M, K); N is always 8."""
 
-    def load_frag(tile, base, ld, lane):
-        """Simulator: the fragment is its block's position in the tile (kept in a float register array)."""
-        return float(base)
 
-    def mma_f64(a, b, c0, c1, lane, a_tile, a_ld, b_tile, b_ld):
-        """Simulator: this lane's two elements of ``C + A @ B`` for one 8x8x4 step, read from the tiles."""
-        ba, bb = int(a), int(b)
-        g, t2 = lane // 4, (lane % 4) * 2
-        for kk in range(4):
-            av = a_tile[ba + kk * a_ld + g]
-            c0 = c0 + av * b_tile[bb + kk * b_ld + t2]
-            c1 = c1 + av * b_tile[bb + kk * b_ld + t2 + 1]
-        return c0, c1
+def dmma_shape_for(cc: tuple[int, int]) -> tuple[int, int]:
+    """The FP64 mma shape a kernel for compute capability ``cc`` uses: m16n8k4 on sm_90 and
+    later, m8n8k4 before.  In the warptile kernel m16n8k4 beat m16n8k8 and m16n8k16 at every
+    tile measured (benchmarks/results/h100_warptile_dmma_shapes*.log): their longer
+    fragments must all be loaded before the first mma can issue."""
+    return (16, 4) if tuple(cc) >= (9, 0) else (8, 4)
 
-else:
 
-    @cuda.jit(device=True)
-    def load_frag(tile, base, ld, lane):
-        """This lane's element of the 8x4 A (or 4x8 B) fragment whose K-major block starts at ``tile[base]``."""
-        return tile[base + (lane & U(3)) * ld + (lane >> U(2))]
+class Dmma(NamedTuple):
+    """Device functions for one FP64 mma shape (see the note above :data:`DMMA_SHAPES`).
+
+    ``load_a(tile, base, ld, lane, frag, i)`` / ``load_b(...)`` fill row ``i`` of a
+    ``cuda.local.array((count, nvals), float64)`` fragment array with this lane's values of
+    the block whose K-major corner is ``tile[base]``; ``mma(a_frag, i, b_frag, j, acc, lo,
+    hi, lane, a_tile, a_ld, b_tile, b_ld)`` adds A-block ``i`` times B-block ``j`` into the
+    accumulator pairs ``acc[lo], acc[lo + 1]`` (rows ``g``) and ``acc[hi], acc[hi + 1]``
+    (rows ``g + 8``; unused when M is 8).  The tile arguments are only read under the
+    simulator.
+    """
+
+    m: int
+    k: int
+    a_vals: int
+    b_vals: int
+    load_a: Callable
+    load_b: Callable
+    mma: Callable
+
+
+_DMMA_CACHE: dict = {}
+
+
+def make_dmma(shape: tuple[int, int]) -> Dmma:
+    """:class:`Dmma` for the mma shape ``(M, K)`` in :data:`DMMA_SHAPES`."""
+    if shape not in DMMA_SHAPES:
+        raise ValueError(f"FP64 mma shape must be one of {DMMA_SHAPES}, got {shape}")
+    if shape not in _DMMA_CACHE:
+        _DMMA_CACHE[shape] = _make_dmma(*shape)
+    return _DMMA_CACHE[shape]
+
+
+def _make_dmma(M: int, K: int) -> Dmma:
+    VM, VK = M // 8, K // 4
+    NA, NB = VM * VK, VK
+    ns: dict[str, Any] = {"cuda": cuda, "U": U, "float": float}
+    if SIMULATOR:
+        src = f"""
+def load_a(tile, base, ld, lane, frag, i):
+    frag[i, 0] = float(base)
+
+def load_b(tile, base, ld, lane, frag, j):
+    frag[j, 0] = float(base)
+
+def mma(a_frag, i, b_frag, j, acc, lo, hi, lane, a_tile, a_ld, b_tile, b_ld):
+    ba, bb = int(a_frag[i, 0]), int(b_frag[j, 0])
+    g, t2 = lane // 4, (lane % 4) * 2
+    for vm in range({VM}):
+        c = lo if vm == 0 else hi
+        for kk in range({K}):
+            av = a_tile[ba + kk * a_ld + g + 8 * vm]
+            acc[c] = acc[c] + av * b_tile[bb + kk * b_ld + t2]
+            acc[c + 1] = acc[c + 1] + av * b_tile[bb + kk * b_ld + t2 + 1]
+"""
+        exec(src, ns)
+        return Dmma(M, K, 1, 1, ns["load_a"], ns["load_b"], ns["mma"])
+
+    ns["asm"] = _dmma_intrinsic(M, K, NA, NB)
+    # Value v of A sits at row g + 8 vm, k t + 4 vk: tile[base + (t + 4 vk) * ld + g + 8 vm].
+    a_loads = "\n".join(
+        f"    frag[i, {vm + VM * vk}] = tile[base + (t + U({4 * vk})) * ld + g + U({8 * vm})]"
+        for vk in range(VK) for vm in range(VM))
+    b_loads = "\n".join(
+        f"    frag[j, {vk}] = tile[base + (t + U({4 * vk})) * ld + g]" for vk in range(VK))
+    a_args = ", ".join(f"a_frag[i, {v}]" for v in range(NA))
+    b_args = ", ".join(f"b_frag[j, {v}]" for v in range(NB))
+    if VM == 2:
+        c_in, c_out = "acc[lo], acc[lo + 1], acc[hi], acc[hi + 1]", "acc[lo], acc[lo + 1], acc[hi], acc[hi + 1]"
+    else:
+        c_in, c_out = "acc[lo], acc[lo + 1]", "acc[lo], acc[lo + 1]"
+    src = f"""
+def load_a(tile, base, ld, lane, frag, i):
+    g = lane >> U(2)
+    t = lane & U(3)
+{a_loads}
+
+def load_b(tile, base, ld, lane, frag, j):
+    g = lane >> U(2)
+    t = lane & U(3)
+{b_loads}
+
+def mma(a_frag, i, b_frag, j, acc, lo, hi, lane, a_tile, a_ld, b_tile, b_ld):
+    {c_out} = asm(({a_args},), ({b_args},), ({c_in},))
+"""
+    exec(src, ns)
+    dev = cuda.jit(device=True)
+    return Dmma(M, K, NA, NB, dev(ns["load_a"]), dev(ns["load_b"]), dev(ns["mma"]))
+
+
+def _dmma_intrinsic(M: int, K: int, NA: int, NB: int) -> Callable:
+    """``asm(a, b, c) -> d``: one ``mma.sync.aligned.m{M}n8k{K}.row.col.f64`` on UniTuples of float64."""
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    NC = 2 * (M // 8)
 
     @intrinsic
-    def _mma_m8n8k4_f64(typingctx, a, b, c0, c1):
+    def asm(typingctx, a, b, c):
         f64 = types.float64
-        if not all(x == f64 for x in (a, b, c0, c1)):
+        if (a, b, c) != (types.UniTuple(f64, NA), types.UniTuple(f64, NB), types.UniTuple(f64, NC)):
             return None
-        sig = types.UniTuple(f64, 2)(f64, f64, f64, f64)
+        sig = types.UniTuple(f64, NC)(a, b, c)
 
         def codegen(context, builder, sig, args):
             d = ir.DoubleType()
-            fnty = ir.FunctionType(ir.LiteralStructType([d, d]), [d, d, d, d])
-            asm = ir.InlineAsm(
-                fnty,
-                "mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {$0, $1}, {$2}, {$3}, {$4, $5};",
-                "=d,=d,d,d,d,d",
-            )
-            res = builder.call(asm, args)
-            return context.make_tuple(builder, sig.return_type, [builder.extract_value(res, i) for i in range(2)])
+            ins = [builder.extract_value(args[x], i) for x, cnt in enumerate((NA, NB, NC)) for i in range(cnt)]
+            ops = iter(range(NC + NA + NB + NC))
+            group = lambda cnt: "{" + ", ".join(f"${next(ops)}" for _ in range(cnt)) + "}"
+            text = f"mma.sync.aligned.m{M}n8k{K}.row.col.f64.f64.f64.f64 {group(NC)}, {group(NA)}, {group(NB)}, {group(NC)};"
+            fnty = ir.FunctionType(ir.LiteralStructType([d] * NC), [d] * (NA + NB + NC))
+            res = builder.call(ir.InlineAsm(fnty, text, ",".join(["=d"] * NC + ["d"] * (NA + NB + NC))), ins)
+            return context.make_tuple(builder, sig.return_type, [builder.extract_value(res, i) for i in range(NC)])
 
         return sig, codegen
 
-    @cuda.jit(device=True)
-    def mma_f64(a, b, c0, c1, lane, a_tile, a_ld, b_tile, b_ld):
-        """One warp-wide 8x8x4 FP64 tensor-core step on register fragments; returns this lane's two C elements.
-
-        The tile arguments are unused here (the simulator version reads them).
-        """
-        return _mma_m8n8k4_f64(a, b, c0, c1)
+    return asm

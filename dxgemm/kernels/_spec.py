@@ -32,6 +32,8 @@ class KernelSpec:
     ``epilogue_fn`` is the device function ``f(value, row, col, args)`` built from the
     epilogue chain; ``epilogue_key`` identifies it (its structure and argument types) and
     is what the in-process kernel cache hashes, never the function object itself.
+    ``tile`` names the tile configuration for rungs that have more than one (``warptile``
+    in float64: ``"large"`` or ``"small"``; the host picks it, ``dxgemm._gemm.choose_tile``).
     """
 
     dtype: np.dtype
@@ -40,14 +42,16 @@ class KernelSpec:
     layout_d: Layout
     epilogue_key: tuple
     epilogue_fn: Callable = None  # excluded from hashing below
+    tile: str = "large"  # a rung with several tile configurations picks one by this name
+
+    def _identity(self) -> tuple:
+        return (self.dtype.str, self.layout_a, self.layout_b, self.layout_d, self.epilogue_key, self.tile)
 
     def __hash__(self) -> int:
-        return hash((self.dtype.str, self.layout_a, self.layout_b, self.layout_d, self.epilogue_key))
+        return hash(self._identity())
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, KernelSpec) and hash(self) == hash(other) and (
-            self.dtype, self.layout_a, self.layout_b, self.layout_d, self.epilogue_key
-        ) == (other.dtype, other.layout_a, other.layout_b, other.layout_d, other.epilogue_key)
+        return isinstance(other, KernelSpec) and self._identity() == other._identity()
 
 
 @dataclass(frozen=True)

@@ -17,30 +17,36 @@ Two more things make this rung fast:
   its own multiply-adds, and one barrier per K tile remains instead of two.  This took
   float32 from 0.565x to 0.695x cuBLAS; unrolling the K loop by two (NVVM does not
   unroll 16 steps of 64 FFMA on its own) took it to 0.715x.
-* **FP64 tensor cores for float64.**  A warp is exactly the unit that issues a
-  ``mma.sync.m8n8k4`` (DMMA), so the float64 kernel keeps the block/warp hierarchy and
-  replaces each warp's 32 lanes of scalar DFMA with one warp-wide 8x8x4 product per
-  8x8 block of its tile (:func:`_build_dmma`).  The SIMT version of this rung peaked at
-  12.6 TFLOP/s (0.21x cuBLAS, 38 % of the measured SIMT FP64 ceiling of 33 TFLOP/s:
-  its 128 registers leave 4 warps per scheduler, too few to hide DFMA and shared-load
-  latency); on DMMA it reaches 0.46x.  cuBLAS's own DGEMM runs on the same DMMA units.
+* **FP64 tensor cores for float64.**  A warp is exactly the unit that issues an
+  ``mma.sync`` (DMMA), so the float64 kernel keeps the block/warp hierarchy and replaces
+  each warp's 32 lanes of scalar DFMA with warp-wide ``mma.sync.m16n8k4.f64`` products
+  (:func:`_build_dmma`; ``m8n8k4`` before sm_90).  The SIMT version of this rung peaked at
+  12.6 TFLOP/s (0.21x cuBLAS, 38 % of the measured SIMT FP64 ceiling of 33 TFLOP/s: its
+  128 registers leave 4 warps per scheduler, too few to hide DFMA and shared-load
+  latency).  The instruction shape matters as much as the tiling: register-only loops
+  (benchmarks/results/h100_dmma_peak.log) put ``m8n8k4`` at 31 TFLOP/s, half of what
+  the m16 shapes reach (58-65), and the kernel on m8n8k4 had stopped at 0.46x, 89 % of
+  that instruction's ceiling.  On m16n8k4 with 16 warps of 32x32 it reaches 0.66x.
 
 Memory traffic saved over vectorized: global traffic is the same per output; per K step
 a warp reads ``WM + WN`` distinct shared values for ``WM * WN`` multiply-adds, and the
 larger K step (16) halves the barriers per multiply-add.
 
 Reached on the H100 (benchmarks/results/h100.json, 4096^3): 37.23 TFLOP/s float32
-(0.716x cuBLAS), 27.62 TFLOP/s float64 (0.458x cuBLAS); in the sweeps
-(benchmarks/results/h100_run*_sweep*.log) 0.695-0.716x and 0.451-0.458x; ncu (h100_ncu_warptile.log) shows the float32
-kernel issuing an instruction on 80 % of scheduler cycles — it is issue-bound, and 75 %
-of its inner-loop instructions are FFMA.
+(0.716x cuBLAS), 39.90 TFLOP/s float64 (0.661x cuBLAS; 0.66-0.69x in the sweeps,
+h100_warptile_dmma_shapes*.log); float32 in the sweeps (h100_run*_sweep*.log)
+0.695-0.716x; ncu (h100_ncu_warptile.log) shows the float32 kernel issuing an
+instruction on 80 % of scheduler cycles — it is issue-bound, and 75 % of its inner-loop
+instructions are FFMA.  What float64 still lacks against cuBLASDx's 0.79x: operands go
+global -> registers -> shared in two stages rather than through ``cp.async`` in three or
+four, so each K tile ends at a barrier with its loads exposed.
 """
 
 from __future__ import annotations
 
 from numba import cuda, from_dtype
 
-from ._device import SMEM_ALIGN, U, load_frag, make_offset, make_tile_stager, mma_f64
+from ._device import SIMULATOR, SMEM_ALIGN, U, dmma_shape_for, make_dmma, make_offset, make_tile_stager
 from ._spec import BuiltKernel, KernelSpec, Layout
 
 WARP = 32
@@ -50,13 +56,21 @@ WARP = 32
 # benchmarks/sweep_warptile.py on the H100 at 4096^3 (benchmarks/results/h100_run*_sweep*.log):
 # float32: 8 warps with 32 (8x4 twice) accumulators each, two blocks per SM (126 registers),
 # 0.716x; siboehm's 4-warp 64-accumulator layout reached 0.707x with 239 registers.
-# float64 (DMMA): 8 warps with a 64x16 warp tile (8x2 blocks of 8x8), BK = 8, two stages:
-# 0.455x; BK = 16 (dynamic shared memory above 48 KiB) was slower (0.34-0.41x), as were
-# 512-thread and 128x128 tiles (0.36-0.40x).
+# float64 (DMMA, m16n8k4 on sm_90): 16 warps with a 32x32 warp tile (2x4 mma blocks), BK = 16,
+# two stages, 128 registers (benchmarks/results/h100_warptile_dmma_shapes.log).  The mma
+# shape mattered most: at the old 8-warp 64x16 tile, m8n8k4 0.451x, m16n8k4 0.573x.
 CONFIGS = {
     "float32": dict(threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, WNITER=2, TM=8, TN=4, stages=2, unroll=2),
+    "float64": dict(kind="dmma", threads=512, BM=128, BN=128, BK=16, WM=32, WN=32, stages=2),
+}
+
+SMALL_CONFIGS = {
     "float64": dict(kind="dmma", threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=2),
 }
+"""Tiles for ``spec.tile == "small"`` (``dxgemm._gemm.choose_tile`` decides): for short K and
+few output tiles, where this 8-warp tile beat the 16-warp one
+(``benchmarks/results/h100_warptile_tiles.log``: 4096x4096x40 0.107 ms against 0.146,
+1024^3 0.092 against 0.117).  A dtype without an entry uses :data:`CONFIGS`."""
 
 
 STAGES = 2
@@ -69,7 +83,8 @@ def _check_stages(cfg: dict) -> None:
 
 
 def build(spec: KernelSpec, **overrides) -> BuiltKernel:
-    cfg = dict(CONFIGS[spec.dtype.name], **overrides)
+    table = SMALL_CONFIGS if spec.tile == "small" and spec.dtype.name in SMALL_CONFIGS else CONFIGS
+    cfg = dict(table[spec.dtype.name], **overrides)
     if cfg.pop("kind", "simt") == "dmma":
         return _build_dmma(spec, cfg)
     threads, BM, BN, BK = cfg["threads"], cfg["BM"], cfg["BN"], cfg["BK"]
@@ -167,8 +182,6 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     return BuiltKernel(warptile_gemm, (threads,), BM, BN)
 
 
-MMA = 8  # an m8n8k4 tensor-core step covers an 8x8 output block, 4 deep in K
-MMA_K = 4
 PAD = 4  # doubles added to each K line of a shared tile (see _build_dmma)
 
 
@@ -176,9 +189,10 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
     """The float64 warp tile on the FP64 tensor cores.
 
     Same block/warp hierarchy as the SIMT kernel, but a warp's ``WM x WN`` tile is a grid
-    of 8x8 blocks, each advanced by one warp-wide ``mma.sync.m8n8k4`` per 4-deep K slice
-    instead of 32 lanes of scalar DFMA.  A lane holds one element of each A and B
-    fragment and two of each 8x8 accumulator block.
+    of ``M x 8`` blocks (``cfg["mma"] = (M, K)``, :data:`~._device.DMMA_SHAPES`), each
+    advanced by one warp-wide ``mma.sync.mMn8kK`` per K-deep slice instead of 32 lanes of
+    scalar DFMA.  The accumulators are kept as 8x8 blocks, two values per lane, whatever
+    M is: an m16 block is the 8x8 blocks ``2i`` and ``2i + 1`` stacked.
 
     Both shared tiles are K-major with each K line padded by ``PAD`` doubles: a fragment
     load reads 8 consecutive doubles from each of 4 K lines, and unpadded lines
@@ -186,9 +200,11 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
     each line 8 banks over, so one half-warp covers all 32 banks once.
     """
     threads, BM, BN, BK, WM, WN = (cfg[x] for x in ("threads", "BM", "BN", "BK", "WM", "WN"))
-    if (BM // WM) * (BN // WN) * WARP != threads or WM % MMA or WN % MMA or BK % MMA_K:
-        raise ValueError(f"inconsistent DMMA warptile configuration {cfg}")
-    MI, NI, KSTEPS = WM // MMA, WN // MMA, BK // MMA_K
+    dmma = make_dmma(tuple(cfg["mma"]) if "mma" in cfg else _device_dmma_shape())
+    if (BM // WM) * (BN // WN) * WARP != threads or WM % dmma.m or WN % 8 or BK % dmma.k:
+        raise ValueError(f"inconsistent DMMA warptile configuration {cfg} for the m{dmma.m}n8k{dmma.k} mma")
+    MI, NI, KSTEPS = WM // dmma.m, WN // 8, BK // dmma.k
+    HALVES = dmma.m // 8  # 8x8 accumulator blocks per mma block, stacked in M
     ALD, BLD = BM + PAD, BN + PAD
 
     _check_stages(cfg)
@@ -197,14 +213,16 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
     epilogue = spec.epilogue_fn
     nb = dt.type
     zero = nb(0)
-    a_elems, b_elems, acc_elems = STAGES * BK * ALD, STAGES * BK * BLD, MI * NI * 2
+    a_elems, b_elems, acc_elems = STAGES * BK * ALD, STAGES * BK * BLD, MI * HALVES * NI * 2
     uA_STAGE, uB_STAGE = U(BK * ALD), U(BK * BLD)
     smem_type = from_dtype(dt)
     stage_a = make_tile_stager(dt, spec.layout_a, BM, BK, Layout.COL, threads, smem_ld=ALD)
     stage_b = make_tile_stager(dt, spec.layout_b, BK, BN, Layout.ROW, threads, smem_ld=BLD)
     A_REGS, B_REGS = stage_a.nregs, stage_b.nregs
+    A_VALS, B_VALS = dmma.a_vals, dmma.b_vals
+    load_a, load_b, mma = dmma.load_a, dmma.load_b, dmma.mma
     uBM, uBN, uBK, uWM, uWN, uALD, uBLD = U(BM), U(BN), U(BK), U(WM), U(WN), U(ALD), U(BLD)
-    uWARP, warps_across, uMMA, uMMA_K = U(WARP), U(BN // WN), U(MMA), U(MMA_K)
+    uWARP, warps_across, uMMA_M, uMMA_K, u8 = U(WARP), U(BN // WN), U(dmma.m), U(dmma.k), U(8)
     one, two, three = U(1), U(2), U(3)
 
     def warptile_dmma_gemm(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args):
@@ -213,8 +231,8 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
         a_tile = smem[:a_elems]  # STAGES x [BK][BM + PAD]
         b_tile = smem[a_elems:]  # STAGES x [BK][BN + PAD]
         acc = cuda.local.array(acc_elems, nb)
-        a_frag = cuda.local.array(MI, nb)
-        b_frag = cuda.local.array(NI, nb)
+        a_frag = cuda.local.array((MI, A_VALS), nb)
+        b_frag = cuda.local.array((NI, B_VALS), nb)
         for i in range(acc_elems):
             acc[i] = zero
         tid = U(cuda.threadIdx.x)
@@ -249,14 +267,13 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
                 a_base = a_off + U(s) * uMMA_K * uALD + w_row
                 b_base = b_off + U(s) * uMMA_K * uBLD + w_col
                 for i in range(MI):
-                    a_frag[i] = load_frag(a_tile, a_base + U(i) * uMMA, uALD, lane)
+                    load_a(a_tile, a_base + U(i) * uMMA_M, uALD, lane, a_frag, i)
                 for j in range(NI):
-                    b_frag[j] = load_frag(b_tile, b_base + U(j) * uMMA, uBLD, lane)
+                    load_b(b_tile, b_base + U(j) * u8, uBLD, lane, b_frag, j)
                 for i in range(MI):
                     for j in range(NI):
-                        c = 2 * (i * NI + j)
-                        acc[c], acc[c + 1] = mma_f64(a_frag[i], b_frag[j], acc[c], acc[c + 1], lane,
-                                                     a_tile, uALD, b_tile, uBLD)
+                        lo = 2 * ((i * HALVES) * NI + j)
+                        mma(a_frag, i, b_frag, j, acc, lo, lo + 2 * NI, lane, a_tile, uALD, b_tile, uBLD)
             if more:
                 # The previous step's closing barrier means no warp still reads this stage.
                 stage_a.put(a_tile[uA_STAGE - a_off:], tid, regs_a)
@@ -264,14 +281,21 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
             cuda.syncthreads()
         g = lane >> two
         t2 = (lane & three) * two
-        for i in range(MI):
-            row = row0 + w_row + U(i) * uMMA + g
+        for i in range(MI * HALVES):
+            row = row0 + w_row + U(i) * u8 + g
             for j in range(NI):
                 for h in range(2):
-                    col = col0 + w_col + U(j) * uMMA + t2 + U(h)
+                    col = col0 + w_col + U(j) * u8 + t2 + U(h)
                     if row < um and col < un:
                         value = acc[2 * (i * NI + j) + h]
                         d[d_off(row, col, U(ldd))] = epilogue(value, row, col, epi_args)
 
     return BuiltKernel(warptile_dmma_gemm, (threads,), BM, BN, dynamic_smem=(a_elems + b_elems) * dt.itemsize,
                        min_blocks=cfg.get("min_blocks", 0))
+
+
+def _device_dmma_shape() -> tuple[int, int]:
+    """The FP64 mma shape for the device kernels are compiled for (m8n8k4 before sm_90)."""
+    if SIMULATOR:
+        return dmma_shape_for((9, 0))
+    return dmma_shape_for(cuda.get_current_device().compute_capability)

@@ -1,0 +1,67 @@
+"""The float64 warptile's two tiles against each other and cuBLAS (chooses ``choose_tile``'s rule).
+
+    . .whl/activate.sh && python benchmarks/warptile_tiles.py [--shapes 512x512x512,...]
+
+For each shape: ``dxgemm.gemm(..., backend="warptile")`` with the tile forced to
+``"small"`` (256 threads, 128x64x8) and to ``"large"`` (512 threads, 128x128x16), and cuBLAS
+through CuPy, each the CUDA-event median of ``dxgemm.bench.time_ms``; every output
+checked against the float64 reference.  The last columns give the faster tile and the
+one ``dxgemm._gemm.choose_tile`` picks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import cupy as cp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import dxgemm  # noqa: E402
+from dxgemm import _calls, _gemm  # noqa: E402
+from dxgemm.bench import time_ms  # noqa: E402
+from dxgemm.testing import check  # noqa: E402
+
+SHAPES = ["512x512x512", "768x768x768", "1024x1024x1024", "1536x1536x1536", "2048x2048x2048", "4096x4096x4096",
+          "1000x1000x1000", "4096x64x4096", "4096x4096x8", "4096x4096x40", "4096x4096x64", "4096x4096x100",
+          "4096x4096x128", "4096x4096x256", "2048x2048x32", "8192x8192x32", "8192x8192x512"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", default=",".join(SHAPES))
+    parser.add_argument("--reps", type=int, default=20)
+    args = parser.parse_args()
+    rule = _gemm.choose_tile
+    dtype = np.dtype(np.float64)
+    print(f"{'m x n x k':>16s} {'small':>9s} {'large':>9s} {'cuBLAS':>8s}  {'small/cuBLAS':>12s} {'large/cuBLAS':>12s}"
+          f"  faster  rule")
+    for shape in args.shapes.split(","):
+        m, n, k = (int(x) for x in shape.split("x"))
+        rng = cp.random.default_rng(0)
+        a = rng.standard_normal((m, k), dtype=np.float64)
+        b = rng.standard_normal((k, n), dtype=np.float64)
+        times = {}
+        for tile in ("small", "large"):
+            _gemm.choose_tile = lambda *_, tile=tile: tile
+            _calls.clear()  # a kept call would reuse the other tile's kernel
+            d = cp.full((m, n), cp.nan, dtype)
+            times[tile] = time_ms(lambda: dxgemm.gemm(a, b, d, backend="warptile"), warmup=3, reps=args.reps)
+            err = check(d, a, b, dtype)
+            if not err <= 1.0:
+                raise SystemExit(f"{tile} {shape}: error {err:.3g} x the bound")
+        _gemm.choose_tile = rule
+        _calls.clear()
+        d_ref = cp.empty((m, n), dtype)
+        t_blas = time_ms(lambda: cp.matmul(a, b, out=d_ref), warmup=3, reps=args.reps)
+        faster = min(times, key=times.get)
+        print(f"{shape:>16s} {times['small']:9.4f} {times['large']:9.4f} {t_blas:8.4f}  "
+              f"{t_blas / times['small']:12.2f} {t_blas / times['large']:12.2f}  {faster:6s}  "
+              f"{rule('warptile', dtype, m, n, k)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
