@@ -141,39 +141,37 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
 
     Measured on the H100, pipeline against warptile in the same run: wall time per call
     of 200 calls back to back (host time included where it exceeds the GPU's), ms
-    (float64: ``benchmarks/results/h100_auto_choice_warptile.log``, after warptile moved
-    to m16n8k4; float32: ``h100_auto_choice.log``; both logs also have the GPU times):
+    (``benchmarks/results/h100_auto_choice_stores.log``, after warptile's 16-byte stores;
+    the log also has the GPU times):
 
     ===================  =================  =================
     shape                float64            float32 (3xTF32)
     ===================  =================  =================
-    512^3                0.069 / 0.047      0.120 / 0.081
-    640^3                0.070 / 0.057      0.117 / 0.095
-    768^3                0.044 / 0.067      0.114 / 0.112
-    896^3                0.050 / 0.078      0.109 / 0.130
-    4096 x 4096 x 16     0.119 / 0.100      0.100 / 0.096
-    4096 x 4096 x 40     0.156 / 0.106      0.103 / 0.113
-    4096 x 4096 x 64     0.103 / 0.123      0.108 / 0.124
-    4096 x 4096 x 100    0.175 / 0.158      0.119 / 0.159
-    8192 x 8192 x 32     0.401 / 0.383      0.359 / 0.325
+    512^3                0.065 / 0.044      0.089 / 0.073
+    768^3                0.047 / 0.064      0.087 / 0.107
+    1024^3               0.058 / 0.089      0.077 / 0.142
+    4096 x 4096 x 40     0.120 / 0.070      0.103 / 0.061
+    4096 x 4096 x 64     0.103 / 0.087      0.108 / 0.076
+    4096 x 4096 x 100    0.162 / 0.125      0.121 / 0.116
+    4096 x 4096 x 128    0.139 / 0.148      0.125 / 0.129
+    4096 x 4096 x 256    0.231 / 0.249      0.172 / 0.239
+    8192 x 8192 x 64     0.381 / 0.323      0.376 / 0.256
+    8192 x 8192 x 128    0.540 / 0.545      0.425 / 0.478
     ===================  =================  =================
 
-    Earlier runs had the pipeline ahead from 1000^3 up and at 4096 x 64 x 4096 (split-K;
-    ``h100_pipeline_bench_final3.log``, ``h100_split_k_sweep.log``).  Small problems are
-    host-bound: a pipeline call costs ~45-65 us of host time in float64 and ~100 us in
-    float32 (the 3xTF32 split adds a launch; keeping its buffer per stream and packing its
-    launch cut a noisy median from 144 to 96 us, ``h100_split_host_ab.log``), so the pipeline's shorter
-    GPU time (3x at 512^3) only shows from ~2^28 multiply-adds (float64) or ~2^29
-    (float32).  Short K
-    favours warptile below K = 64 (the pipeline pads K to its depth and runs many short
-    blocks; float32 alternates there) and the pipeline from K = 64 (float64 ties at
-    K = 100: 0.159 / 0.162 ms GPU time).  With
+    Small problems are host-bound: a pipeline call costs ~45-65 us of host time in float64
+    and ~100 us in float32 (the 3xTF32 split adds a launch;
+    ``h100_split_host_ab.log``), so the pipeline's shorter GPU time (3x at 512^3) only shows
+    from ~2^28 multiply-adds (float64) or ~2^29 (float32).  Below K = 128 warptile is
+    faster in both dtypes: the pipeline pads K to its depth and runs many short blocks,
+    while warptile's stores, 16 bytes a thread, run near the write bandwidth that bounds a
+    short-K GEMM (4096 x 4096 x 40: 0.86x cuBLAS in float64, 0.89x in float32).  With
     ``DXGEMM_FLOAT32_PIPELINE=fp32`` (cuBLASDx's SIMT float32, 0.66x cuBLAS) warptile led
     at every size, so float32 stays there.  Every device where the pipeline cannot run
     gets ``warptile``.
     """
     dt = np.dtype(dtype)
-    if not pipeline or k < 64 or m * n * k < (2**28 if dt == np.float64 else 2**29):
+    if not pipeline or k < 128 or m * n * k < (2**28 if dt == np.float64 else 2**29):
         return "warptile"
     if dt == np.float64:
         return "pipeline"
@@ -191,13 +189,15 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int) -> str:
     Only float64 ``warptile`` has two.  Its 512-thread 128x128x16 tile holds one block per
     SM and pads K to 16; the 256-thread 128x64x8 tile has twice the blocks and a quarter of
     the K padding.  Measured against each other on the H100
-    (``benchmarks/results/h100_warptile_tiles.log``), the large tile won at 2048^3 (0.66x
-    cuBLAS against 0.56x), 4096^3 and 8192^2 x 512, and lost at 1536^3, at every K up to
-    256 and at 1024^3 and below.  So the large tile needs ``k >= 512`` and
-    ``m * n >= 2**22`` (2048^2).
+    (``benchmarks/results/h100_warptile_store_ab.log``, with the paired stores), the large
+    tile won at 2048^3 (0.68x cuBLAS against 0.56x), 4096^3, 4096^2 x 256, 8192^2 x 512 and
+    even 8192^2 x 32 (0.215 against 0.235 ms), and lost at 1024^3 and below, at 4096^2 x 8
+    and x 40, and at 4096 x 64 x 4096.  So the large tile needs ``m * n >= 2**22`` (2048^2)
+    and either ``k >= 256`` or ``m * n >= 2**26`` (8192^2).
     """
-    if backend == "warptile" and np.dtype(dtype) == np.float64 and (k < 512 or m * n < 2**22):
-        return "small"
+    if backend == "warptile" and np.dtype(dtype) == np.float64:
+        big = m * n >= 2**22 and (k >= 256 or m * n >= 2**26)
+        return "large" if big else "small"
     return "large"
 
 

@@ -558,7 +558,10 @@ def test_choose_backend():
     assert choose_backend(np.dtype(np.float64), 1024, 1024, 1024, pipeline=True) == "pipeline"
     assert choose_backend(np.dtype(np.float64), 4096, 64, 4096, pipeline=True) == "pipeline"  # split-K
     assert choose_backend(np.dtype(np.float64), 512, 512, 512, pipeline=True) == "warptile"
-    assert choose_backend(np.dtype(np.float64), 4096, 4096, 64, pipeline=True) == "pipeline"  # K >= 64
+    assert choose_backend(np.dtype(np.float64), 4096, 4096, 64, pipeline=True) == "warptile"  # K < 128
+    assert choose_backend(np.dtype(np.float64), 4096, 4096, 128, pipeline=True) == "pipeline"  # K >= 128
+    assert choose_backend(np.dtype(np.float32), 8192, 8192, 100, pipeline=True) == "warptile"
+    assert choose_backend(np.dtype(np.float32), 8192, 8192, 128, pipeline=True) == "pipeline"
     assert choose_backend(np.dtype(np.float64), 8192, 8192, 32, pipeline=True) == "warptile"
     assert choose_backend(np.dtype(np.float64), 768, 768, 768, pipeline=True) == "pipeline"  # from 2^28 in float64
     assert choose_backend(np.dtype(np.float32), 768, 768, 768, pipeline=True) == "warptile"  # host-bound below 2^29

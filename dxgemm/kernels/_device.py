@@ -133,7 +133,9 @@ if SIMULATOR:
 
     def is_aligned16(array, index):
         """Simulator stand-in: whether ``array[index]`` starts a 16-byte aligned vector."""
-        return (array.__cuda_array_interface__["data"][0] + index * array.dtype.itemsize) % VEC_BYTES == 0
+        host = getattr(array, "_ary", array)  # inside a simulated kernel: the wrapped numpy array
+        interface = getattr(host, "__cuda_array_interface__", None) or host.__array_interface__
+        return (interface["data"][0] + int(index) * array.dtype.itemsize) % VEC_BYTES == 0
 
 else:
 

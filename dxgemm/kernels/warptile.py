@@ -46,7 +46,8 @@ from __future__ import annotations
 
 from numba import cuda, from_dtype
 
-from ._device import SIMULATOR, SMEM_ALIGN, U, dmma_shape_for, make_dmma, make_offset, make_tile_stager
+from ._device import (SIMULATOR, SMEM_ALIGN, U, dmma_shape_for, is_aligned16, make_dmma, make_offset,
+                      make_tile_stager, store_vec)
 from ._spec import BuiltKernel, KernelSpec, Layout
 
 WARP = 32
@@ -112,6 +113,8 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     uBM, uBN, uBK, uWM, uWN = U(BM), U(BN), U(BK), U(WM), U(WN)
     uWSUBM, uWSUBN, uTM, uTN = U(WSUBM), U(WSUBN), U(TM), U(TN)
     uWARP, u_lanes_across, warps_across = U(WARP), U(lanes_across), U(BN // WN)
+    D_VEC = spec.layout_d == Layout.ROW and TN * dt.itemsize == 16  # one thread's row of D is 16 bytes
+    store_row = _row_store(TN, epilogue, D_VEC)
     one, two = U(1), U(2)
 
     def warptile_gemm(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args):
@@ -169,15 +172,23 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
                 stage_a.put(a_tile[uA_STAGE - a_off:], tid, regs_a)
                 stage_b.put(b_tile[uB_STAGE - b_off:], tid, regs_b)
             cuda.syncthreads()
+        # A thread's TN neighbours in a row of D go out in one 16-byte store where the
+        # layout and the address allow (at short K the stores are most of the time).
         for wm in range(WMITER):
             for i in range(TM):
                 row = row0 + w_row + U(wm) * uWSUBM + l_row + U(i)
-                for wn in range(WNITER):
-                    for j in range(TN):
-                        col = col0 + w_col + U(wn) * uWSUBN + l_col + U(j)
-                        if row < um and col < un:
-                            value = acc[(wm * TM + i) * N_REG + wn * TN + j]
-                            d[d_off(row, col, U(ldd))] = epilogue(value, row, col, epi_args)
+                if row < um:
+                    for wn in range(WNITER):
+                        col = col0 + w_col + U(wn) * uWSUBN + l_col
+                        at = d_off(row, col, U(ldd))
+                        c = (wm * TM + i) * N_REG + wn * TN
+                        if D_VEC and col + uTN <= un and is_aligned16(d, at):
+                            store_row(d, at, acc, c, row, col, epi_args)
+                        else:
+                            for j in range(TN):
+                                if col + U(j) < un:
+                                    d[d_off(row, col + U(j), U(ldd))] = epilogue(acc[c + j], row, col + U(j),
+                                                                                 epi_args)
 
     return BuiltKernel(warptile_gemm, (threads,), BM, BN)
 
@@ -221,6 +232,8 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
     A_REGS, B_REGS = stage_a.nregs, stage_b.nregs
     A_VALS, B_VALS = dmma.a_vals, dmma.b_vals
     load_a, load_b, mma = dmma.load_a, dmma.load_b, dmma.mma
+    D_ROW = spec.layout_d == Layout.ROW and dt.itemsize == 8  # a lane's pair is 16 bytes
+    store_row = _row_store(2, epilogue, D_ROW)
     uBM, uBN, uBK, uWM, uWN, uALD, uBLD = U(BM), U(BN), U(BK), U(WM), U(WN), U(ALD), U(BLD)
     uWARP, warps_across, uMMA_M, uMMA_K, u8 = U(WARP), U(BN // WN), U(dmma.m), U(dmma.k), U(8)
     one, two, three = U(1), U(2), U(3)
@@ -279,19 +292,47 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
                 stage_a.put(a_tile[uA_STAGE - a_off:], tid, regs_a)
                 stage_b.put(b_tile[uB_STAGE - b_off:], tid, regs_b)
             cuda.syncthreads()
+        # A lane holds two neighbours in a row of D, so a row-major D takes them in one
+        # 16-byte store where the address allows.
         g = lane >> two
         t2 = (lane & three) * two
         for i in range(MI * HALVES):
             row = row0 + w_row + U(i) * u8 + g
-            for j in range(NI):
-                for h in range(2):
-                    col = col0 + w_col + U(j) * u8 + t2 + U(h)
-                    if row < um and col < un:
-                        value = acc[2 * (i * NI + j) + h]
-                        d[d_off(row, col, U(ldd))] = epilogue(value, row, col, epi_args)
+            if row < um:
+                for j in range(NI):
+                    col = col0 + w_col + U(j) * u8 + t2
+                    at = d_off(row, col, U(ldd))
+                    c = 2 * (i * NI + j)
+                    if D_ROW and col + one < un and is_aligned16(d, at):
+                        store_row(d, at, acc, c, row, col, epi_args)
+                    else:
+                        for h in range(2):
+                            if col + U(h) < un:
+                                d[d_off(row, col + U(h), U(ldd))] = epilogue(acc[c + h], row, col + U(h), epi_args)
 
     return BuiltKernel(warptile_dmma_gemm, (threads,), BM, BN, dynamic_smem=(a_elems + b_elems) * dt.itemsize,
                        min_blocks=cfg.get("min_blocks", 0))
+
+
+def _row_store(width: int, epilogue, vector: bool):
+    """``store_row(d, at, acc, c, row, col, args)``: the epilogue of ``acc[c:c + width]`` into
+    ``d[at:at + width]``, the row-major positions ``(row, col + j)``; one 16-byte store when
+    ``vector`` (the caller checks the bounds and the alignment), else one store per element."""
+    if vector and width == 2:
+        @cuda.jit(device=True)
+        def store_row(d, at, acc, c, row, col, args):
+            store_vec(d, at, (epilogue(acc[c], row, col, args), epilogue(acc[c + 1], row, col + U(1), args)))
+    elif vector and width == 4:
+        @cuda.jit(device=True)
+        def store_row(d, at, acc, c, row, col, args):
+            store_vec(d, at, (epilogue(acc[c], row, col, args), epilogue(acc[c + 1], row, col + U(1), args),
+                              epilogue(acc[c + 2], row, col + U(2), args), epilogue(acc[c + 3], row, col + U(3), args)))
+    else:
+        @cuda.jit(device=True)
+        def store_row(d, at, acc, c, row, col, args):
+            for j in range(width):
+                d[at + U(j)] = epilogue(acc[c + j], row, col + U(j), args)
+    return store_row
 
 
 def _device_dmma_shape() -> tuple[int, int]:
