@@ -1,6 +1,6 @@
 """Time warptile configurations against cuBLAS (used to choose warptile.CONFIGS; float64 also the mma shape).
 
-    python benchmarks/sweep_warptile.py [--size 4096]
+    python benchmarks/sweep_warptile.py [--size 4096 | --shape MxNxK] [--dtypes float64] [--last N]
 """
 
 from __future__ import annotations
@@ -46,6 +46,26 @@ CANDIDATES = {
         dict(kind="dmma", mma=(16, 4), threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, stages=2),
         dict(kind="dmma", mma=(16, 4), threads=256, BM=128, BN=128, BK=8, WM=32, WN=64, stages=2),
         dict(kind="dmma", mma=(16, 4), threads=256, BM=128, BN=64, BK=16, WM=32, WN=32, stages=2),
+        # cp.async straight into shared memory, `stages` deep (the first line is the register path again)
+        dict(kind="dmma", mma=(16, 4), threads=512, BM=128, BN=128, BK=16, WM=32, WN=32, stages=2),
+        dict(kind="dmma", copy="async", mma=(16, 4), threads=512, BM=128, BN=128, BK=16, WM=32, WN=32, stages=3),
+        dict(kind="dmma", copy="async", mma=(16, 4), threads=512, BM=128, BN=128, BK=16, WM=32, WN=32, stages=4),
+        dict(kind="dmma", copy="async", mma=(16, 4), threads=512, BM=128, BN=128, BK=32, WM=32, WN=32, stages=3),
+        dict(kind="dmma", copy="async", mma=(16, 8), threads=512, BM=128, BN=128, BK=16, WM=32, WN=32, stages=4),
+        dict(kind="dmma", copy="async", mma=(16, 4), threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, stages=3),
+        dict(kind="dmma", copy="async", mma=(16, 4), threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, stages=4),
+        dict(kind="dmma", copy="async", mma=(16, 4), threads=256, BM=128, BN=64, BK=16, WM=32, WN=32, stages=3,
+             min_blocks=2),
+        dict(kind="dmma", copy="async", mma=(16, 4), threads=256, BM=64, BN=128, BK=16, WM=32, WN=32, stages=4,
+             min_blocks=2),
+        dict(kind="dmma", copy="async", mma=(16, 4), threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=4),
+        dict(kind="dmma", copy="async", mma=(16, 4), threads=256, BM=128, BN=64, BK=16, WM=64, WN=16, stages=3),
+        # the small tile (short K, few output tiles): registers against cp.async
+        dict(kind="dmma", mma=(16, 4), threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=2),
+        dict(kind="dmma", copy="async", mma=(16, 4), threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=3),
+        dict(kind="dmma", copy="async", mma=(16, 4), threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=4),
+        dict(kind="dmma", copy="async", mma=(16, 4), threads=256, BM=64, BN=64, BK=8, WM=32, WN=16, stages=4),
+        dict(kind="dmma", mma=(16, 4), threads=512, BM=128, BN=128, BK=16, WM=32, WN=32, stages=2),
     ],
 }
 
@@ -57,26 +77,31 @@ def main() -> None:
     import dxgemm
     from dxgemm.bench import time_ms
     from dxgemm.epilogues._base import AlphaBeta, EpilogueContext
-    from dxgemm.kernels import CompiledKernel, kernel_signature, warptile
+    from dxgemm.kernels import CompiledKernel, kernel_signature, vector_flags, warptile
     from dxgemm.kernels._spec import KernelSpec, Layout
     from dxgemm.testing import check
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--size", type=int, default=4096)
+    parser.add_argument("--shape", help="MxNxK instead of --size's cube")
     parser.add_argument("--dtypes", default="float32,float64")
+    parser.add_argument("--last", type=int, default=0, help="time only the last N candidates of each dtype")
     args = parser.parse_args()
-    n = args.size
+    m, n, k = (int(x) for x in args.shape.split("x")) if args.shape else (args.size,) * 3
     rng = cupy.random.default_rng(0)
     for dtype_name, configs in CANDIDATES.items():
         if dtype_name not in args.dtypes.split(","):
             continue
         dtype = np.dtype(dtype_name)
-        a = rng.standard_normal((n, n), dtype=np.float64).astype(dtype)
-        b = rng.standard_normal((n, n), dtype=np.float64).astype(dtype)
-        d = cupy.empty((n, n), dtype)
+        if args.last:
+            configs = configs[-args.last:]
+        a = rng.standard_normal((m, k), dtype=np.float64).astype(dtype)
+        b = rng.standard_normal((k, n), dtype=np.float64).astype(dtype)
+        d = cupy.empty((m, n), dtype)
         base = time_ms(lambda: cupy.matmul(a, b, out=d), warmup=2, reps=10)
-        print(f"{dtype_name} cuBLAS {2 * n**3 / base / 1e9:.2f} TFLOP/s", flush=True)
-        bound = AlphaBeta(1.0, 0.0).bind(EpilogueContext(n, n, dtype, adapt=None))
+        flop = 2 * m * n * k
+        print(f"{dtype_name} {m}x{n}x{k} cuBLAS {base:.4f} ms {flop / base / 1e9:.2f} TFLOP/s", flush=True)
+        bound = AlphaBeta(1.0, 0.0).bind(EpilogueContext(m, n, dtype, adapt=None))
         spec = KernelSpec(dtype, Layout.ROW, Layout.ROW, Layout.ROW, bound.key, bound.make())
         sig = kernel_signature(dtype, typeof(bound.args))
         fa, fb, fd = (cuda.as_cuda_array(x.ravel()) for x in (a, b, d))
@@ -87,15 +112,15 @@ def main() -> None:
                 kernel = cuda.jit(sig, launch_bounds=bounds)(built.pyfunc)
                 compiled = CompiledKernel("warptile", built, kernel)
                 print(f"  compiled {cfg}", flush=True)
-                grid = built.grid(n, n)
                 stream = cuda.external_stream(cupy.cuda.get_current_stream().ptr)
-                launch = lambda: compiled.launch(stream, fa, fb, fd, n, n, n, n, n, n, 3, bound.args)  # noqa
+                flags = vector_flags(a.data.ptr, k, b.data.ptr, n, dtype.itemsize)
+                launch = lambda: compiled.launch(stream, fa, fb, fd, m, n, k, k, n, n, flags, bound.args)  # noqa
                 d.fill(np.nan)
                 ms = time_ms(launch, warmup=2, reps=10)
                 err = check(d, a.astype(np.float64), b.astype(np.float64), dtype)
                 regs = kernel.get_regs_per_thread()
                 local = kernel.get_local_mem_per_thread()
-                print(f"  {cfg} -> {2 * n**3 / ms / 1e9:6.2f} TFLOP/s ({base / ms:.3f}x) regs={regs} "
+                print(f"  {cfg} -> {ms:.4f} ms {flop / ms / 1e9:6.2f} TFLOP/s ({base / ms:.3f}x) regs={regs} "
                       f"local={local} err={err:.3f}", flush=True)
             except Exception as exc:  # report and go on: this is a sweep
                 print(f"  {cfg} -> failed: {type(exc).__name__}: {exc}", flush=True)

@@ -186,18 +186,17 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
 def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int) -> str:
     """The tile configuration of a handwritten rung (``KernelSpec.tile``).
 
-    Only float64 ``warptile`` has two.  Its 512-thread 128x128x16 tile holds one block per
-    SM and pads K to 16; the 256-thread 128x64x8 tile has twice the blocks and a quarter of
-    the K padding.  Measured against each other on the H100
-    (``benchmarks/results/h100_warptile_store_ab.log``, with the paired stores), the large
-    tile won at 2048^3 (0.68x cuBLAS against 0.56x), 4096^3, 4096^2 x 256, 8192^2 x 512 and
-    even 8192^2 x 32 (0.215 against 0.235 ms), and lost at 1024^3 and below, at 4096^2 x 8
-    and x 40, and at 4096 x 64 x 4096.  So the large tile needs ``m * n >= 2**22`` (2048^2)
-    and either ``k >= 256`` or ``m * n >= 2**26`` (8192^2).
+    Only float64 ``warptile`` has two.  Its large tile (16 warps, 128x128x16) holds one
+    block per SM and pads K to 16; the small one (8 warps, 128x64x8, ``cp.async`` four
+    stages deep) has twice the blocks and a quarter of the K padding.  On the H100 the
+    large tile won at 2048^3 (0.68x cuBLAS against 0.56x), 4096^3, 4096^2 x 256 and
+    8192^2 x 512 (``benchmarks/results/h100_warptile_store_ab.log``); the small one at
+    1536^3 and below, at K up to 100 (``h100_warptile_small_async.log``: 8192^2 x 32 0.206
+    against 0.214 ms) and at 4096 x 64 x 4096.  So the large tile needs ``k >= 256`` and
+    ``m * n >= 2**22`` (2048^2).
     """
-    if backend == "warptile" and np.dtype(dtype) == np.float64:
-        big = m * n >= 2**22 and (k >= 256 or m * n >= 2**26)
-        return "large" if big else "small"
+    if backend == "warptile" and np.dtype(dtype) == np.float64 and (k < 256 or m * n < 2**22):
+        return "small"
     return "large"
 
 

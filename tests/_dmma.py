@@ -1,4 +1,4 @@
-"""Run the float64 warptile kernel with a chosen FP64 mma shape (row-major operands)."""
+"""Run the float64 warptile kernel with a chosen configuration (FP64 mma shape, copy path, layouts)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 from numba import cuda, typeof
 
 from dxgemm.epilogues._base import AlphaBeta, EpilogueContext
-from dxgemm.kernels._device import SIMULATOR
 from dxgemm.kernels import CompiledKernel, KernelSpec, Layout, kernel_signature, vector_flags, warptile
+from dxgemm.kernels._device import SIMULATOR
 
 # One small tile per mma shape: two warps, each two mma blocks high and two wide, K tile
 # two mma steps deep, so the K loop, the stage switch and every fragment value are used.
@@ -17,22 +17,36 @@ SMALL_CONFIGS = {
     for shape in ((8, 4), (16, 4), (16, 8), (16, 16))
 }
 
+# The cp.async path on a small tile, three stages: with K = 29 and BK = 8 the ring of
+# stages wraps around and the last tile is partial.
+ASYNC_CONFIG = dict(kind="dmma", mma=(16, 4), copy="async", threads=64, BM=32, BN=16, BK=8, WM=16, WN=16,
+                    stages=3)
 
-def warptile_dmma(a, b, cfg: dict, alpha: float = 1.0):
-    """``alpha * a @ b`` through ``warptile.build(spec, **cfg)``; ``a``/``b`` C-contiguous device arrays."""
+
+def warptile_dmma(a: np.ndarray, b: np.ndarray, cfg: dict, alpha: float = 1.0, layout_a: str = "row",
+                  layout_b: str = "row", aligned: bool = True) -> np.ndarray:
+    """``alpha * a @ b`` (host float64 arrays) through ``warptile.build(spec, **cfg)``.
+
+    ``layout_a`` / ``layout_b``: "row" or "col", how the operand is stored on the device;
+    ``aligned=False`` passes flags that forbid 16-byte accesses (the one-element path).
+    """
     m, k = a.shape
     n = b.shape[1]
     dtype = np.dtype(np.float64)
+    la, lb = Layout(layout_a), Layout(layout_b)
     bound = AlphaBeta(alpha, 0.0).bind(EpilogueContext(m, n, dtype, adapt=None))
-    spec = KernelSpec(dtype, Layout.ROW, Layout.ROW, Layout.ROW, bound.key, bound.make())
+    spec = KernelSpec(dtype, la, lb, Layout.ROW, bound.key, bound.make())
     built = warptile.build(spec, **cfg)
     threads = int(np.prod(built.block))
     bounds = (threads, built.min_blocks) if built.min_blocks else threads
     options = {} if SIMULATOR else {"launch_bounds": bounds}  # as dxgemm.kernels compiles a rung
     kernel = cuda.jit(kernel_signature(dtype, typeof(bound.args)), **options)(built.pyfunc)
-    d = cuda.to_device(np.full((m, n), np.nan))
-    flat = [x.reshape(x.size) for x in (a, b, d)]
-    flags = vector_flags(0, k, 0, n, 8)  # fresh device allocations are 256-byte aligned
-    CompiledKernel("warptile", built, kernel).launch(0, *flat, m, n, k, k, n, n, flags, bound.args)
+    flat_a = cuda.to_device(np.ascontiguousarray(a if la == Layout.ROW else a.T).ravel())
+    flat_b = cuda.to_device(np.ascontiguousarray(b if lb == Layout.ROW else b.T).ravel())
+    d = cuda.to_device(np.full(m * n, np.nan))
+    lda = k if la == Layout.ROW else m
+    ldb = n if lb == Layout.ROW else k
+    flags = vector_flags(0, lda, 0, ldb, 8) if aligned else 0  # fresh allocations are 256-byte aligned
+    CompiledKernel("warptile", built, kernel).launch(0, flat_a, flat_b, d, m, n, k, lda, ldb, n, flags, bound.args)
     cuda.synchronize()
-    return d.copy_to_host()
+    return d.copy_to_host().reshape(m, n)

@@ -194,7 +194,7 @@ def test_warptile_tile_rule():
     assert choose_tile("warptile", f64, 4096, 4096, 4096) == "large"
     assert choose_tile("warptile", f64, 2048, 2048, 256) == "large"
     assert choose_tile("warptile", f64, 4096, 4096, 255) == "small"
-    assert choose_tile("warptile", f64, 8192, 8192, 32) == "large"
+    assert choose_tile("warptile", f64, 8192, 8192, 32) == "small"
     assert choose_tile("warptile", f64, 1536, 1536, 1536) == "small"
     assert choose_tile("warptile", f64, 1024, 1024, 4096) == "small"
     assert choose_tile("warptile", f64, 4096, 64, 4096) == "small"

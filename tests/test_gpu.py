@@ -139,7 +139,7 @@ def test_warptile_every_fp64_mma_shape(cp, shape):
         pytest.skip("m16n8kK float64 mma needs sm_90")
     m, n, k = 1000, 777, 513
     a, b = _operands(cp, m, n, k, np.float64, seed=3)
-    out = warptile_dmma(cuda.as_cuda_array(a), cuda.as_cuda_array(b), SMALL_CONFIGS[shape], alpha=-0.75)
+    out = warptile_dmma(a.get(), b.get(), SMALL_CONFIGS[shape], alpha=-0.75)
     assert_close(out, a.get(), b.get(), np.dtype(np.float64), alpha=-0.75)
 
 
@@ -156,5 +156,21 @@ def test_warptile_fp64_shipped_tile_with_other_mma_shapes(cp, shape):
     cfg["BK"] = max(cfg["BK"], shape[1])
     m, n, k = 1000, 777, 513
     a, b = _operands(cp, m, n, k, np.float64, seed=4)
-    out = warptile_dmma(cuda.as_cuda_array(a), cuda.as_cuda_array(b), cfg)
+    out = warptile_dmma(a.get(), b.get(), cfg)
+    assert_close(out, a.get(), b.get(), np.dtype(np.float64))
+
+
+@pytest.mark.parametrize("layouts", [("row", "row"), ("col", "col"), ("row", "col"), ("col", "row")],
+                         ids=lambda t: "-".join(t))
+@pytest.mark.parametrize("n", [776, 777], ids=["16-byte", "one-element"])
+def test_warptile_fp64_async_copies(cp, layouts, n):
+    """The cp.async path at a real tile and an odd size, shared tiles in each operand layout."""
+    from numba import cuda
+
+    if cuda.get_current_device().compute_capability < (9, 0):
+        pytest.skip("the tile uses the m16n8k4 float64 mma (sm_90)")
+    cfg = dict(kind="dmma", copy="async", threads=512, BM=128, BN=128, BK=16, WM=32, WN=32, stages=3)
+    m, k = 1000, 513
+    a, b = _operands(cp, m, n, k, np.float64, seed=5)
+    out = warptile_dmma(a.get(), b.get(), cfg, layout_a=layouts[0], layout_b=layouts[1])
     assert_close(out, a.get(), b.get(), np.dtype(np.float64))

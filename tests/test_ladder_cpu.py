@@ -12,7 +12,7 @@ import dxgemm
 from dxgemm.kernels import RUNGS  # the handwritten ladder; the pipeline has its own tests
 from dxgemm.testing import assert_close
 
-from ._dmma import SMALL_CONFIGS, warptile_dmma
+from ._dmma import ASYNC_CONFIG, SMALL_CONFIGS, warptile_dmma
 from ._sim import device_matrix, poisoned
 
 M, N, K = 33, 47, 29  # odd, and not a multiple of any tile
@@ -140,5 +140,16 @@ def test_warptile_every_fp64_mma_shape(shape, rng):
     """Each FP64 mma shape's fragment indexing, on a tile small enough for the simulator."""
     a = rng.standard_normal((M, K))
     b = rng.standard_normal((K, N))
-    out = warptile_dmma(cuda.to_device(a), cuda.to_device(b), SMALL_CONFIGS[shape], alpha=-0.75)
+    out = warptile_dmma(a, b, SMALL_CONFIGS[shape], alpha=-0.75)
     assert_close(out, a, b, np.dtype(np.float64), alpha=-0.75)
+
+
+@pytest.mark.parametrize("layouts", [("row", "row"), ("col", "col"), ("row", "col"), ("col", "row")],
+                         ids=lambda t: "-".join(t))
+@pytest.mark.parametrize("aligned", [True, False], ids=["16-byte", "one-element"])
+def test_warptile_fp64_async_copies(layouts, aligned, rng):
+    """The cp.async path: shared tiles in each operand layout, both copy widths, a K tail."""
+    a = rng.standard_normal((M, K))
+    b = rng.standard_normal((K, N - 1))  # even n: row-major B takes 16-byte copies
+    out = warptile_dmma(a, b, ASYNC_CONFIG, layout_a=layouts[0], layout_b=layouts[1], aligned=aligned)
+    assert_close(out, a, b, np.dtype(np.float64))

@@ -297,6 +297,127 @@ def make_tile_loader(
 
 
 
+# ---------------------------------------------------------------------------------------
+# Asynchronous copies (``cp.async``, sm_80 and later): global -> shared without passing
+# through registers.  A thread issues copies, closes them into a group with
+# ``cp_async_commit()``, and ``cp_async_wait[n]()`` waits until at most ``n`` of its groups
+# are still in flight; a barrier then makes every thread's copies visible.  ``src_bytes``
+# below the copy size fills the rest of the destination with zeros (edges of the matrix).
+# The simulator copies at once and its commit and wait do nothing.
+# ---------------------------------------------------------------------------------------
+if SIMULATOR:
+
+    def _sim_cp_async(width):
+        def cp_async(dst, dst_index, src, src_index, src_bytes):
+            valid = int(src_bytes) // dst.dtype.itemsize
+            for v in range(width):
+                dst[dst_index + v] = src[src_index + v] if v < valid else 0
+        return cp_async
+
+    def cp_async_commit():
+        """Simulator: nothing to close."""
+
+    cp_async_wait = {n: (lambda: None) for n in range(4)}
+
+    def make_cp_async(nbytes: int, itemsize: int) -> Callable:
+        return _sim_cp_async(nbytes // itemsize)
+
+else:
+
+    def make_cp_async(nbytes: int, itemsize: int) -> Callable:
+        """``cp_async(dst, dst_index, src, src_index, src_bytes)``: copy ``nbytes`` (4, 8 or 16)
+        from ``src[src_index]`` (global, ``nbytes``-aligned) to ``dst[dst_index]`` (shared)."""
+        cache = ".cg" if nbytes == 16 else ".ca"  # .cg (L2 only) exists for 16-byte copies alone
+
+        @intrinsic
+        def cp_async(typingctx, dst, dst_index, src, src_index, src_bytes):
+            if not (isinstance(dst, types.Array) and isinstance(src, types.Array)
+                    and isinstance(dst_index, types.Integer) and isinstance(src_index, types.Integer)
+                    and isinstance(src_bytes, types.Integer)):
+                return None
+            sig = types.void(dst, dst_index, src, src_index, src_bytes)
+
+            def codegen(context, builder, sig, args):
+                to, _ = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+                frm, _ = _element_pointer(context, builder, sig.args[2], args[2], sig.args[3], args[3])
+                count = context.cast(builder, args[4], sig.args[4], types.uint32)
+                i64, i32 = ir.IntType(64), ir.IntType(32)
+                text = ("{ .reg .u64 sa; .reg .u32 sa32; cvta.to.shared.u64 sa, $0; cvt.u32.u64 sa32, sa; "
+                        f"cp.async{cache}.shared.global [sa32], [$1], {nbytes}, $2; }}")
+                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i64, i64, i32]), text, "l,l,r,~{memory}",
+                                   side_effect=True)
+                builder.call(asm, [builder.ptrtoint(to, i64), builder.ptrtoint(frm, i64), count])
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        return cp_async
+
+    def _asm_statement(text: str) -> Callable:
+        @intrinsic
+        def statement(typingctx):
+            def codegen(context, builder, sig, args):
+                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}", side_effect=True)
+                builder.call(asm, [])
+                return context.get_dummy_value()
+
+            return types.void(), codegen
+
+        return statement
+
+    cp_async_commit = _asm_statement("cp.async.commit_group;")
+    cp_async_wait = {n: _asm_statement(f"cp.async.wait_group {n};") for n in range(4)}
+
+
+def make_tile_async_copier(dtype: np.dtype, layout: Layout, rows: int, cols: int, nthreads: int,
+                           smem_ld: int) -> Callable:
+    """Device function that starts the asynchronous copy of one ``rows x cols`` operand tile.
+
+    ``copy(g, ld, row0, col0, nrows, ncols, s, tid, vec_ok)``: the same arguments as
+    :func:`make_tile_loader`, but the shared tile keeps the global layout (a 16-byte copy
+    cannot transpose), with lines ``smem_ld`` elements apart: element ``(r, c)`` of a
+    row-major operand at ``r * smem_ld + c``, of a column-major one at ``c * smem_ld + r``.
+    With ``vec_ok`` each thread copies 16-byte chunks, else one element per copy; parts
+    outside the matrix are zero-filled.  The caller commits, waits and synchronises.
+    """
+    width = vec_width(dtype)
+    plan = _tile_plan(dtype, layout, rows, cols, layout, nthreads, width, smem_ld)
+    iters, along_cols, chunks_per_line, NT, W = plan.iters, plan.along_cols, plan.chunks_per_line, plan.NT, plan.W
+    g_off, LD = plan.g_off, U(smem_ld)
+    itemsize = np.dtype(dtype).itemsize
+    copy_vec, copy_one = make_cp_async(16, itemsize), make_cp_async(itemsize, itemsize)
+    uI = U(itemsize)
+
+    @cuda.jit(device=True)
+    def copy(g, ld, row0, col0, nrows, ncols, s, tid, vec_ok):
+        for it in range(iters):
+            q = tid + U(it) * NT
+            line = q // chunks_per_line
+            pos = (q % chunks_per_line) * W
+            dst = line * LD + pos
+            if along_cols:  # row-major: a line is a row, chunks run along it
+                gr, gc, line_end, other_ok = row0 + line, col0 + pos, ncols, row0 + line < nrows
+                start = gc
+            else:
+                gr, gc, line_end, other_ok = row0 + pos, col0 + line, nrows, col0 + line < ncols
+                start = gr
+            if vec_ok:
+                valid = U(0)
+                if other_ok and start < line_end:
+                    valid = min(line_end - start, W)
+                src = g_off(gr, gc, ld) if valid > U(0) else U(0)
+                copy_vec(s, dst, g, src, valid * uI)
+            else:
+                for v in range(width):
+                    inside = other_ok and start + U(v) < line_end
+                    src = U(0)
+                    if inside:
+                        src = g_off(gr, gc + U(v), ld) if along_cols else g_off(gr + U(v), gc, ld)
+                    copy_one(s, dst + U(v), g, src, uI if inside else U(0))
+
+    return copy
+
+
 class TileStager(NamedTuple):
     """A tile copy split in two halves, so the global loads can be in flight during compute.
 
@@ -429,20 +550,32 @@ class Dmma(NamedTuple):
 _DMMA_CACHE: dict = {}
 
 
-def make_dmma(shape: tuple[int, int]) -> Dmma:
-    """:class:`Dmma` for the mma shape ``(M, K)`` in :data:`DMMA_SHAPES`."""
+def make_dmma(shape: tuple[int, int], a_kmajor: bool = True, b_kmajor: bool = True) -> Dmma:
+    """:class:`Dmma` for the mma shape ``(M, K)`` in :data:`DMMA_SHAPES`.
+
+    ``a_kmajor``: the shared A tile holds element ``(i, k)`` at ``k * ld + i`` (else at
+    ``i * ld + k``); ``b_kmajor``: the shared B tile holds ``(k, j)`` at ``k * ld + j`` (else
+    at ``j * ld + k``).  ``base`` is always the block's element ``(0, 0)``.
+    """
     if shape not in DMMA_SHAPES:
         raise ValueError(f"FP64 mma shape must be one of {DMMA_SHAPES}, got {shape}")
-    if shape not in _DMMA_CACHE:
-        _DMMA_CACHE[shape] = _make_dmma(*shape)
-    return _DMMA_CACHE[shape]
+    key = (shape, a_kmajor, b_kmajor)
+    if key not in _DMMA_CACHE:
+        _DMMA_CACHE[key] = _make_dmma(*shape, a_kmajor, b_kmajor)
+    return _DMMA_CACHE[key]
 
 
-def _make_dmma(M: int, K: int) -> Dmma:
+def _make_dmma(M: int, K: int, a_kmajor: bool, b_kmajor: bool) -> Dmma:
     VM, VK = M // 8, K // 4
     NA, NB = VM * VK, VK
     ns: dict[str, Any] = {"cuda": cuda, "U": U, "float": float}
+    # Index of A's (row, k) and B's (k, col) relative to the block's corner, as source text.
+    a_at = (lambda r, k: f"({k}) * ld + {r}") if a_kmajor else (lambda r, k: f"({r}) * ld + {k}")
+    b_at = (lambda k, c: f"({k}) * ld + {c}") if b_kmajor else (lambda k, c: f"({c}) * ld + {k}")
     if SIMULATOR:
+        sim_a = a_at("g + 8 * vm", "kk").replace("ld", "a_ld")
+        sim_b0 = b_at("kk", "t2").replace("ld", "b_ld")
+        sim_b1 = b_at("kk", "t2 + 1").replace("ld", "b_ld")
         src = f"""
 def load_a(tile, base, ld, lane, frag, i):
     frag[i, 0] = float(base)
@@ -456,20 +589,20 @@ def mma(a_frag, i, b_frag, j, acc, lo, hi, lane, a_tile, a_ld, b_tile, b_ld):
     for vm in range({VM}):
         c = lo if vm == 0 else hi
         for kk in range({K}):
-            av = a_tile[ba + kk * a_ld + g + 8 * vm]
-            acc[c] = acc[c] + av * b_tile[bb + kk * b_ld + t2]
-            acc[c + 1] = acc[c + 1] + av * b_tile[bb + kk * b_ld + t2 + 1]
+            av = a_tile[ba + {sim_a}]
+            acc[c] = acc[c] + av * b_tile[bb + {sim_b0}]
+            acc[c + 1] = acc[c + 1] + av * b_tile[bb + {sim_b1}]
 """
         exec(src, ns)
         return Dmma(M, K, 1, 1, ns["load_a"], ns["load_b"], ns["mma"])
 
     ns["asm"] = _dmma_intrinsic(M, K, NA, NB)
-    # Value v of A sits at row g + 8 vm, k t + 4 vk: tile[base + (t + 4 vk) * ld + g + 8 vm].
+    # Value vm + VM vk of A is A[g + 8 vm, t + 4 vk]; value vk of B is B[t + 4 vk, g].
     a_loads = "\n".join(
-        f"    frag[i, {vm + VM * vk}] = tile[base + (t + U({4 * vk})) * ld + g + U({8 * vm})]"
+        f"    frag[i, {vm + VM * vk}] = tile[base + {a_at(f'g + U({8 * vm})', f't + U({4 * vk})')}]"
         for vk in range(VK) for vm in range(VM))
     b_loads = "\n".join(
-        f"    frag[j, {vk}] = tile[base + (t + U({4 * vk})) * ld + g]" for vk in range(VK))
+        f"    frag[j, {vk}] = tile[base + {b_at(f't + U({4 * vk})', 'g')}]" for vk in range(VK))
     a_args = ", ".join(f"a_frag[i, {v}]" for v in range(NA))
     b_args = ", ".join(f"b_frag[j, {v}]" for v in range(NB))
     if VM == 2:

@@ -43,17 +43,17 @@ Reached on the H100 (benchmarks/results/h100.json, 4096^3, h100_bench_warptile_s
 sweeps, h100_warptile_dmma_shapes*.log); float32 in the sweeps (h100_run*_sweep*.log)
 0.695-0.716x; ncu (h100_ncu_warptile.log) shows the float32 kernel issuing an
 instruction on 80 % of scheduler cycles — it is issue-bound, and 75 % of its inner-loop
-instructions are FFMA.  What float64 still lacks against cuBLASDx's 0.79x: operands go
-global -> registers -> shared in two stages rather than through ``cp.async`` in three or
-four, so each K tile ends at a barrier with its loads exposed.
+instructions are FFMA.  float64's large tile did not gain from ``cp.async`` three or four
+stages deep (0.61-0.69x against 0.66-0.70x, h100_warptile_async.log), so its loads are not
+what holds it below cuBLASDx's 0.79x; its small tile did (8-12 %, ``SMALL_CONFIGS``).
 """
 
 from __future__ import annotations
 
 from numba import cuda, from_dtype
 
-from ._device import (SIMULATOR, SMEM_ALIGN, U, dmma_shape_for, is_aligned16, make_dmma, make_offset,
-                      make_tile_stager, store_vec)
+from ._device import (SIMULATOR, SMEM_ALIGN, U, cp_async_commit, cp_async_wait, dmma_shape_for, is_aligned16,
+                      make_dmma, make_offset, make_tile_async_copier, make_tile_stager, store_vec)
 from ._spec import BuiltKernel, KernelSpec, Layout
 
 WARP = 32
@@ -72,12 +72,15 @@ CONFIGS = {
 }
 
 SMALL_CONFIGS = {
-    "float64": dict(kind="dmma", threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=2),
+    "float64": dict(kind="dmma", copy="async", threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=4),
 }
-"""Tiles for ``spec.tile == "small"`` (``dxgemm._gemm.choose_tile`` decides): for short K and
-few output tiles, where this 8-warp tile beat the 16-warp one
-(``benchmarks/results/h100_warptile_tiles.log``: 4096x4096x40 0.107 ms against 0.146,
-1024^3 0.092 against 0.117).  A dtype without an entry uses :data:`CONFIGS`."""
+"""Tiles for ``spec.tile == "small"`` (``dxgemm._gemm.choose_tile`` decides): short K and few
+output tiles.  8 warps of 64x16 with ``cp.async`` four stages deep: against the same tile
+double-buffered through registers it took 4096x4096x40 from 0.071 to 0.063 ms (0.97x
+cuBLAS), 8192x8192x32 from 0.235 to 0.206, 1024^3 from 0.086 to 0.079
+(``benchmarks/results/h100_warptile_small_async.log``); for the large tile the copy path
+made no difference (``h100_warptile_async.log``).  A dtype without an entry uses
+:data:`CONFIGS`."""
 
 
 STAGES = 2
@@ -211,31 +214,45 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
     scalar DFMA.  The accumulators are kept as 8x8 blocks, two values per lane, whatever
     M is: an m16 block is the 8x8 blocks ``2i`` and ``2i + 1`` stacked.
 
-    Both shared tiles are K-major with each K line padded by ``PAD`` doubles: a fragment
-    load reads 8 consecutive doubles from each of 4 K lines, and unpadded lines
-    ``BM`` doubles apart fall on the same banks (a 4-way conflict); 4 extra doubles move
-    each line 8 banks over, so one half-warp covers all 32 banks once.
+    Two ways to bring the operands in (``cfg["copy"]``):
+
+    * ``"registers"``: global -> registers -> shared, double-buffered (see the module
+      docstring); both shared tiles K-major.
+    * ``"async"``: ``cp.async`` straight into shared memory, ``cfg["stages"]`` deep: no
+      staging registers, and ``stages - 1`` tiles in flight while one is multiplied.  A
+      16-byte copy cannot transpose, so each shared tile keeps its operand's global layout
+      and the fragment loads index it accordingly.
+
+    Every shared line is padded by ``PAD`` doubles: a fragment load reads 4 lines of 8
+    (or 8 lines of 4) doubles, and lines ``ld = 4 (mod 16)`` doubles apart put each
+    half-warp's 16 loads on 16 different bank pairs.
     """
     threads, BM, BN, BK, WM, WN = (cfg[x] for x in ("threads", "BM", "BN", "BK", "WM", "WN"))
-    dmma = make_dmma(tuple(cfg["mma"]) if "mma" in cfg else _device_dmma_shape())
+    ASYNC = cfg.get("copy", "registers") == "async"
+    if not ASYNC:
+        _check_stages(cfg)
+    NSTAGES = cfg.get("stages", STAGES)
+    if ASYNC and not 2 <= NSTAGES <= 5:
+        raise ValueError(f"the cp.async pipeline takes 2 to 5 stages, got {NSTAGES}")
+    A_KMAJOR = not ASYNC or spec.layout_a == Layout.COL  # shared A holds (i, k) at k * ALD + i
+    B_KMAJOR = not ASYNC or spec.layout_b == Layout.ROW  # shared B holds (k, j) at k * BLD + j
+    dmma = make_dmma(tuple(cfg["mma"]) if "mma" in cfg else _device_dmma_shape(), A_KMAJOR, B_KMAJOR)
     if (BM // WM) * (BN // WN) * WARP != threads or WM % dmma.m or WN % 8 or BK % dmma.k:
         raise ValueError(f"inconsistent DMMA warptile configuration {cfg} for the m{dmma.m}n8k{dmma.k} mma")
     MI, NI, KSTEPS = WM // dmma.m, WN // 8, BK // dmma.k
     HALVES = dmma.m // 8  # 8x8 accumulator blocks per mma block, stacked in M
-    ALD, BLD = BM + PAD, BN + PAD
+    ALD = BM + PAD if A_KMAJOR else BK + PAD
+    BLD = BN + PAD if B_KMAJOR else BK + PAD
+    A_STAGE, B_STAGE = BM * BK + PAD * (BK if A_KMAJOR else BM), BN * BK + PAD * (BK if B_KMAJOR else BN)
 
-    _check_stages(cfg)
     dt = spec.dtype
     d_off = make_offset(spec.layout_d)
     epilogue = spec.epilogue_fn
     nb = dt.type
     zero = nb(0)
-    a_elems, b_elems, acc_elems = STAGES * BK * ALD, STAGES * BK * BLD, MI * HALVES * NI * 2
-    uA_STAGE, uB_STAGE = U(BK * ALD), U(BK * BLD)
+    a_elems, b_elems, acc_elems = NSTAGES * A_STAGE, NSTAGES * B_STAGE, MI * HALVES * NI * 2
+    uA_STAGE, uB_STAGE = U(A_STAGE), U(B_STAGE)
     smem_type = from_dtype(dt)
-    stage_a = make_tile_stager(dt, spec.layout_a, BM, BK, Layout.COL, threads, smem_ld=ALD)
-    stage_b = make_tile_stager(dt, spec.layout_b, BK, BN, Layout.ROW, threads, smem_ld=BLD)
-    A_REGS, B_REGS = stage_a.nregs, stage_b.nregs
     A_VALS, B_VALS = dmma.a_vals, dmma.b_vals
     load_a, load_b, mma = dmma.load_a, dmma.load_b, dmma.mma
     D_ROW = spec.layout_d == Layout.ROW and dt.itemsize == 8  # a lane's pair is 16 bytes
@@ -244,16 +261,10 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
     uWARP, warps_across, uMMA_M, uMMA_K, u8 = U(WARP), U(BN // WN), U(dmma.m), U(dmma.k), U(8)
     one, two, three = U(1), U(2), U(3)
 
-    def warptile_dmma_gemm(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args):
-        # Dynamic shared memory: two stages of a 16-deep tile pass the 48 KiB static limit.
-        smem = cuda.shared.array(0, smem_type)
-        a_tile = smem[:a_elems]  # STAGES x [BK][BM + PAD]
-        b_tile = smem[a_elems:]  # STAGES x [BK][BN + PAD]
-        acc = cuda.local.array(acc_elems, nb)
-        a_frag = cuda.local.array((MI, A_VALS), nb)
-        b_frag = cuda.local.array((NI, B_VALS), nb)
-        for i in range(acc_elems):
-            acc[i] = zero
+    @cuda.jit(device=True, inline="always")
+    def place(m, n, k, flags):
+        """This thread's coordinates: thread, lane, warp tile and block tile origins, sizes,
+        whether each operand takes 16-byte accesses, and the number of K tiles."""
         tid = U(cuda.threadIdx.x)
         warp = tid // uWARP
         lane = tid % uWARP
@@ -264,42 +275,33 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
         um, un, uk = U(m), U(n), U(k)
         vec_a = (U(flags) & one) != U(0)
         vec_b = (U(flags) & two) != U(0)
-        n_tiles = (uk + uBK - one) // uBK
-        regs_a = cuda.local.array(A_REGS, nb)
-        regs_b = cuda.local.array(B_REGS, nb)
-        stage_a.fetch(a, U(lda), row0, U(0), um, uk, tid, vec_a, regs_a)
-        stage_b.fetch(b, U(ldb), U(0), col0, uk, un, tid, vec_b, regs_b)
-        stage_a.put(a_tile, tid, regs_a)
-        stage_b.put(b_tile, tid, regs_b)
-        cuda.syncthreads()
-        for t in range(n_tiles):
-            # Issue the next K tile's global loads now; they land in registers while
-            # this tile is multiplied, and go to the other shared stage afterwards.
-            a_off = (t & one) * uA_STAGE
-            b_off = (t & one) * uB_STAGE
-            more = t + one < n_tiles
-            if more:
-                k_next = (t + one) * uBK
-                stage_a.fetch(a, U(lda), row0, k_next, um, uk, tid, vec_a, regs_a)
-                stage_b.fetch(b, U(ldb), k_next, col0, uk, un, tid, vec_b, regs_b)
-            for s in range(KSTEPS):
-                a_base = a_off + U(s) * uMMA_K * uALD + w_row
-                b_base = b_off + U(s) * uMMA_K * uBLD + w_col
-                for i in range(MI):
-                    load_a(a_tile, a_base + U(i) * uMMA_M, uALD, lane, a_frag, i)
+        return tid, lane, w_row, w_col, row0, col0, um, un, uk, vec_a, vec_b, (uk + uBK - one) // uBK
+
+    @cuda.jit(device=True, inline="always")
+    def multiply_tile(a_tile, a_off, b_tile, b_off, w_row, w_col, lane, a_frag, b_frag, acc):
+        """``acc += `` this warp's part of one shared K tile."""
+        for s in range(KSTEPS):
+            for i in range(MI):
+                if A_KMAJOR:
+                    a_base = a_off + U(s) * uMMA_K * uALD + w_row + U(i) * uMMA_M
+                else:
+                    a_base = a_off + (w_row + U(i) * uMMA_M) * uALD + U(s) * uMMA_K
+                load_a(a_tile, a_base, uALD, lane, a_frag, i)
+            for j in range(NI):
+                if B_KMAJOR:
+                    b_base = b_off + U(s) * uMMA_K * uBLD + w_col + U(j) * u8
+                else:
+                    b_base = b_off + (w_col + U(j) * u8) * uBLD + U(s) * uMMA_K
+                load_b(b_tile, b_base, uBLD, lane, b_frag, j)
+            for i in range(MI):
                 for j in range(NI):
-                    load_b(b_tile, b_base + U(j) * u8, uBLD, lane, b_frag, j)
-                for i in range(MI):
-                    for j in range(NI):
-                        lo = 2 * ((i * HALVES) * NI + j)
-                        mma(a_frag, i, b_frag, j, acc, lo, lo + 2 * NI, lane, a_tile, uALD, b_tile, uBLD)
-            if more:
-                # The previous step's closing barrier means no warp still reads this stage.
-                stage_a.put(a_tile[uA_STAGE - a_off:], tid, regs_a)
-                stage_b.put(b_tile[uB_STAGE - b_off:], tid, regs_b)
-            cuda.syncthreads()
-        # A lane holds two neighbours in a row of D, so a row-major D takes them in one
-        # 16-byte store where the address allows.
+                    lo = 2 * ((i * HALVES) * NI + j)
+                    mma(a_frag, i, b_frag, j, acc, lo, lo + 2 * NI, lane, a_tile, uALD, b_tile, uBLD)
+
+    @cuda.jit(device=True, inline="always")
+    def store_tile(d, ldd, um, un, row0, col0, w_row, w_col, lane, acc, epi_args):
+        """The epilogue of this warp's accumulators into D.  A lane holds two neighbours in a
+        row of D, so a row-major D takes them in one 16-byte store where the address allows."""
         g = lane >> two
         t2 = (lane & three) * two
         for i in range(MI * HALVES):
@@ -307,14 +309,94 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
             if row < um:
                 for j in range(NI):
                     col = col0 + w_col + U(j) * u8 + t2
-                    at = d_off(row, col, U(ldd))
+                    at = d_off(row, col, ldd)
                     c = 2 * (i * NI + j)
                     if D_ROW and col + one < un and is_aligned16(d, at):
                         store_row(d, at, acc, c, row, col, epi_args)
                     else:
                         for h in range(2):
                             if col + U(h) < un:
-                                d[d_off(row, col + U(h), U(ldd))] = epilogue(acc[c + h], row, col + U(h), epi_args)
+                                d[d_off(row, col + U(h), ldd)] = epilogue(acc[c + h], row, col + U(h), epi_args)
+
+    if ASYNC:
+        copy_a = make_tile_async_copier(dt, spec.layout_a, BM, BK, threads, ALD)
+        copy_b = make_tile_async_copier(dt, spec.layout_b, BK, BN, threads, BLD)
+        wait_oldest = cp_async_wait[NSTAGES - 2]
+        uLAST = U(NSTAGES - 1)
+
+        def warptile_dmma_gemm(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args):
+            smem = cuda.shared.array(0, smem_type)
+            a_tile = smem[:a_elems]  # NSTAGES x A tile, A's global layout, lines ALD apart
+            b_tile = smem[a_elems:]  # NSTAGES x B tile
+            acc = cuda.local.array(acc_elems, nb)
+            a_frag = cuda.local.array((MI, A_VALS), nb)
+            b_frag = cuda.local.array((NI, B_VALS), nb)
+            for i in range(acc_elems):
+                acc[i] = zero
+            tid, lane, w_row, w_col, row0, col0, um, un, uk, vec_a, vec_b, n_tiles = place(m, n, k, flags)
+            # The first NSTAGES - 1 tiles go out at once, one commit group each (empty groups
+            # past the last tile keep the count that the wait below relies on).
+            for st in range(NSTAGES - 1):
+                if U(st) < n_tiles:
+                    copy_a(a, U(lda), row0, U(st) * uBK, um, uk, a_tile[U(st) * uA_STAGE:], tid, vec_a)
+                    copy_b(b, U(ldb), U(st) * uBK, col0, uk, un, b_tile[U(st) * uB_STAGE:], tid, vec_b)
+                cp_async_commit()
+            use = U(0)  # the stage multiplied in this iteration
+            fill = uLAST  # the stage the tile NSTAGES - 1 ahead goes to
+            for t in range(n_tiles):
+                wait_oldest()  # this thread's copies of tile t have landed ...
+                cuda.syncthreads()  # ... everyone's, and nobody still reads stage `fill`
+                ahead = t + uLAST
+                if ahead < n_tiles:
+                    copy_a(a, U(lda), row0, ahead * uBK, um, uk, a_tile[fill * uA_STAGE:], tid, vec_a)
+                    copy_b(b, U(ldb), ahead * uBK, col0, uk, un, b_tile[fill * uB_STAGE:], tid, vec_b)
+                cp_async_commit()
+                multiply_tile(a_tile, use * uA_STAGE, b_tile, use * uB_STAGE, w_row, w_col, lane, a_frag, b_frag,
+                              acc)
+                use = use + one if use < uLAST else U(0)
+                fill = fill + one if fill < uLAST else U(0)
+            store_tile(d, U(ldd), um, un, row0, col0, w_row, w_col, lane, acc, epi_args)
+
+    else:
+        stage_a = make_tile_stager(dt, spec.layout_a, BM, BK, Layout.COL, threads, smem_ld=ALD)
+        stage_b = make_tile_stager(dt, spec.layout_b, BK, BN, Layout.ROW, threads, smem_ld=BLD)
+        A_REGS, B_REGS = stage_a.nregs, stage_b.nregs
+
+        def warptile_dmma_gemm(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args):
+            # Dynamic shared memory: two stages of a 16-deep tile pass the 48 KiB static limit.
+            smem = cuda.shared.array(0, smem_type)
+            a_tile = smem[:a_elems]  # STAGES x [BK][BM + PAD]
+            b_tile = smem[a_elems:]  # STAGES x [BK][BN + PAD]
+            acc = cuda.local.array(acc_elems, nb)
+            a_frag = cuda.local.array((MI, A_VALS), nb)
+            b_frag = cuda.local.array((NI, B_VALS), nb)
+            for i in range(acc_elems):
+                acc[i] = zero
+            tid, lane, w_row, w_col, row0, col0, um, un, uk, vec_a, vec_b, n_tiles = place(m, n, k, flags)
+            regs_a = cuda.local.array(A_REGS, nb)
+            regs_b = cuda.local.array(B_REGS, nb)
+            stage_a.fetch(a, U(lda), row0, U(0), um, uk, tid, vec_a, regs_a)
+            stage_b.fetch(b, U(ldb), U(0), col0, uk, un, tid, vec_b, regs_b)
+            stage_a.put(a_tile, tid, regs_a)
+            stage_b.put(b_tile, tid, regs_b)
+            cuda.syncthreads()
+            for t in range(n_tiles):
+                # Issue the next K tile's global loads now; they land in registers while
+                # this tile is multiplied, and go to the other shared stage afterwards.
+                a_off = (t & one) * uA_STAGE
+                b_off = (t & one) * uB_STAGE
+                more = t + one < n_tiles
+                if more:
+                    k_next = (t + one) * uBK
+                    stage_a.fetch(a, U(lda), row0, k_next, um, uk, tid, vec_a, regs_a)
+                    stage_b.fetch(b, U(ldb), k_next, col0, uk, un, tid, vec_b, regs_b)
+                multiply_tile(a_tile, a_off, b_tile, b_off, w_row, w_col, lane, a_frag, b_frag, acc)
+                if more:
+                    # The previous step's closing barrier means no warp still reads this stage.
+                    stage_a.put(a_tile[uA_STAGE - a_off:], tid, regs_a)
+                    stage_b.put(b_tile[uB_STAGE - b_off:], tid, regs_b)
+                cuda.syncthreads()
+            store_tile(d, U(ldd), um, un, row0, col0, w_row, w_col, lane, acc, epi_args)
 
     return BuiltKernel(warptile_dmma_gemm, (threads,), BM, BN, dynamic_smem=(a_elems + b_elems) * dt.itemsize,
                        min_blocks=cfg.get("min_blocks", 0))
