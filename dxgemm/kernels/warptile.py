@@ -26,21 +26,22 @@ Three more things make this rung fast:
   latency).  The instruction shape matters as much as the tiling: register-only loops
   (benchmarks/results/h100_dmma_peak.log) put ``m8n8k4`` at 31 TFLOP/s, half of what
   the m16 shapes reach (58-65), and the kernel on m8n8k4 had stopped at 0.46x, 89 % of
-  that instruction's ceiling.  On m16n8k4 with 16 warps of 32x32 it reaches 0.67x.
+  that instruction's ceiling.  On m16n8k4 with 16 warps of 32x32 it reaches 0.67-0.69x.
 * **16-byte stores.**  A thread's neighbours in a row of D (a lane's pair of the DMMA
   accumulator, a thread's four float32 columns) leave in one ``STG.E.128`` when D is
   row-major and aligned.  At short K the GEMM is bound by writing D, and one store per
   element ran at half the write bandwidth: 4096x4096x40 went from 0.58x to 0.88x cuBLAS
-  in both dtypes (h100_warptile_store_ab*.log).
+  in both dtypes (h100_warptile_store_ab*.log), and to 0.96x in float64 once its small
+  tile took ``cp.async`` (:data:`SMALL_CONFIGS`).
 
 Memory traffic saved over vectorized: global traffic is the same per output; per K step
 a warp reads ``WM + WN`` distinct shared values for ``WM * WN`` multiply-adds, and the
 larger K step (16) halves the barriers per multiply-add.
 
-Reached on the H100 (benchmarks/results/h100.json, 4096^3, h100_bench_warptile_stores.log):
-36.57 TFLOP/s float32 (0.707x cuBLAS; 0.716x before the 16-byte stores, which cost it
-1.2 % here and gained 1.8-3x at short K), 40.92 TFLOP/s float64 (0.673x; 0.66-0.69x in the
-sweeps, h100_warptile_dmma_shapes*.log); float32 in the sweeps (h100_run*_sweep*.log)
+Reached on the H100 (benchmarks/results/h100.json, 4096^3, h100_bench_warptile_async.log):
+36.51 TFLOP/s float32 (0.706x cuBLAS; 0.716x before the 16-byte stores, which cost it
+1.2 % here and gained 1.8-3x at short K), 39.45 TFLOP/s float64 (0.667x; 0.66-0.70x in the
+sweeps, h100_warptile_dmma_shapes*.log, h100_warptile_async.log); float32 in the sweeps (h100_run*_sweep*.log)
 0.695-0.716x; ncu (h100_ncu_warptile.log) shows the float32 kernel issuing an
 instruction on 80 % of scheduler cycles — it is issue-bound, and 75 % of its inner-loop
 instructions are FFMA.  float64's large tile did not gain from ``cp.async`` three or four
