@@ -1,9 +1,9 @@
-"""The float64 warptile's two tiles against each other and cuBLAS (chooses ``choose_tile``'s rule).
+"""The float64 warptile's tiles against each other and cuBLAS (chooses ``choose_tile``'s rule).
 
     . .whl/activate.sh && python benchmarks/warptile_tiles.py [--shapes 512x512x512,...]
 
-For each shape: ``dxgemm.gemm(..., backend="warptile")`` with the tile forced to
-``"small"`` (256 threads, 128x64x8) and to ``"large"`` (512 threads, 128x128x16), and cuBLAS
+For each shape: ``dxgemm.gemm(..., backend="warptile")`` with the tile forced to each of
+``--tiles`` (``warptile.TILE_CONFIGS`` and ``"large"``, ``warptile.CONFIGS``), and cuBLAS
 through CuPy, each the CUDA-event median of ``dxgemm.bench.time_ms``; every output
 checked against the float64 reference.  The last columns give the faster tile and the
 one ``dxgemm._gemm.choose_tile`` picks.
@@ -34,18 +34,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default=",".join(SHAPES))
     parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--tiles", default="small,large")
     args = parser.parse_args()
     rule = _gemm.choose_tile
     dtype = np.dtype(np.float64)
-    print(f"{'m x n x k':>16s} {'small':>9s} {'large':>9s} {'cuBLAS':>8s}  {'small/cuBLAS':>12s} {'large/cuBLAS':>12s}"
-          f"  faster  rule")
+    tiles = args.tiles.split(",")
+    print(f"{'m x n x k':>16s} " + " ".join(f"{t:>9s}" for t in tiles) + f" {'cuBLAS':>8s}  "
+          + " ".join(f"{t + '/cuBLAS':>12s}" for t in tiles) + "  faster  rule")
     for shape in args.shapes.split(","):
         m, n, k = (int(x) for x in shape.split("x"))
         rng = cp.random.default_rng(0)
         a = rng.standard_normal((m, k), dtype=np.float64)
         b = rng.standard_normal((k, n), dtype=np.float64)
         times = {}
-        for tile in ("small", "large"):
+        for tile in tiles:
             _gemm.choose_tile = lambda *_, tile=tile: tile
             _calls.clear()  # a kept call would reuse the other tile's kernel
             d = cp.full((m, n), cp.nan, dtype)
@@ -58,9 +60,9 @@ def main() -> None:
         d_ref = cp.empty((m, n), dtype)
         t_blas = time_ms(lambda: cp.matmul(a, b, out=d_ref), warmup=3, reps=args.reps)
         faster = min(times, key=times.get)
-        print(f"{shape:>16s} {times['small']:9.4f} {times['large']:9.4f} {t_blas:8.4f}  "
-              f"{t_blas / times['small']:12.2f} {t_blas / times['large']:12.2f}  {faster:6s}  "
-              f"{rule('warptile', dtype, m, n, k)}", flush=True)
+        print(f"{shape:>16s} " + " ".join(f"{times[t]:9.4f}" for t in tiles) + f" {t_blas:8.4f}  "
+              + " ".join(f"{t_blas / times[t]:12.2f}" for t in tiles)
+              + f"  {faster:6s}  {rule('warptile', dtype, m, n, k)}", flush=True)
 
 
 if __name__ == "__main__":

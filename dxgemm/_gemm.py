@@ -188,16 +188,23 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
 def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int) -> str:
     """The tile configuration of a handwritten rung (``KernelSpec.tile``).
 
-    Only float64 ``warptile`` has two.  Its large tile (16 warps, 128x128x16) holds one
-    block per SM and pads K to 16; the small one (8 warps, 128x64x8, ``cp.async`` four
-    stages deep) has twice the blocks and a quarter of the K padding.  On the H100 the
-    large tile won at 2048^3 (0.68x cuBLAS against 0.56x), 4096^3, 4096^2 x 256 and
-    8192^2 x 512 (``benchmarks/results/h100_warptile_store_ab.log``); the small one at
-    1536^3 and below, at K up to 100 (``h100_warptile_small_async.log``: 8192^2 x 32 0.206
-    against 0.214 ms) and at 4096 x 64 x 4096.  So the large tile needs ``k >= 256`` and
-    ``m * n >= 2**22`` (2048^2).
+    Only float64 ``warptile`` has several (``warptile.TILE_CONFIGS``).  Its large tile (16
+    warps, 128x128x16) holds one block per SM and pads K to 16; the small one (8 warps,
+    128x64x8, ``cp.async`` four stages deep) has twice the blocks and a quarter of the K
+    padding; the tiny one (64x64x8) four times the blocks.  On the H100 the large tile won
+    at 2048^3 (0.68x cuBLAS against 0.56x), 4096^3, 4096^2 x 256 and 8192^2 x 512
+    (``benchmarks/results/h100_warptile_store_ab.log``); the small one at 768^3 to 1536^3
+    and at K up to 100 (``h100_warptile_small_async.log``: 8192^2 x 32 0.206 against 0.214
+    ms); the tiny one wherever the output has fewer than 2^19 elements, 640^3 and below,
+    4096 x 64 x 4096 (0.210 against 0.303 ms) and 64 x 4096 x 4096
+    (``h100_warptile_tiny.log``).  So: tiny below ``m * n = 2**19``; large from
+    ``m * n = 2**22`` (2048^2) with ``k >= 256``; small between.
     """
-    if backend == "warptile" and np.dtype(dtype) == np.float64 and (k < 256 or m * n < 2**22):
+    if backend != "warptile" or np.dtype(dtype) != np.float64:
+        return "large"
+    if m * n < 2**19:
+        return "tiny"
+    if k < 256 or m * n < 2**22:
         return "small"
     return "large"
 

@@ -187,7 +187,7 @@ def test_copied_inputs_and_mismatched_arguments_are_not_kept():
 
 
 def test_warptile_tile_rule():
-    """float64 warptile takes its small tile at short K and with few output tiles, the large one otherwise."""
+    """float64 warptile: tiny tile for few outputs, small at short K and middling sizes, large otherwise."""
     from dxgemm._gemm import choose_tile
 
     f64, f32 = np.dtype(np.float64), np.dtype(np.float32)
@@ -197,6 +197,8 @@ def test_warptile_tile_rule():
     assert choose_tile("warptile", f64, 8192, 8192, 32) == "small"
     assert choose_tile("warptile", f64, 1536, 1536, 1536) == "small"
     assert choose_tile("warptile", f64, 1024, 1024, 4096) == "small"
-    assert choose_tile("warptile", f64, 4096, 64, 4096) == "small"
+    assert choose_tile("warptile", f64, 768, 768, 768) == "small"
+    assert choose_tile("warptile", f64, 640, 640, 640) == "tiny"
+    assert choose_tile("warptile", f64, 4096, 64, 4096) == "tiny"
     assert choose_tile("warptile", f32, 16, 16, 16) == "large"  # one tile in float32
     assert choose_tile("vectorized", f64, 16, 16, 16) == "large"

@@ -32,7 +32,7 @@ Three more things make this rung fast:
   row-major and aligned.  At short K the GEMM is bound by writing D, and one store per
   element ran at half the write bandwidth: 4096x4096x40 went from 0.58x to 0.88x cuBLAS
   in both dtypes (h100_warptile_store_ab*.log), and to 0.96x in float64 once its small
-  tile took ``cp.async`` (:data:`SMALL_CONFIGS`).
+  tile took ``cp.async`` (:data:`TILE_CONFIGS`).
 
 Memory traffic saved over vectorized: global traffic is the same per output; per K step
 a warp reads ``WM + WN`` distinct shared values for ``WM * WN`` multiply-adds, and the
@@ -46,7 +46,7 @@ sweeps, h100_warptile_dmma_shapes*.log, h100_warptile_async.log); float32 in the
 instruction on 80 % of scheduler cycles — it is issue-bound, and 75 % of its inner-loop
 instructions are FFMA.  float64's large tile did not gain from ``cp.async`` three or four
 stages deep (0.61-0.69x against 0.66-0.70x, h100_warptile_async.log), so its loads are not
-what holds it below cuBLASDx's 0.79x; its small tile did (8-12 %, ``SMALL_CONFIGS``).
+what holds it below cuBLASDx's 0.79x; its small tile did (8-12 %, ``TILE_CONFIGS``).
 """
 
 from __future__ import annotations
@@ -72,16 +72,21 @@ CONFIGS = {
     "float64": dict(kind="dmma", threads=512, BM=128, BN=128, BK=16, WM=32, WN=32, stages=2),
 }
 
-SMALL_CONFIGS = {
-    "float64": dict(kind="dmma", copy="async", threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=4),
+TILE_CONFIGS = {
+    "float64": {
+        "small": dict(kind="dmma", copy="async", threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=4),
+        "tiny": dict(kind="dmma", copy="async", threads=256, BM=64, BN=64, BK=8, WM=32, WN=16, stages=4),
+    },
 }
-"""Tiles for ``spec.tile == "small"`` (``dxgemm._gemm.choose_tile`` decides): short K and few
-output tiles.  8 warps of 64x16 with ``cp.async`` four stages deep: against the same tile
-double-buffered through registers it took 4096x4096x40 from 0.071 to 0.063 ms (0.97x
-cuBLAS), 8192x8192x32 from 0.235 to 0.206, 1024^3 from 0.086 to 0.079
-(``benchmarks/results/h100_warptile_small_async.log``); for the large tile the copy path
-made no difference (``h100_warptile_async.log``).  A dtype without an entry uses
-:data:`CONFIGS`."""
+"""Other tiles by ``spec.tile`` (``dxgemm._gemm.choose_tile`` decides); a dtype or name without
+an entry uses :data:`CONFIGS` (``"large"``).
+
+float64 ``"small"`` serves short K and few output tiles: 8 warps of 64x16 with ``cp.async``
+four stages deep.  Against the same tile double-buffered through registers it took
+4096x4096x40 from 0.071 to 0.063 ms (0.97x cuBLAS), 8192x8192x32 from 0.235 to 0.206,
+1024^3 from 0.086 to 0.079 (``benchmarks/results/h100_warptile_small_async.log``); for the
+large tile the copy path made no difference (``h100_warptile_async.log``).  ``"tiny"``
+halves it to 64x64 for the smallest outputs (512^3: 0.030 ms against 0.042)."""
 
 
 STAGES = 2
@@ -94,8 +99,8 @@ def _check_stages(cfg: dict) -> None:
 
 
 def build(spec: KernelSpec, **overrides) -> BuiltKernel:
-    table = SMALL_CONFIGS if spec.tile == "small" and spec.dtype.name in SMALL_CONFIGS else CONFIGS
-    cfg = dict(table[spec.dtype.name], **overrides)
+    tile = TILE_CONFIGS.get(spec.dtype.name, {}).get(spec.tile, CONFIGS[spec.dtype.name])
+    cfg = dict(tile, **overrides)
     if cfg.pop("kind", "simt") == "dmma":
         return _build_dmma(spec, cfg)
     threads, BM, BN, BK = cfg["threads"], cfg["BM"], cfg["BN"], cfg["BK"]
