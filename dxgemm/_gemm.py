@@ -188,7 +188,8 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
 def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int) -> str:
     """The tile configuration of a handwritten rung (``KernelSpec.tile``).
 
-    Only float64 ``warptile`` has several (``warptile.TILE_CONFIGS``).  Its large tile (16
+    Only ``warptile`` has several (``warptile.TILE_CONFIGS``; float32's rule is in the code
+    below, with its log).  float64's large tile (16
     warps, 128x128x16) holds one block per SM and pads K to 16; the small one (8 warps,
     128x64x8, ``cp.async`` four stages deep) has twice the blocks and a quarter of the K
     padding; the tiny one (64x64x8) four times the blocks.  On the H100 the large tile won
@@ -200,7 +201,13 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int) -> str:
     (``h100_warptile_tiny.log``).  So: tiny below ``m * n = 2**19``; large from
     ``m * n = 2**22`` (2048^2) with ``k >= 256``; small between.
     """
-    if backend != "warptile" or np.dtype(dtype) != np.float64:
+    if backend != "warptile":
+        return "large"
+    if np.dtype(dtype) == np.float32:
+        # h100_warptile_f32_tiles.log: 64x64 below 2^19 outputs (512^3 0.034 ms against 0.074),
+        # 64x128 up to 1536^2 (1024^3 0.087 against 0.143), 128x128 from 2048^2.
+        return "tiny" if m * n < 2**19 else "small" if m * n < 2**22 else "large"
+    if np.dtype(dtype) != np.float64:
         return "large"
     if m * n < 2**19:
         return "tiny"

@@ -200,5 +200,7 @@ def test_warptile_tile_rule():
     assert choose_tile("warptile", f64, 768, 768, 768) == "small"
     assert choose_tile("warptile", f64, 640, 640, 640) == "tiny"
     assert choose_tile("warptile", f64, 4096, 64, 4096) == "tiny"
-    assert choose_tile("warptile", f32, 16, 16, 16) == "large"  # one tile in float32
+    assert choose_tile("warptile", f32, 16, 16, 16) == "tiny"
+    assert choose_tile("warptile", f32, 1024, 1024, 1024) == "small"
+    assert choose_tile("warptile", f32, 2048, 2048, 2048) == "large"
     assert choose_tile("vectorized", f64, 16, 16, 16) == "large"

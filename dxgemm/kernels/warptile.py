@@ -73,6 +73,10 @@ CONFIGS = {
 }
 
 TILE_CONFIGS = {
+    "float32": {
+        "small": dict(threads=256, BM=64, BN=128, BK=16, WM=32, WN=32, WNITER=2, TM=4, TN=4, stages=2, unroll=2),
+        "tiny": dict(threads=256, BM=64, BN=64, BK=16, WM=32, WN=16, WNITER=1, TM=4, TN=4, stages=2, unroll=2),
+    },
     "float64": {
         "small": dict(kind="dmma", copy="async", threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=4),
         "tiny": dict(kind="dmma", copy="async", threads=256, BM=64, BN=64, BK=8, WM=32, WN=16, stages=4),
@@ -86,7 +90,12 @@ four stages deep.  Against the same tile double-buffered through registers it to
 4096x4096x40 from 0.071 to 0.063 ms (0.97x cuBLAS), 8192x8192x32 from 0.235 to 0.206,
 1024^3 from 0.086 to 0.079 (``benchmarks/results/h100_warptile_small_async.log``); for the
 large tile the copy path made no difference (``h100_warptile_async.log``).  ``"tiny"``
-halves it to 64x64 for the smallest outputs (512^3: 0.030 ms against 0.042)."""
+halves it to 64x64 for the smallest outputs (512^3: 0.030 ms against 0.042).
+
+float32 ``"small"`` (64x128, 8 warps of 32x32) and ``"tiny"`` (64x64, 8 warps of 32x16)
+give small and skinny problems the blocks the 128x128 tile leaves idle
+(``benchmarks/results/h100_warptile_f32_tiles.log``): 1024^3 0.143 -> 0.087 ms, 512^3
+0.074 -> 0.034, 4096x64x4096 0.588 -> 0.240; from 2048^3 the 128x128 tile is fastest."""
 
 
 STAGES = 2
