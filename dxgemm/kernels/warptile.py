@@ -38,9 +38,9 @@ Memory traffic saved over vectorized: global traffic is the same per output; per
 a warp reads ``WM + WN`` distinct shared values for ``WM * WN`` multiply-adds, and the
 larger K step (16) halves the barriers per multiply-add.
 
-Reached on the H100 (benchmarks/results/h100.json, 4096^3, h100_bench_warptile_async.log):
-36.51 TFLOP/s float32 (0.706x cuBLAS; 0.716x before the 16-byte stores, which cost it
-1.2 % here and gained 1.8-3x at short K), 39.45 TFLOP/s float64 (0.667x; 0.66-0.70x in the
+Reached on the H100 (benchmarks/results/h100.json, 4096^3, h100_bench_warptile_final.log):
+36.58 TFLOP/s float32 (0.708x cuBLAS; 0.716x before the 16-byte stores, which cost it
+1.2 % here and gained 1.8-3x at short K), 40.91 TFLOP/s float64 (0.664x; 0.66-0.70x in the
 sweeps, h100_warptile_dmma_shapes*.log, h100_warptile_async.log); float32 in the sweeps (h100_run*_sweep*.log)
 0.695-0.716x; ncu (h100_ncu_warptile.log) shows the float32 kernel issuing an
 instruction on 80 % of scheduler cycles — it is issue-bound, and 75 % of its inner-loop
