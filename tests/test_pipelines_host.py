@@ -469,30 +469,29 @@ def test_plan_covers_every_shape(shape, tile, depth):
     assert p.mb_main == m // tm and p.nb_main == n // tn
 
 
-@pytest.mark.parametrize("shape, store, copied, pad", [
-    ((2048, 2048, 2040), "loop", False, True),  # 24 tail columns over 4M outputs: copying is cheaper
-    ((4097, 4097, 4097), "loop", True, True),  # both copied for alignment anyway: padding costs the zeroing
-    ((512, 512, 1000), "staged", False, False),  # small: the two copies cost more than the tail
-    ((1000, 1000, 1000), "staged_tile", False, False),  # the tile stores add a tail like the staged one
-    ((1000, 1000, 1000), "loop", False, True),
-    ((4096, 4096, 4096), "loop", False, False),  # no tail
-    ((64, 64, 4095), "loop", False, False),  # few outputs: the tail is cheap
+@pytest.mark.parametrize("shape, copied, pad", [
+    ((4097, 4097, 4097), True, True),  # both copied for alignment anyway: padding costs the zeroing
+    ((2048, 2048, 2040), False, False),  # the shared-memory tail costs less than two copies
+    ((1000, 1000, 1000), False, False),
+    ((512, 512, 1000), False, False),
+    ((4096, 4096, 4096), False, False),  # no tail
+    ((4096, 4096, 4096), True, False),
 ])
-def test_k_tail_is_padded_where_the_tail_costs_more(shape, store, copied, pad, monkeypatch):
+def test_k_tail_is_padded_where_the_tail_costs_more(shape, copied, pad, monkeypatch):
     from dxgemm.pipelines._launch import pad_k_tail, plan
 
     monkeypatch.delenv("DXGEMM_K_TAIL", raising=False)
     m, n, k = shape
-    assert pad_k_tail(m, n, k, 32, copied, copied, 8, store) == pad
-    p = plan(m, n, k, (128, 128, 32), 2, not copied, not copied, itemsize=8, store=store)
+    assert pad_k_tail(m, n, k, 32, copied, copied, 8) == pad
+    p = plan(m, n, k, (128, 128, 32), 2, not copied, not copied, itemsize=8)
     assert p.zero_pad_k == pad
     monkeypatch.setenv("DXGEMM_K_TAIL", "pad")
-    assert pad_k_tail(m, n, k, 32, copied, copied, 8, store) == (k % 32 != 0)
+    assert pad_k_tail(m, n, k, 32, copied, copied, 8) == (k % 32 != 0)
     monkeypatch.setenv("DXGEMM_K_TAIL", "kernel")
-    assert not pad_k_tail(m, n, k, 32, copied, copied, 8, store)
+    assert not pad_k_tail(m, n, k, 32, copied, copied, 8)
     monkeypatch.setenv("DXGEMM_K_TAIL", "sometimes")
     with pytest.raises(ValueError, match="DXGEMM_K_TAIL"):
-        pad_k_tail(m, n, 1001, 32, copied, copied, 8, store)
+        pad_k_tail(m, n, 1001, 32, copied, copied, 8)
 
 
 def test_plan_with_bounded_loads_needs_no_edge_strips():
@@ -512,7 +511,7 @@ def test_plan_copies_only_misaligned_operands():
     a = Matrix(0x7F00_0000_0000, 4097, 4097, 4097, "row_major", 8)  # 4097 * 8 bytes: rows not 16-byte aligned
     b = Matrix(0x7F10_0000_0000, 4097, 4097, 4098, "row_major", 8)
     assert not a.aligned() and b.aligned()
-    p = plan(4097, 4097, 4097, (128, 128, 32), 2, a.aligned(), b.aligned(), store="staged")
+    p = plan(4097, 4097, 4097, (128, 128, 32), 2, a.aligned(), b.aligned())
     assert p.copy_a and not p.copy_b and not p.zero_pad_k
     with pytest.raises(ValueError):
         plan(0, 5, 5, (128, 128, 32), 2, True, True)
@@ -930,10 +929,3 @@ def test_kernel_generating_sources_match_the_reviewed_digest():
         f"rebuilt) or change the key of exactly the kernels it changes; either way set CODEGEN_DIGEST = "
         f"{cache.codegen_digest()!r}"
     )
-
-
-def test_every_fragment_store_has_a_k_tail_cost():
-    from dxgemm.pipelines._build import STORES
-    from dxgemm.pipelines._launch import TAIL_SECONDS_PER_PRODUCT
-
-    assert set(TAIL_SECONDS_PER_PRODUCT) == set(STORES)

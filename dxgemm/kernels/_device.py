@@ -221,6 +221,20 @@ def _tile_plan(dtype: np.dtype, layout: Layout, rows: int, cols: int, smem_layou
     )
 
 
+def _chunk_position(plan: _TilePlan) -> Callable:
+    """``chunk(tid, it) -> (line, pos)``: where thread ``tid``'s ``it``-th chunk of a tile
+    copy lies — which line along the operand's contiguous dimension, and its first element
+    on that line.  Loader, stager and asynchronous copier all split a tile this way."""
+    NT, W, per_line = plan.NT, plan.W, plan.chunks_per_line
+
+    @cuda.jit(device=True, inline="always")
+    def chunk(tid, it):
+        q = tid + U(it) * NT
+        return q // per_line, (q % per_line) * W
+
+    return chunk
+
+
 def make_tile_loader(
     dtype: np.dtype,
     layout: Layout,
@@ -250,15 +264,14 @@ def make_tile_loader(
     (rows when ``smem_layout`` is ROW, columns when COL); default unpadded.  Padding
     shifts each line onto other banks, which the tensor-core fragment loads need.
     """
-    width, along_cols, iters, chunks_per_line, NT, W, R, C, smem_row, zero, g_off = _tile_plan(
-        dtype, layout, rows, cols, smem_layout, nthreads, vec_width(dtype) if vectorize else 1, smem_ld)
+    plan = _tile_plan(dtype, layout, rows, cols, smem_layout, nthreads, vec_width(dtype) if vectorize else 1, smem_ld)
+    width, along_cols, iters, _, _, W, R, C, smem_row, zero, g_off = plan
+    chunk = _chunk_position(plan)
 
     @cuda.jit(device=True)
     def load(g, ld, row0, col0, nrows, ncols, s, tid, vec_ok):
         for it in range(iters):
-            q = tid + U(it) * NT
-            line = q // chunks_per_line
-            pos = (q % chunks_per_line) * W
+            line, pos = chunk(tid, it)
             if along_cols:
                 r = line
                 c = pos
@@ -382,8 +395,8 @@ def make_tile_async_copier(dtype: np.dtype, layout: Layout, rows: int, cols: int
     """
     width = vec_width(dtype)
     plan = _tile_plan(dtype, layout, rows, cols, layout, nthreads, width, smem_ld)
-    iters, along_cols, chunks_per_line, NT, W = plan.iters, plan.along_cols, plan.chunks_per_line, plan.NT, plan.W
-    g_off, LD = plan.g_off, U(smem_ld)
+    iters, along_cols, W, g_off, LD = plan.iters, plan.along_cols, plan.W, plan.g_off, U(smem_ld)
+    chunk = _chunk_position(plan)
     itemsize = np.dtype(dtype).itemsize
     copy_vec, copy_one = make_cp_async(16, itemsize), make_cp_async(itemsize, itemsize)
     uI = U(itemsize)
@@ -391,9 +404,7 @@ def make_tile_async_copier(dtype: np.dtype, layout: Layout, rows: int, cols: int
     @cuda.jit(device=True)
     def copy(g, ld, row0, col0, nrows, ncols, s, tid, vec_ok):
         for it in range(iters):
-            q = tid + U(it) * NT
-            line = q // chunks_per_line
-            pos = (q % chunks_per_line) * W
+            line, pos = chunk(tid, it)
             dst = line * LD + pos
             if along_cols:  # row-major: a line is a row, chunks run along it
                 gr, gc, line_end, other_ok = row0 + line, col0 + pos, ncols, row0 + line < nrows
@@ -443,14 +454,13 @@ def make_tile_stager(
     smem_ld: int | None = None,
 ) -> TileStager:
     """:class:`TileStager` for a tile; the same chunking and arguments as :func:`make_tile_loader`."""
-    width, along_cols, iters, chunks_per_line, NT, W, R, C, smem_row, zero, g_off = _tile_plan(
-        dtype, layout, rows, cols, smem_layout, nthreads, vec_width(dtype), smem_ld)
+    plan = _tile_plan(dtype, layout, rows, cols, smem_layout, nthreads, vec_width(dtype), smem_ld)
+    width, along_cols, iters, _, _, W, R, C, smem_row, zero, g_off = plan
+    line_chunk = _chunk_position(plan)
 
     @cuda.jit(device=True)
     def chunk(tid, it):
-        q = tid + U(it) * NT
-        line = q // chunks_per_line
-        pos = (q % chunks_per_line) * W
+        line, pos = line_chunk(tid, it)
         if along_cols:
             return line, pos
         return pos, line

@@ -138,7 +138,7 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     uWSUBM, uWSUBN, uTM, uTN = U(WSUBM), U(WSUBN), U(TM), U(TN)
     uWARP, u_lanes_across, warps_across = U(WARP), U(lanes_across), U(BN // WN)
     D_VEC = spec.layout_d == Layout.ROW and TN * dt.itemsize == 16  # one thread's row of D is 16 bytes
-    store_row = _row_store(TN, epilogue, D_VEC)
+    store_run = _run_store(TN, epilogue, d_off, D_VEC)
     one, two = U(1), U(2)
 
     def warptile_gemm(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args):
@@ -204,15 +204,7 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
                 if row < um:
                     for wn in range(WNITER):
                         col = col0 + w_col + U(wn) * uWSUBN + l_col
-                        at = d_off(row, col, U(ldd))
-                        c = (wm * TM + i) * N_REG + wn * TN
-                        if D_VEC and col + uTN <= un and is_aligned16(d, at):
-                            store_row(d, at, acc, c, row, col, epi_args)
-                        else:
-                            for j in range(TN):
-                                if col + U(j) < un:
-                                    d[d_off(row, col + U(j), U(ldd))] = epilogue(acc[c + j], row, col + U(j),
-                                                                                 epi_args)
+                        store_run(d, U(ldd), un, acc, (wm * TM + i) * N_REG + wn * TN, row, col, epi_args)
 
     return BuiltKernel(warptile_gemm, (threads,), BM, BN)
 
@@ -271,7 +263,7 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
     A_VALS, B_VALS = dmma.a_vals, dmma.b_vals
     load_a, load_b, mma = dmma.load_a, dmma.load_b, dmma.mma
     D_ROW = spec.layout_d == Layout.ROW and dt.itemsize == 8  # a lane's pair is 16 bytes
-    store_row = _row_store(2, epilogue, D_ROW)
+    store_run = _run_store(2, epilogue, d_off, D_ROW)
     uBM, uBN, uBK, uWM, uWN, uALD, uBLD = U(BM), U(BN), U(BK), U(WM), U(WN), U(ALD), U(BLD)
     uWARP, warps_across, uMMA_M, uMMA_K, u8 = U(WARP), U(BN // WN), U(dmma.m), U(dmma.k), U(8)
     one, two, three = U(1), U(2), U(3)
@@ -323,15 +315,7 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
             row = row0 + w_row + U(i) * u8 + g
             if row < um:
                 for j in range(NI):
-                    col = col0 + w_col + U(j) * u8 + t2
-                    at = d_off(row, col, ldd)
-                    c = 2 * (i * NI + j)
-                    if D_ROW and col + one < un and is_aligned16(d, at):
-                        store_row(d, at, acc, c, row, col, epi_args)
-                    else:
-                        for h in range(2):
-                            if col + U(h) < un:
-                                d[d_off(row, col + U(h), ldd)] = epilogue(acc[c + h], row, col + U(h), epi_args)
+                    store_run(d, ldd, un, acc, 2 * (i * NI + j), row, col0 + w_col + U(j) * u8 + t2, epi_args)
 
     if ASYNC:
         copy_a = make_tile_async_copier(dt, spec.layout_a, BM, BK, threads, ALD)
@@ -417,25 +401,44 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
                        min_blocks=cfg.get("min_blocks", 0))
 
 
-def _row_store(width: int, epilogue, vector: bool):
-    """``store_row(d, at, acc, c, row, col, args)``: the epilogue of ``acc[c:c + width]`` into
-    ``d[at:at + width]``, the row-major positions ``(row, col + j)``; one 16-byte store when
-    ``vector`` (the caller checks the bounds and the alignment), else one store per element."""
-    if vector and width == 2:
-        @cuda.jit(device=True)
-        def store_row(d, at, acc, c, row, col, args):
-            store_vec(d, at, (epilogue(acc[c], row, col, args), epilogue(acc[c + 1], row, col + U(1), args)))
-    elif vector and width == 4:
-        @cuda.jit(device=True)
-        def store_row(d, at, acc, c, row, col, args):
-            store_vec(d, at, (epilogue(acc[c], row, col, args), epilogue(acc[c + 1], row, col + U(1), args),
-                              epilogue(acc[c + 2], row, col + U(2), args), epilogue(acc[c + 3], row, col + U(3), args)))
+def _run_store(width: int, epilogue, d_off, vector: bool):
+    """``store_run(d, ldd, un, acc, c, row, col, args)``: the epilogue of ``acc[c:c + width]``
+    into row ``row`` of D at columns ``col .. col + width - 1`` (those below ``un``).
+
+    With ``vector`` (D row-major and ``width`` elements 16 bytes) a run wholly inside D at
+    a 16-byte aligned address leaves in one 128-bit store; any other run, element by
+    element.  One function decides this for every warptile kernel."""
+
+    @cuda.jit(device=True, inline="always")
+    def scalar_run(d, ldd, un, acc, c, row, col, args):
+        for j in range(width):
+            if col + U(j) < un:
+                d[d_off(row, col + U(j), ldd)] = epilogue(acc[c + j], row, col + U(j), args)
+
+    if not vector:
+        return scalar_run
+    if width == 2:
+        @cuda.jit(device=True, inline="always")
+        def values(acc, c, row, col, args):
+            return epilogue(acc[c], row, col, args), epilogue(acc[c + 1], row, col + U(1), args)
+    elif width == 4:
+        @cuda.jit(device=True, inline="always")
+        def values(acc, c, row, col, args):
+            return (epilogue(acc[c], row, col, args), epilogue(acc[c + 1], row, col + U(1), args),
+                    epilogue(acc[c + 2], row, col + U(2), args), epilogue(acc[c + 3], row, col + U(3), args))
     else:
-        @cuda.jit(device=True)
-        def store_row(d, at, acc, c, row, col, args):
-            for j in range(width):
-                d[at + U(j)] = epilogue(acc[c + j], row, col + U(j), args)
-    return store_row
+        raise ValueError(f"a 16-byte run holds 2 or 4 elements, got {width}")
+    LAST = U(width - 1)
+
+    @cuda.jit(device=True)
+    def store_run(d, ldd, un, acc, c, row, col, args):
+        at = d_off(row, col, ldd)
+        if col + LAST < un and is_aligned16(d, at):
+            store_vec(d, at, values(acc, c, row, col, args))
+        else:
+            scalar_run(d, ldd, un, acc, c, row, col, args)
+
+    return store_run
 
 
 def _device_dmma_shape() -> tuple[int, int]:

@@ -30,8 +30,8 @@ an illegal-address error (sticky for the context) even though the numbers came o
 So, for every call:
 
 * **K tail**: the pipeline gets ``k_main = tile_k * floor(k / tile_k)``; the kernel adds
-  the remaining ``k - k_main < tile_k`` products per stored element from global memory
-  before the epilogue (exact at 1000^3, see the GPU tests) — or, where that costs more
+  the remaining ``k - k_main < tile_k`` products to its fragment from strips of A and B
+  staged in shared memory, before the epilogue (exact at 1000^3, see the GPU tests) — or, where that costs more
   than copying A and B zero-padded to one more K tile (:func:`pad_k_tail`: large M x N,
   operands copied for alignment anyway), the pipeline runs the padded copies and there
   is no tail;
@@ -297,13 +297,12 @@ class Plan:
     grid: tuple[int, int]
 
 
-TAIL_SECONDS_PER_PRODUCT = {"staged": 3.4e-12, "staged_vec": 3.4e-12, "staged_tile": 3.4e-12,
-                            "staged_vec_tile": 3.4e-12, "loop": 7.3e-12, "unrolled": 7.3e-12}
-"""What the kernel's own K tail costs per output element and tail column, by fragment
-store (H100, float64; ``benchmarks/results/h100_odd_shapes_dissect.log`` and
-``h100_k_tail.log``): the staged store adds the tail while walking the tile in D's
-memory order (A broadcast, B coalesced), the loop store in fragment order, where a
-warp's loads of A touch 32 rows at once."""
+TAIL_SECONDS_PER_PRODUCT = 0.3e-12
+"""What the kernel's own K tail costs per output element and tail column (H100, float64;
+provisional, see ``benchmarks/k_tail.py``): the block stages its tail strips of A and B in
+shared memory and adds them to the fragment in registers (``_build._fragment_tail``).
+The tail it replaced read A and B per stored element and cost 3.4-7.3e-12 by store
+(``h100_odd_shapes_dissect.log``, ``h100_k_tail.log``)."""
 
 COPY_BYTES_PER_SECOND = 2.5e12
 """Device-to-device copy rate the padding estimate assumes (measured 2.5-3.0 TB/s)."""
@@ -323,8 +322,7 @@ def _k_tail_mode() -> str:
     return mode
 
 
-def pad_k_tail(m: int, n: int, k: int, tile_k: int, a_copied: bool, b_copied: bool, itemsize: int,
-               store: str = "staged") -> bool:
+def pad_k_tail(m: int, n: int, k: int, tile_k: int, a_copied: bool, b_copied: bool, itemsize: int) -> bool:
     """Whether a K that is not a tile multiple is better zero-padded in copies of A and B
     than added by the kernel (its K tail).
 
@@ -345,7 +343,7 @@ def pad_k_tail(m: int, n: int, k: int, tile_k: int, a_copied: bool, b_copied: bo
     if mode != "auto":
         return mode == "pad"
     k_pad = k - tail + tile_k
-    tail_s = m * n * tail * TAIL_SECONDS_PER_PRODUCT[store]
+    tail_s = m * n * tail * TAIL_SECONDS_PER_PRODUCT
     pad_s = 0.0
     for rows, copied in ((m, a_copied), (n, b_copied)):
         if not copied:
@@ -354,10 +352,10 @@ def pad_k_tail(m: int, n: int, k: int, tile_k: int, a_copied: bool, b_copied: bo
 
 
 def plan(m: int, n: int, k: int, tile: tuple[int, int, int], depth: int, a_aligned: bool, b_aligned: bool,
-         *, itemsize: int = 8, store: str = "staged", bounded_loads: bool = False) -> Plan:
+         *, itemsize: int = 8, bounded_loads: bool = False) -> Plan:
     """Decide how an ``m x n x k`` problem runs through one compiled pipeline (module docstring).
 
-    ``itemsize`` and ``store`` (the kernel's fragment store) feed :func:`pad_k_tail`.
+    ``itemsize`` feeds :func:`pad_k_tail`.
     ``bounded_loads``: the pipeline's loads stop at the operands' extents by themselves
     (TMA, the TF32 kernels: the copy engine fills what lies past them with zeros), so
     the partial block row and column read the operands in place — no edge strips.
@@ -376,7 +374,7 @@ def plan(m: int, n: int, k: int, tile: tuple[int, int, int], depth: int, a_align
     if k_floor < depth * tk:  # short K: pad with zeros to the pipeline's minimum depth
         k_pipe = depth * tk
         return Plan(k_pipe, k, k_pipe, True, True, True, mb_main, nb_main, grid)
-    if pad_k_tail(m, n, k, tk, not a_aligned, not b_aligned, itemsize, store):  # the tail as one more zero-padded tile
+    if pad_k_tail(m, n, k, tk, not a_aligned, not b_aligned, itemsize):  # the tail as one more zero-padded tile
         k_pipe = k_floor + tk
         return Plan(k_pipe, k, k_pipe, True, True, True, mb_main, nb_main, grid)
     return Plan(k_floor, k_floor, k, not a_aligned, not b_aligned, False, mb_main, nb_main, grid)
@@ -536,7 +534,6 @@ class PipelineKernel:
         self.depth = int(self.meta["config"]["depth"])
         self.block = tuple(int(x) for x in self.meta["block_dim"])
         self.itemsize = np.dtype(self.meta["dtype"]).itemsize
-        self._store = str(self.meta.get("store", "loop"))
         # the TF32 kernels load through TMA, which stops at the tensor's extents (``plan``)
         self._bounded_loads = self.meta.get("operands") == "tf32" and os.environ.get("DXGEMM_TMA_EDGES") != "copy"
         self.arrangement = tuple(self.meta["arrangement"][:2])
@@ -587,7 +584,7 @@ class PipelineKernel:
         p = self._plans.get(plan_key)
         if p is None:
             p = plan(m, n, k, (tm, tn, self.tile_k), self.depth, a_aligned, b_aligned, itemsize=self.itemsize,
-                     store=self._store, bounded_loads=self._bounded_loads)
+                     bounded_loads=self._bounded_loads)
             if len(self._plans) > 1024:
                 self._plans.clear()
             self._plans[plan_key] = p

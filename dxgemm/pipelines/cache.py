@@ -83,7 +83,7 @@ __all__ = [
     "info",
 ]
 
-FORMAT_VERSION = 4  # 4: full tiles stored without bounds checks or run-time directions; 3: grouped block order, one-block-per-pipeline init
+FORMAT_VERSION = 5  # 5: K tail staged in shared memory, added in registers; 4: full tiles stored without bounds checks or run-time directions; 3: grouped block order, one-block-per-pipeline init
 """Part of every key: bump it whenever the code dxgemm generates changes (see :data:`CODEGEN_DIGEST`)."""
 
 CODEGEN_SOURCES = ("pipelines/_build.py", "pipelines/_lto.py", "kernels/__init__.py", "kernels/_device.py",
@@ -92,7 +92,7 @@ CODEGEN_SOURCES = ("pipelines/_build.py", "pipelines/_lto.py", "kernels/__init__
 """The modules (relative to the package) whose code ends up in cached kernels, besides
 :class:`~.config.PipelineConfig` (its launch bounds)."""
 
-CODEGEN_DIGEST = "7d679870fde80390"
+CODEGEN_DIGEST = "c871411585b2d6d6"
 """:func:`codegen_digest` as of the last review of :data:`FORMAT_VERSION`.
 
 The key does not hash dxgemm's own source: a cold kernel costs 30-60 s, and every edit
