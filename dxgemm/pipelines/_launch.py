@@ -297,12 +297,14 @@ class Plan:
     grid: tuple[int, int]
 
 
-TAIL_SECONDS_PER_PRODUCT = 0.3e-12
-"""What the kernel's own K tail costs per output element and tail column (H100, float64;
-provisional, see ``benchmarks/k_tail.py``): the block stages its tail strips of A and B in
-shared memory and adds them to the fragment in registers (``_build._fragment_tail``).
-The tail it replaced read A and B per stored element and cost 3.4-7.3e-12 by store
-(``h100_odd_shapes_dissect.log``, ``h100_k_tail.log``)."""
+TAIL_SECONDS_PER_PRODUCT = 0.7e-12
+"""What the kernel's own K tail costs per output element and tail column (H100, float64,
+``benchmarks/results/h100_k_tail_smem.log``: 1024x1024 with K = 992 / 1000 / 1008 took
+0.0569 / 0.0628 / 0.0693 ms).  The block stages its tail strips of A and B in shared
+memory and adds them to the fragment in registers (``_build._fragment_tail``).  With it
+the rule keeps the kernel's tail at 2048x2048x2040 (0.434 ms against 0.473 padded) and
+pads at 2048x2048x2047 (0.472 against 0.481) and 4096x4096x4095 (3.230 against 3.255).
+The tail it replaced read A and B per stored element and cost 3.4-7.3e-12."""
 
 COPY_BYTES_PER_SECOND = 2.5e12
 """Device-to-device copy rate the padding estimate assumes (measured 2.5-3.0 TB/s)."""
