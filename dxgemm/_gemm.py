@@ -140,44 +140,55 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     """The backend ``"auto"`` runs (``pipeline``: whether the pipeline can run on this device).
 
     Measured on the H100, pipeline against warptile in the same run: wall time per call
-    of 200 calls back to back (host time included where it exceeds the GPU's), ms
-    (``benchmarks/results/h100_auto_choice_stores.log``, after warptile's 16-byte stores;
-    the log also has the GPU times; ``h100_auto_choice_async.log`` repeats float64 after
-    its small tile moved to ``cp.async``: warptile 0.063 ms at 4096 x 4096 x 40, 0.96x
-    cuBLAS, and a tie with the pipeline at K = 128):
+    of 200 calls back to back (host time included where it exceeds the GPU's), ms.
+    float64 from ``benchmarks/results/h100_auto_choice_stores.log`` (after warptile's
+    16-byte stores; ``h100_auto_choice_async.log`` repeats it after its small tile moved
+    to ``cp.async``: warptile 0.063 ms at 4096 x 4096 x 40, 0.96x cuBLAS, and a tie with
+    the pipeline at K = 128).  float32 from ``h100_auto_choice_f32_s11.log`` (the pipeline
+    with its K tail in shared memory, FORMAT_VERSION 5), two rounds on two machines:
 
-    ===================  =================  =================
+    ===================  =================  ==========================
     shape                float64            float32 (3xTF32)
-    ===================  =================  =================
-    512^3                0.065 / 0.044      0.089 / 0.073
-    768^3                0.047 / 0.064      0.087 / 0.107
-    1024^3               0.058 / 0.089      0.077 / 0.142
-    4096 x 4096 x 40     0.120 / 0.070      0.103 / 0.061
-    4096 x 4096 x 64     0.103 / 0.087      0.108 / 0.076
-    4096 x 4096 x 100    0.162 / 0.125      0.121 / 0.116
-    4096 x 4096 x 128    0.139 / 0.148      0.125 / 0.129
-    4096 x 4096 x 256    0.231 / 0.249      0.172 / 0.239
-    8192 x 8192 x 64     0.381 / 0.323      0.376 / 0.256
-    8192 x 8192 x 128    0.540 / 0.545      0.425 / 0.478
-    ===================  =================  =================
+                         pipeline/warptile  pipeline r1, r2 / warptile
+    ===================  =================  ==========================
+    512^3                0.065 / 0.044      0.116, 0.164 / 0.033-0.049
+    768^3                0.047 / 0.064      0.139, 0.088 / 0.067
+    1024^3               0.058 / 0.089      0.126, 0.087 / 0.090
+    1000^3               —                  0.144, 0.080 / 0.093
+    4096 x 4096 x 40     0.120 / 0.070      0.105, 0.060 / 0.061
+    4096 x 4096 x 64     0.103 / 0.087      0.108, 0.062 / 0.075
+    4096 x 4096 x 100    0.162 / 0.125      0.097, 0.077 / 0.112
+    4096 x 4096 x 128    0.139 / 0.148      0.084, 0.083 / 0.125
+    4096 x 4096 x 256    0.231 / 0.249      0.132, 0.131 / 0.231
+    8192 x 8192 x 32     —                  0.170, 0.169 / 0.158
+    8192 x 8192 x 64     0.381 / 0.323      0.205, 0.205 / 0.256
+    8192 x 8192 x 128    0.540 / 0.545      0.276, 0.281 / 0.467
+    4096 x 64 x 4096     —                  0.201, 0.201 / 0.237
+    ===================  =================  ==========================
 
     Small problems are host-bound: a pipeline call costs ~45-65 us of host time in float64
-    and ~100 us in float32 (the 3xTF32 split adds a launch;
-    ``h100_split_host_ab.log``), so the pipeline's shorter GPU time (3x at 512^3) only shows
-    from ~2^28 multiply-adds (float64) or ~2^29 (float32).  Below K = 128 warptile is
-    faster in both dtypes: the pipeline pads K to its depth and runs many short blocks,
-    while warptile's stores, 16 bytes a thread, run near the write bandwidth that bounds a
-    short-K GEMM (4096 x 4096 x 40: 0.96x cuBLAS in float64, 0.89x in float32).  With
-    ``DXGEMM_FLOAT32_PIPELINE=fp32`` (cuBLASDx's SIMT float32, 0.66x cuBLAS) warptile led
-    at every size, so float32 stays there.  Every device where the pipeline cannot run
-    gets ``warptile``.
+    and 60-145 us in float32 (the 3xTF32 split is a launch of its own, and an output with
+    few tiles adds the split-K reduce), and the float32 figure moved by 2x between two
+    machines of the same kind (rounds r1 and r2 above; their GPU times agree).  So the
+    pipeline's shorter GPU time (3x at 512^3) shows once warptile takes longer than a
+    pipeline call's host time: from ~2^28 multiply-adds in float64 and ~2^30 in float32
+    (warptile's float32 rate, ~1.5e10 multiply-adds per ms, times 60-100 us).  Near 2^30
+    in float32 the faster backend depends on the host (1024^3: 0.126 or 0.087 against
+    0.090).  Below K = 128 in float64 warptile is faster: the pipeline pads K to its depth
+    and runs many short blocks, while warptile's stores, 16 bytes a thread, run near the
+    write bandwidth that bounds a short-K GEMM (4096 x 4096 x 40: 0.96x cuBLAS).  The
+    float32 pipeline, whose K tail and stores now cost little (4096 x 4096 x 40 at 0.98x
+    cuBLAS on the GPU), leads from K = 64 (8192 x 8192 x 64); at K = 32 warptile still
+    does (8192 x 8192 x 32).  With ``DXGEMM_FLOAT32_PIPELINE=fp32`` (cuBLASDx's SIMT
+    float32, 0.66x cuBLAS) warptile led at every size, so float32 stays there.  Every
+    device where the pipeline cannot run gets ``warptile``.
     """
     dt = np.dtype(dtype)
-    if not pipeline or k < 128 or m * n * k < (2**28 if dt == np.float64 else 2**29):
+    if not pipeline:
         return "warptile"
     if dt == np.float64:
-        return "pipeline"
-    if dt == np.float32:
+        return "pipeline" if k >= 128 and m * n * k >= 2**28 else "warptile"
+    if dt == np.float32 and k >= 64 and m * n * k >= 2**30:
         from .pipelines.config import uses_tf32x3
 
         if uses_tf32x3(dt):

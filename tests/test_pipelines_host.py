@@ -559,11 +559,17 @@ def test_choose_backend():
     assert choose_backend(np.dtype(np.float64), 512, 512, 512, pipeline=True) == "warptile"
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 64, pipeline=True) == "warptile"  # K < 128
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 128, pipeline=True) == "pipeline"  # K >= 128
-    assert choose_backend(np.dtype(np.float32), 8192, 8192, 100, pipeline=True) == "warptile"
+    assert choose_backend(np.dtype(np.float32), 8192, 8192, 64, pipeline=True) == "pipeline"  # K >= 64 in float32
+    assert choose_backend(np.dtype(np.float32), 8192, 8192, 32, pipeline=True) == "warptile"
+    assert choose_backend(np.dtype(np.float32), 4096, 4096, 100, pipeline=True) == "pipeline"
+    assert choose_backend(np.dtype(np.float32), 4096, 4096, 64, pipeline=True) == "pipeline"  # 2^30
+    assert choose_backend(np.dtype(np.float32), 1024, 1024, 1024, pipeline=True) == "pipeline"
+    assert choose_backend(np.dtype(np.float32), 1000, 1000, 1000, pipeline=True) == "warptile"  # below 2^30
+    assert choose_backend(np.dtype(np.float32), 4096, 64, 4096, pipeline=True) == "pipeline"
     assert choose_backend(np.dtype(np.float32), 8192, 8192, 128, pipeline=True) == "pipeline"
     assert choose_backend(np.dtype(np.float64), 8192, 8192, 32, pipeline=True) == "warptile"
     assert choose_backend(np.dtype(np.float64), 768, 768, 768, pipeline=True) == "pipeline"  # from 2^28 in float64
-    assert choose_backend(np.dtype(np.float32), 768, 768, 768, pipeline=True) == "warptile"  # host-bound below 2^29
+    assert choose_backend(np.dtype(np.float32), 768, 768, 768, pipeline=True) == "warptile"  # host-bound
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 40, pipeline=True) == "warptile"
 
 

@@ -1,0 +1,327 @@
+"""Build, without a GPU, every pipeline kernel the GPU tests, the benchmarks and the examples ask for.
+
+A GPU host's time is scarce and a cold pipeline kernel costs ~45 s there (and ~110 s on a
+2-core machine; ~20-30 s for another epilogue of a configuration already built, whose
+libmathdx objects the LTO store keeps).  ``python -m dxgemm warmup`` builds the default
+configurations; this script builds everything else the GPU runs would compile: the fused
+chains of ``tests/test_gpu_epilogues.py``, the staged-store, split-K and alpha/beta
+kernels of ``tests/test_gpu_pipeline.py``, ``fusion.py``'s ``bias | gelu`` kernels, the
+shapes of ``pipeline_bench.py`` and ``auto_choice.py``, and the examples' epilogues.
+
+How: it replays those calls through ``dxgemm.gemm`` itself, so the configuration, kernel
+variant, store and cache key are chosen by the library's own code, never restated here.
+The arrays are host memory posing as device arrays (``__cuda_array_interface__``), the
+device is the H100's properties, and each launch is a no-op; :mod:`dxgemm.pipelines._standin`
+lets NVRTC, Numba and nvJitLink compile for sm_90 without a driver.  Kernels go into
+``$DXGEMM_CACHE_DIR``; copy that folder's ``kernels/`` (or the files ``--keys`` names) to
+the GPU host.  The toolchain that links them matters for speed: see the README's
+*Toolchain* paragraph (NVRTC/nvJitLink 13.0 builds were 10-26 % faster than 13.5).
+
+    DXGEMM_CACHE_DIR=/tmp/kc python benchmarks/prebuild.py                 # all parts
+    DXGEMM_CACHE_DIR=/tmp/kc python benchmarks/prebuild.py fusion --list   # name them only
+    ... --keys keys.txt                                                    # write the cache keys used
+
+Parts: ``bench`` (pipeline_bench.py, auto_choice.py), ``fusion``, ``epilogues``,
+``pipeline`` (the two test files), ``examples``, ``simt`` (float32 on the SIMT pipeline at
+the skinny shapes, ``DXGEMM_FLOAT32_PIPELINE=fp32``).  The replayed calls mirror the
+scripts they name; a call changed there and not here is compiled on the GPU host instead
+(``pytest`` then skips the test unless ``DXGEMM_TEST_COMPILE=1``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "examples"))
+
+from dxgemm.pipelines import _standin  # noqa: E402
+
+_standin.activate((9, 0))  # before nvmath is imported
+
+import dxgemm  # noqa: E402
+import dxgemm.epilogues._arrays as _epi_arrays  # noqa: E402
+from dxgemm import _arrays, _calls  # noqa: E402
+from dxgemm import epilogues as E  # noqa: E402
+from dxgemm.pipelines import _dispatch, _splitk, kernels, use_config  # noqa: E402
+from dxgemm.pipelines import config as _config  # noqa: E402
+from dxgemm.pipelines.cache import KernelCache, cache_key  # noqa: E402
+
+DTYPES = [np.float32, np.float64]
+
+
+class HostAsDevice:
+    """Host memory posing as a device array: enough for dxgemm's validation and cache keys."""
+
+    def __init__(self, host: np.ndarray):
+        self.host = host
+        self.shape, self.dtype, self.strides = host.shape, host.dtype, host.strides
+
+    def __getitem__(self, index):
+        return HostAsDevice(self.host[index])
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.host.ctypes.data, False),
+                "strides": self.strides, "version": 3}
+
+
+def dev(x) -> HostAsDevice:
+    return HostAsDevice(np.asarray(x))
+
+
+def normal(rng, shape, dtype) -> HostAsDevice:
+    return dev(rng.standard_normal(shape).astype(dtype))
+
+
+def fortran(x: HostAsDevice) -> HostAsDevice:
+    return HostAsDevice(np.asfortranarray(x.host))
+
+
+def _host_view(device, ptr, shape, strides, typestr):
+    """An epilogue operand's kernel argument: a host array of the same Numba type (dtype, rank, layout)."""
+    dtype = np.dtype(typestr)
+    span = 1 + sum((e - 1) * abs(st) for e, st in zip(shape, strides)) // dtype.itemsize
+    return np.lib.stride_tricks.as_strided(np.empty(max(span, 1), dtype), shape=shape, strides=strides)
+
+
+class Recorder:
+    """Stands in for ``kernels.get_kernel``: builds (or, with ``list_only``, names) each kernel once."""
+
+    def __init__(self, list_only: bool):
+        self.list_only = list_only
+        self.seen: dict[str, bool] = {}
+
+    def __call__(self, config, dtype, arrangement=("row_major", "row_major"), *, device=None, **kw):
+        fields = kernels.entry_fields(config, dtype, arrangement, kw.get("epilogue_key", kernels.IDENTITY_EPILOGUE),
+                                      epi_arg_types=kernels._numba_type_text(kw.get("epi_args", ())),
+                                      operands=kw.get("operands", "native"), split_k=kw.get("split_k", False))
+        key = cache_key(fields)
+        if key not in self.seen:
+            have = KernelCache().path(key).exists()
+            self.seen[key] = have
+            print(f"{'have' if have else 'need'} {key} {config.name} {np.dtype(dtype).name} {'/'.join(arrangement)} "
+                  f"{kw.get('operands', 'native')}{' split-K' if kw.get('split_k') else ''} store={fields.get('store')} "
+                  f"epilogue={str(kw.get('epilogue_key'))[:100]}", flush=True)
+            if not have and not self.list_only:
+                t0 = time.perf_counter()
+                kernels.get_entry(config, dtype, arrangement, **kw)
+                print(f"     built in {time.perf_counter() - t0:.0f} s", flush=True)
+        return object()
+
+
+def stub_the_device(recorder: Recorder) -> None:
+    """Route every device query, array view and launch of a pipeline call to the host."""
+    _arrays.device_of = lambda op: 0
+    _arrays.empty_like_library = lambda like, shape: dev(np.empty(shape, like.dtype))
+    _arrays.Operand.flat = lambda self: np.empty(max(self.extent, 1), self.dtype)
+    _epi_arrays._numba_view = _host_view
+    _config._queried_device_info = lambda device: _config.H100
+    _dispatch.availability = lambda device: None
+    _dispatch.PipelineCall.__call__ = lambda self, *a, **k: None
+    _splitk.SplitKCall.__call__ = lambda self, *a, **k: None
+    _splitk.reduce_kernel = lambda *a, **k: None  # a Numba rung: compiled on the GPU host in seconds
+    _calls.remember = lambda *a, **k: None
+    kernels.get_kernel = recorder
+
+
+def gemm(*args, **kw) -> None:
+    try:
+        dxgemm.gemm(*args, **kw)
+    except Exception as e:  # noqa: BLE001 - report and go on with the next call
+        if type(e).__name__ == "CudaSupportError":  # "auto" chose a Numba rung: it compiles on the GPU host
+            print(f"  not a pipeline call ({kw.get('backend', 'auto')}: a Numba rung, compiled where it runs)")
+        else:
+            print(f"  call failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
+
+
+def env(**values) -> None:
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    _calls.clear()
+
+
+def gpu_epilogue_calls():
+    """tests/test_gpu_epilogues.py: every chain x shape x dtype on the pipeline, the dense layer, the GELU tail."""
+    rng = np.random.default_rng(0)
+
+    import tests.test_gpu_epilogues as T  # its CHAINS, SHAPES and the custom stage's own function
+
+    for chain_name in T.CHAINS:
+        for m, n, k in T.SHAPES:
+            for dtype in DTYPES:
+                def target():
+                    return dev(np.full((m, n), np.nan, dtype))
+
+                if chain_name.startswith("bias_col"):
+                    stages = [E.bias(normal(rng, n, dtype)), E.gelu(), E.scale(-2.0), E.leaky_relu(0.2), E.sigmoid()]
+                elif chain_name.startswith("bias_row"):
+                    stages = [E.bias(normal(rng, (m, 2), dtype)[:, 1:]), E.tanh(), E.scale(3.0), E.clamp(-1.0, 1.5),
+                              E.relu()]
+                else:
+                    w = dev(rng.uniform(-1.5, 1.5, (m, n)).astype(dtype))
+                    stages = [E.custom(T._gate, w, normal(rng, m, dtype)), E.silu(), E.gelu("tanh")]
+                chain = stages[0]
+                for stage in stages[1:]:
+                    chain = chain | E.store(target()) | stage
+                a = normal(rng, (m, k), dtype)
+                b = fortran(normal(rng, (k, n), dtype))
+                c = dev(np.full((m, n), np.nan, dtype))
+                gemm(a, b, c, alpha=1 / math.sqrt(k), epilogue=chain, backend="pipeline")
+    for dtype in DTYPES:  # dense layer 4096^3 with beta C
+        n = 4096
+        x, w, c = (normal(rng, (n, n), dtype) for _ in range(3))
+        gemm(x, w, c, alpha=1 / 64, beta=0.5, epilogue=E.bias(normal(rng, n, dtype)) | E.gelu(), backend="pipeline")
+    a = dev(np.linspace(-12, 12, 4096 * 16).astype(np.float32).reshape(-1, 64))
+    eye = dev(np.eye(64, dtype=np.float32))
+    gemm(a, eye, epilogue=E.gelu(), backend="pipeline")
+    gemm(a, eye, backend="pipeline")
+
+
+def gpu_pipeline_calls():
+    """tests/test_gpu_pipeline.py: staged stores on edges, split-K with chains, alpha/beta with C, repeat calls."""
+    rng = np.random.default_rng(1)
+    from dxgemm.pipelines.config import uses_tf32x3
+
+    for dtype in DTYPES:
+        b_order = "col" if uses_tf32x3(np.dtype(dtype)) else "row"
+        for epilogue in ("none", "bias|gelu"):
+            for store in ("staged", "staged_vec", "default"):
+                env(DXGEMM_PIPELINE_STORE=None if store == "default" else store, DXGEMM_SPLIT_K="1")
+                with use_config("small"):
+                    for m, n, k in [(1000, 1000, 1000), (17, 33, 5), (4096, 64, 4096)]:
+                        for d_order in ("row", "col", "padded"):
+                            a = normal(rng, (m, k), dtype)
+                            b = normal(rng, (k, n), dtype)
+                            if b_order == "col":
+                                b = fortran(b)
+                            if d_order == "padded":
+                                d = normal(rng, (m, n + 1), dtype)[:, :n]
+                            elif d_order == "col":
+                                d = fortran(normal(rng, (m, n), dtype))
+                            else:
+                                d = normal(rng, (m, n), dtype)
+                            chain = E.bias(normal(rng, n, dtype)) | E.gelu() if epilogue != "none" else None
+                            gemm(a, b, d, epilogue=chain, backend="pipeline")
+    env(DXGEMM_PIPELINE_STORE=None, DXGEMM_SPLIT_K=None)
+    with use_config("large"):
+        for slices in ("3", "8"):
+            env(DXGEMM_SPLIT_K=slices)
+            for dtype in DTYPES:
+                for arr in [("row", "row"), ("row", "col"), ("col", "row"), ("col", "col")]:
+                    m, n, k = 300, 200, 2007
+                    a = normal(rng, (m, k), dtype)
+                    b = normal(rng, (k, n), dtype)
+                    a = fortran(a) if arr[0] == "col" else a
+                    b = fortran(b) if arr[1] == "col" else b
+                    for d_order in ("row", "col"):
+                        c = normal(rng, (m, n), dtype)
+                        c = fortran(c) if d_order == "col" else c
+                        for alpha, beta, chain in [(1.0, 0.0, None), (0.5, -1.25, True)]:
+                            ep = E.bias(normal(rng, n, dtype)) | E.gelu() if chain else None
+                            gemm(a, b, c, alpha=alpha, beta=beta, epilogue=ep, backend="pipeline")
+        env(DXGEMM_SPLIT_K=None)
+        m = n = k = 1000
+        a, b, c = (normal(rng, (m, m), np.float64) for _ in range(3))
+        gemm(a, b, c, alpha=0.5, beta=-2.0, backend="pipeline")
+        for dtype in DTYPES:
+            m, n, k = 1000, 777, 513
+            a, b, c = normal(rng, (m, k), dtype), normal(rng, (k, n), dtype), normal(rng, (m, n), dtype)
+            v = normal(rng, n, dtype)
+            for alpha, beta, ep in [(1.0, 0.0, None), (2.0, 0.0, None), (1.0, 0.0, True), (2.0, -1.5, True)]:
+                gemm(a, b, c, alpha=alpha, beta=beta, epilogue=E.bias(v) | E.gelu() if ep else None,
+                     backend="pipeline")
+            gemm(a, b, epilogue=E.bias(v) | E.gelu(), backend="pipeline")
+            for size in [(512, 384, 640), (1000, 3000, 700), (2048, 2048, 2048), (77, 4100, 999)]:
+                mm, nn, kk = size
+                gemm(normal(rng, (mm, kk), dtype), normal(rng, (kk, nn), dtype), backend="pipeline")
+
+
+def fusion_calls():
+    """benchmarks/fusion.py: bias | gelu (exact and tanh) and no epilogue at its shapes."""
+    rng = np.random.default_rng(2)
+    for dtype in ("float32", "float64"):
+        for m, n, k in [(4096, 4096, 4096), (8192, 8192, 512), (8192, 8192, 1024), (4096, 4096, 256)]:
+            x, w, d = normal(rng, (m, k), dtype), normal(rng, (k, n), dtype), dev(np.empty((m, n), dtype))
+            v = normal(rng, n, dtype)
+            for ep in (E.bias(v) | E.gelu(), E.bias(v) | E.gelu("tanh"), None):
+                gemm(x, w, d, epilogue=ep, backend="pipeline")
+
+
+def example_calls():
+    """examples/fused_linear.py and examples/custom_epilogue.py at their default sizes (backend auto)."""
+    rng = np.random.default_rng(3)
+    x, w = normal(rng, (4096, 1024), np.float32), normal(rng, (1024, 4096), np.float32)
+    gemm(x, w, epilogue=E.bias(normal(rng, 4096, np.float32)) | E.gelu())
+    import custom_epilogue
+
+    a, b = normal(rng, (1024, 512), np.float32), normal(rng, (512, 1024), np.float32)
+    decay = dev(np.exp(-0.25 * np.arange(1024)).astype(np.float32))
+    gemm(a, b, epilogue=E.custom(custom_epilogue.banded, decay))
+
+
+AUTO_SHAPES = ("512x512x512,768x768x768,1024x1024x1024,4096x4096x16,4096x4096x40,4096x4096x64,4096x4096x100,"
+               "4096x4096x128,4096x4096x256,2048x2048x32,2048x2048x64,8192x8192x32,8192x8192x64,8192x8192x128")
+
+
+def bench_calls():
+    """benchmarks/pipeline_bench.py and benchmarks/auto_choice.py shapes, plain GEMM."""
+    rng = np.random.default_rng(4)
+    shapes = [tuple(int(x) for x in s.split("x")) for s in AUTO_SHAPES.split(",")]
+    shapes += [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (1000, 1000, 1000),
+               (4097, 4097, 4097), (4096, 64, 4096), (4096, 4096, 40), (2048, 256, 8192)]
+    for dtype in DTYPES:
+        for m, n, k in shapes:
+            gemm(normal(rng, (m, k), dtype), normal(rng, (k, n), dtype), dev(np.empty((m, n), dtype)),
+                 backend="pipeline")
+
+
+def simt_calls():
+    """float32 on cuBLASDx's SIMT pipeline at the skinny shapes, where the 3xTF32 split's traffic dominates."""
+    os.environ["DXGEMM_FLOAT32_PIPELINE"] = "fp32"
+    rng = np.random.default_rng(5)
+    for m, n, k in [(4096, 64, 4096), (2048, 256, 8192), (1000, 1000, 1000)]:
+        gemm(normal(rng, (m, k), np.float32), normal(rng, (k, n), np.float32),
+             dev(np.empty((m, n), np.float32)), backend="pipeline")
+    os.environ.pop("DXGEMM_FLOAT32_PIPELINE")
+
+
+PARTS = {"bench": bench_calls, "fusion": fusion_calls, "epilogues": gpu_epilogue_calls, "pipeline": gpu_pipeline_calls,
+         "examples": example_calls, "simt": simt_calls}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("parts", nargs="*", default=[], help="default: all but simt")
+    parser.add_argument("--list", action="store_true", help="name the kernels and whether they are cached; build none")
+    parser.add_argument("--keys", help="write the cache keys of every kernel named to this file")
+    args = parser.parse_args(argv)
+    unknown = [p for p in args.parts if p not in PARTS]
+    if unknown:
+        parser.error(f"unknown part(s) {unknown}; choose from {list(PARTS)}")
+    recorder = Recorder(args.list)
+    stub_the_device(recorder)
+    for part in args.parts or [p for p in PARTS if p != "simt"]:
+        print(f"== {part}", flush=True)
+        PARTS[part]()
+    missing = sum(1 for have in recorder.seen.values() if not have)
+    print(f"{len(recorder.seen)} kernels; {missing} were not in {KernelCache().root}"
+          + (" (listed only)" if args.list else " and are built now"))
+    if args.keys:
+        Path(args.keys).write_text("".join(f"{k}\n" for k in recorder.seen))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
