@@ -48,8 +48,14 @@ def cmd_info(args: argparse.Namespace) -> int:
         print("GPU: none found (CPU-only machine; kernels can still run under NUMBA_ENABLE_CUDASIM=1)")
     for name, version in _info.versions().items():
         print(f"  {name:24} {version or '-'}")
+    from .pipelines.cache import PREFERRED_TOOLCHAIN, toolchain_versions
     from .pipelines.config import float32_method
 
+    compilers = toolchain_versions()
+    print(f"pipeline compilers: NVRTC {compilers['nvrtc'] or '-'}, nvJitLink {compilers['nvjitlink'] or '-'}")
+    if compilers["nvjitlink"] and compilers["nvjitlink"] != PREFERRED_TOOLCHAIN:
+        print(f"  note: kernels built by the {PREFERRED_TOOLCHAIN} toolchain ran 10-26 % faster on the H100 than "
+              "13.5's (README: 'Which toolchain builds the kernels'); pip install \"dxgemm[ctk130]\" pins it")
     print(f"pipeline float32 method: {float32_method()} (DXGEMM_FLOAT32_PIPELINE: tf32x3 or fp32)")
     _print_cache(verbose=getattr(args, "verbose", False))
     return 0

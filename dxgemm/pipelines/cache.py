@@ -158,6 +158,14 @@ def _dist_version(*names: str) -> str | None:
     return None
 
 
+PREFERRED_TOOLCHAIN = "13.0"
+"""The NVRTC/NVVM/nvJitLink version whose pipeline kernels measured fastest on the H100:
+13.5 builds of the same code keep more in local memory and ran 10-26 % slower in float32
+(``benchmarks/results/h100_toolchain_ab_s11.log``).  ``python -m dxgemm info`` says so
+when another version is loaded; the cache key holds the CUDA major version only, so a
+kernel keeps the toolchain that built it."""
+
+
 @functools.lru_cache(maxsize=1)
 def toolchain_versions() -> dict[str, Any]:
     """Versions of everything that generates or links the code, read without importing nvmath.
