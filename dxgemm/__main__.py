@@ -81,8 +81,9 @@ def _print_cache(verbose: bool = False) -> None:
             name = meta.get("name") or (f"{cfg.get('tile_m')}x{cfg.get('tile_n')}x{cfg.get('tile_k')}"
                                         f"_t{cfg.get('block_size')}_d{cfg.get('depth')}")
             dtype = meta.get("dtype", "?") + ("/tf32" if meta.get("operands") == "tf32" else "")
+            linker = meta.get("toolchain", {}).get("nvjitlink") or "?"
             print(f"    {entry.key}  {dtype:12} {'/'.join(meta.get('arrangement', [])):20} {name:20} "
-                  f"epilogue {entry.fields.get('epilogue')}")
+                  f"nvJitLink {linker:5} epilogue {entry.fields.get('epilogue')}")
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
