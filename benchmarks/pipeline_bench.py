@@ -122,7 +122,7 @@ def speed_records(dtypes, config: str, reps: int, log) -> list[dict]:
             err = check(d, a.astype(np.float64), b.astype(np.float64), dt)
             t_warp = time_ms(lambda: dxgemm.gemm(a, b, d_ref, backend="warptile"), warmup=1, reps=max(reps // 2, 3))
             flops = 2.0 * m * n * k
-            method = float32_method() if dt == np.float32 else "fp64"
+            method = float32_method(m, n) if dt == np.float32 else "fp64"
             rec = {"backend": "pipeline", "config": name, "method": method, "dtype": dt.name, "m": m, "n": n, "k": k, "epilogue": "none",
                    "split_k": slices if m > 1 else 1, "ms": t_pipe, "tflops": flops / t_pipe / 1e9, "baseline": "cublas", "baseline_ms": t_blas,
                    "baseline_tflops": flops / t_blas / 1e9, "ratio": t_blas / t_pipe, "max_error_ratio": err,

@@ -22,8 +22,8 @@ the GPU host.  The toolchain that links them matters for speed: see the README's
     ... --keys keys.txt                                                    # write the cache keys used
 
 Parts: ``bench`` (pipeline_bench.py, auto_choice.py), ``fusion``, ``epilogues``,
-``pipeline`` (the two test files), ``examples``, ``simt`` (float32 on the SIMT pipeline at
-the skinny shapes, ``DXGEMM_FLOAT32_PIPELINE=fp32``).  The replayed calls mirror the
+``pipeline`` (the two test files), ``examples``, ``simt`` (float32 at the skinny shapes
+under both methods, SIMT and 3xTF32, as ``auto_choice.py`` compares them).  The replayed calls mirror the
 scripts they name; a call changed there and not here is compiled on the GPU host instead
 (``pytest`` then skips the test unless ``DXGEMM_TEST_COMPILE=1``).
 """
@@ -243,9 +243,18 @@ def gpu_pipeline_calls():
                 gemm(a, b, c, alpha=alpha, beta=beta, epilogue=E.bias(v) | E.gelu() if ep else None,
                      backend="pipeline")
             gemm(a, b, epilogue=E.bias(v) | E.gelu(), backend="pipeline")
-            for size in [(512, 384, 640), (1000, 3000, 700), (2048, 2048, 2048), (77, 4100, 999)]:
-                mm, nn, kk = size
-                gemm(normal(rng, (mm, kk), dtype), normal(rng, (kk, nn), dtype), backend="pipeline")
+        for mm, nn, kk in [(512, 384, 640), (1000, 3000, 700), (2048, 2048, 2048), (77, 4100, 999)]:  # new sizes
+            gemm(normal(rng, (mm, kk), np.float64), normal(rng, (kk, nn), np.float64), backend="pipeline")
+        import tests.test_gpu_pipeline as P  # shapes x arrangements, D in the order the test gives it
+
+        for m, n, k in P.SHAPES:
+            for dtype in DTYPES:
+                for arr in P.ARRANGEMENTS:
+                    a, b = normal(rng, (m, k), dtype), normal(rng, (k, n), dtype)
+                    a = fortran(a) if arr[0] == "col" else a
+                    b = fortran(b) if arr[1] == "col" else b
+                    d = normal(rng, (m, n), dtype)
+                    gemm(a, b, fortran(d) if (m + n) % 2 else d, backend="pipeline")
 
 
 def fusion_calls():
@@ -287,13 +296,18 @@ def bench_calls():
                  backend="pipeline")
 
 
+SKINNY = [(4096, 64, 4096), (4096, 128, 4096), (4096, 256, 4096), (8192, 64, 8192), (64, 4096, 4096),
+          (16384, 64, 4096), (2048, 64, 2048), (2048, 256, 8192), (1000, 1000, 1000)]
+
+
 def simt_calls():
     """float32 on cuBLASDx's SIMT pipeline at the skinny shapes, where the 3xTF32 split's traffic dominates."""
-    os.environ["DXGEMM_FLOAT32_PIPELINE"] = "fp32"
     rng = np.random.default_rng(5)
-    for m, n, k in [(4096, 64, 4096), (2048, 256, 8192), (1000, 1000, 1000)]:
-        gemm(normal(rng, (m, k), np.float32), normal(rng, (k, n), np.float32),
-             dev(np.empty((m, n), np.float32)), backend="pipeline")
+    for m, n, k in SKINNY:
+        for method in ("fp32", "tf32x3"):  # both, for auto_choice.py at these shapes under either method
+            os.environ["DXGEMM_FLOAT32_PIPELINE"] = method
+            gemm(normal(rng, (m, k), np.float32), normal(rng, (k, n), np.float32),
+                 dev(np.empty((m, n), np.float32)), backend="pipeline")
     os.environ.pop("DXGEMM_FLOAT32_PIPELINE")
 
 

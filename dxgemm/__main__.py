@@ -56,7 +56,9 @@ def cmd_info(args: argparse.Namespace) -> int:
     if compilers["nvjitlink"] and compilers["nvjitlink"] != PREFERRED_TOOLCHAIN:
         print(f"  note: kernels built by the {PREFERRED_TOOLCHAIN} toolchain ran 10-26 % faster on the H100 than "
               "13.5's (README: 'Which toolchain builds the kernels'); pip install \"dxgemm[ctk130]\" pins it")
-    print(f"pipeline float32 method: {float32_method()} (DXGEMM_FLOAT32_PIPELINE: tf32x3 or fp32)")
+    forced = os.environ.get("DXGEMM_FLOAT32_PIPELINE")
+    print(f"pipeline float32 method: {forced + ' (DXGEMM_FLOAT32_PIPELINE)' if forced else float32_method()} "
+          f"{'everywhere' if forced else '; fp32 (SIMT) where the output has a side of at most 128'}")
     _print_cache(verbose=getattr(args, "verbose", False))
     return 0
 

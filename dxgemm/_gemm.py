@@ -179,9 +179,13 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     write bandwidth that bounds a short-K GEMM (4096 x 4096 x 40: 0.96x cuBLAS).  The
     float32 pipeline, whose K tail and stores now cost little (4096 x 4096 x 40 at 0.98x
     cuBLAS on the GPU), leads from K = 64 (8192 x 8192 x 64); at K = 32 warptile still
-    does (8192 x 8192 x 32).  With ``DXGEMM_FLOAT32_PIPELINE=fp32`` (cuBLASDx's SIMT
-    float32, 0.66x cuBLAS) warptile led at every size, so float32 stays there.  Every
-    device where the pipeline cannot run gets ``warptile``.
+    does (8192 x 8192 x 32).  An output with a side of at most 128 runs cuBLASDx's SIMT
+    float32 pipeline (:func:`~dxgemm.pipelines.config.float32_method`), far ahead of
+    warptile there (4096 x 64 x 4096: 0.075 against 0.241 ms,
+    ``h100_float32_method_skinny_s11.log``); on other shapes that method (forced with
+    ``DXGEMM_FLOAT32_PIPELINE=fp32``, 0.66x cuBLAS at squares) lost to warptile at every
+    size, so there float32 stays on warptile.  Every device where the pipeline cannot run
+    gets ``warptile``.
     """
     dt = np.dtype(dtype)
     if not pipeline:
@@ -189,9 +193,9 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     if dt == np.float64:
         return "pipeline" if k >= 128 and m * n * k >= 2**28 else "warptile"
     if dt == np.float32 and k >= 64 and m * n * k >= 2**30:
-        from .pipelines.config import uses_tf32x3
+        from .pipelines.config import SIMT_FLOAT32_MAX_SIDE, uses_tf32x3
 
-        if uses_tf32x3(dt):
+        if uses_tf32x3(dt, m, n) or min(m, n) <= SIMT_FLOAT32_MAX_SIDE:
             return "pipeline"
     return "warptile"
 

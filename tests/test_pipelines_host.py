@@ -41,7 +41,36 @@ def test_large_square_takes_large_tile(dtype):
 @pytest.mark.parametrize("dtype", [F64, F32])
 @pytest.mark.parametrize("shape", [(1, 4096, 4096), (4096, 64, 4096), (64, 64, 64), (100, 8192, 1024)])
 def test_skinny_or_small_takes_small_tile(dtype, shape):
-    assert suggest(*shape, dtype, device=H100) == configs_for(dtype)["small"]
+    m, n, _ = shape
+    assert suggest(*shape, dtype, device=H100) == configs_for(dtype, m, n)["small"]
+
+
+def test_float32_method_by_output_side(monkeypatch):
+    """Outputs with a side of at most 128 run the SIMT float32 pipeline; the variable forces one method."""
+    from dxgemm.pipelines import use_config
+    from dxgemm.pipelines.config import CONFIGS, TF32X3_CONFIGS, float32_method, uses_tf32x3
+    from dxgemm.pipelines.tf32x3 import ARRANGEMENT, kernel_variant
+
+    monkeypatch.delenv("DXGEMM_FLOAT32_PIPELINE", raising=False)
+    assert float32_method() == "tf32x3"
+    assert float32_method(4096, 64) == float32_method(128, 8192) == "fp32"
+    assert float32_method(4096, 129) == float32_method(4096, 4096) == "tf32x3"
+    assert uses_tf32x3(F32, 4096, 256) and not uses_tf32x3(F32, 4096, 64) and not uses_tf32x3(F64, 4096, 4096)
+    assert configs_for(F32, 4096, 64) is CONFIGS[F32] and configs_for(F32, 4096, 4096) is TF32X3_CONFIGS
+    rc = ("row_major", "col_major")
+    assert kernel_variant(F32, rc, 4096, 64) == (rc, "native")
+    assert kernel_variant(F32, rc, 4096, 4096) == (ARRANGEMENT, "tf32")
+    assert suggest(4096, 64, 4096, F32, device=H100) == CONFIGS[F32]["small"]
+    with use_config("small"):  # a forced name refers to the set of the shape's method
+        assert suggest(4096, 64, 4096, F32, device=H100) == CONFIGS[F32]["small"]
+        assert suggest(4096, 4096, 4096, F32, device=H100) == TF32X3_CONFIGS["small"]
+    monkeypatch.setenv("DXGEMM_FLOAT32_PIPELINE", "tf32x3")
+    assert float32_method(4096, 64) == "tf32x3"
+    monkeypatch.setenv("DXGEMM_FLOAT32_PIPELINE", "fp32")
+    assert float32_method(4096, 4096) == "fp32"
+    monkeypatch.setenv("DXGEMM_FLOAT32_PIPELINE", "bf16")
+    with pytest.raises(ValueError, match="DXGEMM_FLOAT32_PIPELINE must be one of"):
+        float32_method(4096, 64)
 
 
 def test_shallow_k_takes_small_tile():
@@ -565,7 +594,8 @@ def test_choose_backend():
     assert choose_backend(np.dtype(np.float32), 4096, 4096, 64, pipeline=True) == "pipeline"  # 2^30
     assert choose_backend(np.dtype(np.float32), 1024, 1024, 1024, pipeline=True) == "pipeline"
     assert choose_backend(np.dtype(np.float32), 1000, 1000, 1000, pipeline=True) == "warptile"  # below 2^30
-    assert choose_backend(np.dtype(np.float32), 4096, 64, 4096, pipeline=True) == "pipeline"
+    assert choose_backend(np.dtype(np.float32), 4096, 64, 4096, pipeline=True) == "pipeline"  # SIMT method
+    assert choose_backend(np.dtype(np.float32), 2048, 64, 2048, pipeline=True) == "warptile"  # below 2^30
     assert choose_backend(np.dtype(np.float32), 8192, 8192, 128, pipeline=True) == "pipeline"
     assert choose_backend(np.dtype(np.float64), 8192, 8192, 32, pipeline=True) == "warptile"
     assert choose_backend(np.dtype(np.float64), 768, 768, 768, pipeline=True) == "pipeline"  # from 2^28 in float64

@@ -152,7 +152,7 @@ def test_dispatch_routes_float32_through_the_split_and_float64_straight(monkeypa
                                ptr=4096, ld=ld)
 
     bound = SimpleNamespace(key=("chain", ("alphabeta", "no-c")), make=None, args=())
-    m, n, k = 100, 70, 50
+    m, n, k = 300, 170, 50  # both sides over 128: the 3xTF32 method (config.float32_method)
     plan = _dispatch.run(operand(np.float32, m, k, "col"), operand(np.float32, k, n, "row"),
                          operand(np.float32, m, n, "row"), m, n, k, bound, 0, 0,
                          config=TF32X3_CONFIGS["large"])  # suggest would ask the driver

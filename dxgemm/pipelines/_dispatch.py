@@ -111,7 +111,7 @@ def prepare(dtype: Any, arrangements: tuple[str, str], m: int, n: int, k: int, b
         raise PipelineUnavailable(f"the pipeline backend cannot run: {reason}")
     dtype = np.dtype(dtype)
     cfg = config or suggest(m, n, k, dtype, device=device)
-    arrangement, operands = kernel_variant(dtype, arrangements)
+    arrangement, operands = kernel_variant(dtype, arrangements, m, n)
     slices = split_k(m, n, k, cfg, dtype, device=device)
     if slices > 1:
         from ._splitk import prepare_split

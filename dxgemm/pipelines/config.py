@@ -27,10 +27,11 @@ float64 shapes of tile, against today's pair in one run (``h100_fp64_configs_mor
 (128, 4) won only 8192x8192x512 (0.83x against 0.79x) and lost at 1000^3 (0.40x against
 0.52x), so none joined the set.
 
-float32 no longer runs the SIMT configurations above by default: it runs the 3xTF32
-split on the TF32 tensor cores (:mod:`.tf32x3`), whose own fixed set is
-:data:`TF32X3_CONFIGS`; :func:`configs_for` gives the set in effect
-(``DXGEMM_FLOAT32_PIPELINE=fp32`` brings the SIMT set back).
+float32 runs the SIMT configurations above only where the output has a side of at most
+128 (:func:`float32_method`: there the 3xTF32 split's memory traffic outweighs the GEMM);
+elsewhere it runs the 3xTF32 split on the TF32 tensor cores (:mod:`.tf32x3`), whose own
+fixed set is :data:`TF32X3_CONFIGS`.  :func:`configs_for` gives the set for a dtype and
+output shape (``DXGEMM_FLOAT32_PIPELINE`` forces one method everywhere).
 """
 
 from __future__ import annotations
@@ -180,14 +181,36 @@ tensor cores, float32-accurate; :mod:`.tf32x3`) or ``"fp32"`` (cuBLASDx's float3
 pipeline)."""
 
 
-def float32_method() -> str:
-    """The float32 method in effect: ``DXGEMM_FLOAT32_PIPELINE`` (:data:`FLOAT32_METHODS`), default ``"tf32x3"``."""
+SIMT_FLOAT32_MAX_SIDE = 128
+"""float32 outputs with a side of at most this many rows or columns run the SIMT method."""
+
+
+def float32_method(m: int | None = None, n: int | None = None) -> str:
+    """The float32 method (:data:`FLOAT32_METHODS`) for an ``m x n`` output.
+
+    ``DXGEMM_FLOAT32_PIPELINE`` forces one everywhere.  Otherwise an output with a side of
+    at most :data:`SIMT_FLOAT32_MAX_SIDE` runs ``"fp32"`` and every other ``"tf32x3"`` (so
+    does a call that gives no shape).  Why: the 3xTF32 split reads A and B and writes three
+    copies of each, ~16 (m + n) k bytes against the GEMM's m n k multiply-adds; with a side
+    of 64 that traffic alone outlasts cuBLAS's whole GEMM, while the SIMT pipeline reads A
+    and B once and its slower arithmetic has little to do.  Measured on the H100, same
+    run, SIMT against 3xTF32, x cuBLAS (``benchmarks/results/h100_float32_method_skinny_s11.log``,
+    kernels linked by the 13.0 toolchain): 4096x64x4096 0.84x / 0.32x, 64x4096x4096
+    0.80x / 0.29x, 8192x64x8192 0.77x / 0.27x, 16384x64x4096 0.74x / 0.26x, 2048x64x2048
+    0.99x / 0.41x, 4096x128x4096 0.72x / 0.50x; from a side of 256 3xTF32 leads:
+    4096x256x4096 0.67x / 0.78x, 2048x256x8192 0.69x / 0.77x, 1000^3 0.62x / 0.91x.
+    The SIMT method is true float32 arithmetic: as accurate as 3xTF32 or more.
+    """
     import os
 
-    method = os.environ.get("DXGEMM_FLOAT32_PIPELINE", "tf32x3")
-    if method not in FLOAT32_METHODS:
-        raise ValueError(f"DXGEMM_FLOAT32_PIPELINE must be one of {FLOAT32_METHODS}, got {method!r}")
-    return method
+    method = os.environ.get("DXGEMM_FLOAT32_PIPELINE")
+    if method is not None:
+        if method not in FLOAT32_METHODS:
+            raise ValueError(f"DXGEMM_FLOAT32_PIPELINE must be one of {FLOAT32_METHODS}, got {method!r}")
+        return method
+    if m is not None and n is not None and min(m, n) <= SIMT_FLOAT32_MAX_SIDE:
+        return "fp32"
+    return "tf32x3"
 
 
 STORES = ("loop", "unrolled", "staged", "staged_vec", "staged_tile", "staged_vec_tile")
@@ -378,19 +401,22 @@ def walk_unroll(store: str, split_k: bool = False) -> int:
     return int(text)
 
 
-def uses_tf32x3(dtype: Any) -> bool:
-    """Whether a pipeline GEMM in ``dtype`` runs the 3xTF32 split (float32 under the ``"tf32x3"`` method)."""
-    return np.dtype(dtype) == _F32 and float32_method() == "tf32x3"
+def uses_tf32x3(dtype: Any, m: int | None = None, n: int | None = None) -> bool:
+    """Whether a pipeline GEMM in ``dtype`` with an ``m x n`` output runs the 3xTF32 split
+    (float32 under the ``"tf32x3"`` method, :func:`float32_method`)."""
+    return np.dtype(dtype) == _F32 and float32_method(m, n) == "tf32x3"
 
 
-def configs_for(dtype: Any) -> dict[str, PipelineConfig]:
-    """The fixed set :func:`suggest` chooses from for ``dtype`` under the float32 method in effect."""
+def configs_for(dtype: Any, m: int | None = None, n: int | None = None) -> dict[str, PipelineConfig]:
+    """The fixed set :func:`suggest` chooses from for ``dtype`` (and, in float32, the method of an ``m x n`` output)."""
     dt = np.dtype(dtype)
     if dt not in CONFIGS:
         raise TypeError(f"pipeline GEMM supports float32 and float64, not {dt}")
-    if uses_tf32x3(dt):
-        return TF32X3_CONFIGS
-    return CONFIGS[dt]
+    return _configs(dt, float32_method(m, n) if dt == _F32 else "")
+
+
+def _configs(dt: np.dtype, method: str) -> dict[str, PipelineConfig]:
+    return TF32X3_CONFIGS if dt == _F32 and method == "tf32x3" else CONFIGS[dt]
 
 
 _SHALLOW_K_TILES = 16
@@ -444,13 +470,14 @@ class use_config:
         _forced.pop()
 
 
-def parse_config(text: "str | PipelineConfig", dtype: Any) -> PipelineConfig:
-    """``"large"``/``"small"`` (from :data:`CONFIGS`) or ``"128x128x32_t256_d2"`` -> :class:`PipelineConfig`."""
+def parse_config(text: "str | PipelineConfig", dtype: Any, m: int | None = None, n: int | None = None) -> PipelineConfig:
+    """``"large"``/``"small"`` (from :func:`configs_for` ``dtype``, and in float32 the method of an
+    ``m x n`` output) or ``"128x128x32_t256_d2"`` -> :class:`PipelineConfig`."""
     if isinstance(text, PipelineConfig):
         return text
     dt = np.dtype(dtype)
     if text in ("large", "small"):
-        return configs_for(dt)[text]
+        return configs_for(dt, m, n)[text]
     try:
         tile, threads, depth = text.split("_")
         m, n, k = (int(x) for x in tile.split("x"))
@@ -509,17 +536,17 @@ def suggest(m: int, n: int, k: int, dtype: Any, *, device: Any = None) -> Pipeli
     if dt not in CONFIGS:
         raise TypeError(f"pipeline GEMM supports float32 and float64, not {dt}")
     if _forced:
-        return parse_config(_forced[-1], dt)
+        return parse_config(_forced[-1], dt, m, n)
     tuned = _tuned(m, n, k, dt)
     if tuned is not None:
         return tuned
-    return _choose(int(m), int(n), int(k), dt, _device_info(device), float32_method() if dt == _F32 else "")
+    return _choose(int(m), int(n), int(k), dt, _device_info(device), float32_method(m, n) if dt == _F32 else "")
 
 
 @functools.lru_cache(maxsize=4096)
 def _choose(m: int, n: int, k: int, dt: np.dtype, info: DeviceInfo, method: str) -> PipelineConfig:
     """:func:`suggest`'s reasoning (steps 2-5) for one problem, device and float32 method."""
-    large, small = configs_for(dt)["large"], configs_for(dt)["small"]
+    large, small = _configs(dt, method)["large"], _configs(dt, method)["small"]
     shallow_tiles = _SHALLOW_K_TILES
     if method == "tf32x3":
         k = 3 * k  # the split triples K (.tf32x3)
@@ -611,7 +638,7 @@ def split_k(m: int, n: int, k: int, config: PipelineConfig, dtype: Any, *, devic
     import os
 
     dt = np.dtype(dtype)
-    k_eff = 3 * int(k) if uses_tf32x3(dt) else int(k)
+    k_eff = 3 * int(k) if uses_tf32x3(dt, m, n) else int(k)
     most = k_eff // (config.tile_k * max(_MIN_SLICE_TILES, config.depth))
     forced = os.environ.get("DXGEMM_SPLIT_K")
     if most < 2 and forced is None:

@@ -58,15 +58,17 @@ ARRANGEMENT = ("row_major", "col_major")
 """A3 and B3 are K-major whatever the user's layouts: one kernel per configuration and epilogue."""
 
 
-def kernel_variant(dtype: Any, arrangement: tuple[str, str]) -> tuple[tuple[str, str], str]:
-    """``(arrangement, operands)`` of the kernel a ``dtype`` GEMM with A/B in ``arrangement`` runs.
+def kernel_variant(dtype: Any, arrangement: tuple[str, str], m: int | None = None,
+                   n: int | None = None) -> tuple[tuple[str, str], str]:
+    """``(arrangement, operands)`` of the kernel a ``dtype`` GEMM with A/B in ``arrangement``
+    and an ``m x n`` output runs.
 
     Under 3xTF32 that is always :data:`ARRANGEMENT` with TF32 operands; otherwise the
     operands' own arrangement, read natively.
     """
     from .config import uses_tf32x3
 
-    return (ARRANGEMENT, "tf32") if uses_tf32x3(dtype) else (tuple(arrangement)[:2], "native")
+    return (ARRANGEMENT, "tf32") if uses_tf32x3(dtype, m, n) else (tuple(arrangement)[:2], "native")
 
 _TILE = 32  # the split kernel's square tile (threads: 32 x 8)
 

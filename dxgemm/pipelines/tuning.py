@@ -85,10 +85,10 @@ def _read(path: Path) -> dict:
     return _memo["table"]
 
 
-def _table_key(dtype: Any) -> str:
+def _table_key(dtype: Any, m: int, n: int) -> str:
     """Decisions are kept per dtype and, for float32, per method (their kernels differ)."""
     dt = np.dtype(dtype)
-    return f"{dt.name}-{float32_method()}" if dt == np.dtype(np.float32) else dt.name
+    return f"{dt.name}-{float32_method(m, n)}" if dt == np.dtype(np.float32) else dt.name
 
 
 def lookup(m: int, n: int, k: int, dtype: Any, *, root: str | os.PathLike[str] | None = None) -> PipelineConfig | None:
@@ -96,7 +96,7 @@ def lookup(m: int, n: int, k: int, dtype: Any, *, root: str | os.PathLike[str] |
     table = _read(table_path(root))
     if not table:  # nothing tuned (the usual case): skip the key arithmetic
         return None
-    entry = table.get(_table_key(dtype), {}).get(shape_class(m, n, k))
+    entry = table.get(_table_key(dtype, m, n), {}).get(shape_class(m, n, k))
     if not entry:
         return None
     try:
@@ -142,7 +142,7 @@ def autotune(
 ) -> PipelineConfig:
     """Time each candidate on an ``m x n x k`` problem; return (and by default persist) the fastest.
 
-    ``candidates`` default to the fixed set for ``dtype`` (:func:`~.config.configs_for`).  Needs
+    ``candidates`` default to the fixed set for ``dtype`` and this shape (:func:`~.config.configs_for`).  Needs
     CuPy for the operands and events.  Returns the winning :class:`PipelineConfig`.
     """
     import cupy as cp
@@ -156,7 +156,7 @@ def autotune(
         raise TypeError(f"pipeline GEMM supports float32 and float64, not {dt}")
     if reps < 1:
         raise ValueError(f"reps must be >= 1, got {reps}")
-    configs = [parse_config(c, dt) for c in (candidates if candidates is not None else configs_for(dt).values())]
+    configs = [parse_config(c, dt) for c in (candidates if candidates is not None else configs_for(dt, m, n).values())]
     if not configs:
         raise ValueError("candidates must name at least one configuration")
     rng = cp.random.default_rng(0)
@@ -177,6 +177,6 @@ def autotune(
             timings[config.name] = times[len(times) // 2]
     best = min(configs, key=lambda c: timings[c.name])
     if persist:
-        _write(table_path(root), _table_key(dt), shape_class(m, n, k),
+        _write(table_path(root), _table_key(dt, m, n), shape_class(m, n, k),
                {"config": best.name, "ms": timings, "shape": [m, n, k]})
     return best

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from .config import CONFIGS, parse_config
+from .config import CONFIGS, SIMT_FLOAT32_MAX_SIDE, parse_config
 from .tf32x3 import kernel_variant
 
 __all__ = ["warmup", "plain_epilogue", "ARRANGEMENT_PAIRS"]
@@ -72,7 +72,9 @@ def warmup(
     """Compile every (config, dtype, arrangement) into the cache; returns one record per kernel.
 
     float32 under the ``"tf32x3"`` method (:func:`~.config.float32_method`) needs one
-    arrangement only (its split operands are always K-major, :mod:`.tf32x3`).
+    arrangement only (its split operands are always K-major, :mod:`.tf32x3`); its outputs
+    with a side of at most 128 run the SIMT method, whose small configuration is built
+    for every arrangement as well.
     ``split_k_configs``: those of ``configs`` whose split-K variant (:mod:`._splitk`) is
     built as well — by default the small ones, which :func:`~.config.suggest` gives the
     outputs with few tiles that :func:`~.config.split_k` splits.
@@ -83,14 +85,21 @@ def warmup(
         dt = np.dtype(dtype)
         if dt not in CONFIGS:
             raise TypeError(f"dtypes: pipeline GEMM supports float32 and float64, not {dt}")
-        variants = dict.fromkeys(kernel_variant(dt, arrangement) for arrangement in arrangements)
-        for name in dict.fromkeys(configs):
-            config = parse_config(name, dt)
-            for arrangement, operands in variants:
-                for split in (False, True) if name in split_names else (False,):
-                    job = (config, dt.name, arrangement, cache_root, workers, operands, split)
-                    if job not in todo:
-                        todo.append(job)
+        # (m, n) of each output class: any shape; in float32 also a side of at most
+        # SIMT_FLOAT32_MAX_SIDE, which runs another method (config.float32_method) and only
+        # ever the small configuration (config.suggest: the large tile would be mostly padding)
+        classes = [(None, None, configs)]
+        if dt == np.dtype(np.float32) and "small" in configs:
+            classes.append((SIMT_FLOAT32_MAX_SIDE, SIMT_FLOAT32_MAX_SIDE, ("small",)))
+        for m, n, names in classes:
+            variants = dict.fromkeys(kernel_variant(dt, arrangement, m, n) for arrangement in arrangements)
+            for name in dict.fromkeys(names):
+                config = parse_config(name, dt, m, n)
+                for arrangement, operands in variants:
+                    for split in (False, True) if name in split_names else (False,):
+                        job = (config, dt.name, arrangement, cache_root, workers, operands, split)
+                        if job not in todo:
+                            todo.append(job)
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     bar = None
