@@ -53,7 +53,11 @@ def cmd_info(args: argparse.Namespace) -> int:
 
     compilers = toolchain_versions()
     print(f"pipeline compilers: NVRTC {compilers['nvrtc'] or '-'}, nvJitLink {compilers['nvjitlink'] or '-'}")
-    if compilers["nvjitlink"] and compilers["nvjitlink"] != PREFERRED_TOOLCHAIN:
+    if compilers["nvrtc"] and compilers["nvjitlink"] and compilers["nvrtc"] != compilers["nvjitlink"]:
+        print(f"  WARNING: NVRTC {compilers['nvrtc']} and nvJitLink {compilers['nvjitlink']} differ: nvJitLink 13.5 "
+              "linking NVRTC 13.0's code left cuBLASDx's functions out of line (12x slower float64 kernels); "
+              f"pip install 'nvidia-nvjitlink=={compilers['nvrtc']}.*', or \"dxgemm[ctk130]\" for the 13.0 set")
+    elif compilers["nvjitlink"] and compilers["nvjitlink"] != PREFERRED_TOOLCHAIN:
         print(f"  note: kernels built by the {PREFERRED_TOOLCHAIN} toolchain ran 10-26 % faster on the H100 than "
               "13.5's (README: 'Which toolchain builds the kernels'); pip install \"dxgemm[ctk130]\" pins it")
     forced = os.environ.get("DXGEMM_FLOAT32_PIPELINE")
@@ -65,7 +69,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 def _print_cache(verbose: bool = False) -> None:
     """The pipeline kernel cache: place, entries, size (and, verbose, one line per kernel)."""
-    from .pipelines.cache import KernelCache
+    from .pipelines.cache import ACCUMULATOR_FUNCTIONS, KernelCache
 
     cache = KernelCache()
     info = cache.info()
@@ -84,8 +88,16 @@ def _print_cache(verbose: bool = False) -> None:
                                         f"_t{cfg.get('block_size')}_d{cfg.get('depth')}")
             dtype = meta.get("dtype", "?") + ("/tf32" if meta.get("operands") == "tf32" else "")
             linker = meta.get("toolchain", {}).get("nvjitlink") or "?"
+            if "outlined" in meta:
+                outlined = meta["outlined"]
+            else:  # built before dxgemm recorded it: read the cubin's symbols
+                from .pipelines._build import outlined_functions
+
+                outlined = outlined_functions(entry.blobs["gemm"]) if "gemm" in entry.blobs else []
+            outlined = [f for f in outlined if f.startswith(ACCUMULATOR_FUNCTIONS)]
             print(f"    {entry.key}  {dtype:12} {'/'.join(meta.get('arrangement', [])):20} {name:20} "
-                  f"nvJitLink {linker:5} epilogue {entry.fields.get('epilogue')}")
+                  f"nvJitLink {linker:5} epilogue {entry.fields.get('epilogue')}"
+                  + (f"  SLOW: {len(outlined)} cuBLASDx functions not inlined (rebuild it)" if outlined else ""))
 
 
 def cmd_cache(args: argparse.Namespace) -> int:

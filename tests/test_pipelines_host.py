@@ -965,3 +965,65 @@ def test_kernel_generating_sources_match_the_reviewed_digest():
         f"rebuilt) or change the key of exactly the kernels it changes; either way set CODEGEN_DIGEST = "
         f"{cache.codegen_digest()!r}"
     )
+
+
+def _elf_with_functions(functions: list[tuple[str, int]]) -> bytes:
+    """A minimal ELF64 whose symbol table holds ``(name, st_other)`` STT_FUNC symbols."""
+    import struct
+
+    strtab = b"\0"
+    symbols = [b"\0" * 24]  # the null symbol
+    for name, other in functions:
+        symbols.append(struct.pack("<IBBHQQ", len(strtab), 0x12, other, 1, 0, 16))  # STB_GLOBAL | STT_FUNC
+        strtab += name.encode() + b"\0"
+    symtab = b"".join(symbols)
+    header_size, entsize = 64, 64
+    str_off = header_size
+    sym_off = str_off + len(strtab)
+    sh_off = sym_off + len(symtab)
+    sections = [b"\0" * entsize,
+                struct.pack("<IIQQQQIIQQ", 0, 3, 0, 0, str_off, len(strtab), 0, 0, 1, 0),  # SHT_STRTAB
+                struct.pack("<IIQQQQIIQQ", 0, 2, 0, 0, sym_off, len(symtab), 1, 1, 8, 24)]  # SHT_SYMTAB -> 1
+    head = bytearray(header_size)
+    head[:6] = b"\x7fELF\x02\x01"
+    struct.pack_into("<Q", head, 0x28, sh_off)
+    struct.pack_into("<HHH", head, 0x3A, entsize, len(sections), 1)
+    return bytes(head) + strtab + symtab + b"".join(sections)
+
+
+def test_outlined_cublasdx_functions_are_found_and_reported():
+    """A kernel whose link left cuBLASDx's functions out of line is named as slow, with the fix;
+    CUDA's own helpers and the kernel entry do not count."""
+    from dxgemm.pipelines._build import check_inlined, kernel_entries, outlined_functions
+
+    healthy = _elf_with_functions([("gemm_kernel", 0x10), ("$__internal_0_$__cuda_sm20_div_s64", 0)])
+    slow = _elf_with_functions([("gemm_kernel", 0x10), ("$__internal_0_$__cuda_sm20_div_s64", 0),
+                                ("$gemm_kernel$cublasdx_execute_76765", 0), ("$gemm_kernel$cublasdx_copy_4a51", 0)])
+    assert kernel_entries(slow) == ["gemm_kernel"]
+    assert outlined_functions(healthy) == []
+    assert outlined_functions(slow) == ["cublasdx_execute_76765", "cublasdx_copy_4a51"]
+    assert check_inlined(healthy, {"nvrtc": "13.0", "nvjitlink": "13.5"}) is None
+    message = check_inlined(slow, {"nvrtc": "13.0", "nvjitlink": "13.5"})
+    assert "cublasdx_execute_76765" in message and "nvidia-nvjitlink==13.0.*" in message
+    assert "report it" in check_inlined(slow, {"nvrtc": "13.0", "nvjitlink": "13.0"})
+    with pytest.raises(ValueError, match="ELF64"):
+        outlined_functions(b"not a cubin")
+
+
+def test_cached_kernel_with_outlined_functions_warns_once(monkeypatch):
+    from dxgemm.pipelines import kernels
+    from dxgemm.pipelines.cache import SlowKernelWarning
+
+    class Entry:
+        key = "k-outlined"
+        meta = {"outlined": ["cublasdx_execute_1"], "toolchain": {"nvjitlink": "13.5"}}
+
+    monkeypatch.setattr(kernels, "_warned_outlined", set())
+    with pytest.warns(SlowKernelWarning, match="nvJitLink 13.5"):
+        kernels._warn_if_outlined(Entry())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        kernels._warn_if_outlined(Entry())  # once per process
+        Entry.meta = {"outlined": [], "toolchain": {}}
+        Entry.key = "k-healthy"
+        kernels._warn_if_outlined(Entry())

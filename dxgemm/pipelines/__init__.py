@@ -23,10 +23,11 @@ Nothing here imports ``nvmath`` at import time: it needs a CUDA driver to import
 """
 
 from .tuning import autotune
-from .cache import CacheInfo, KernelCache, clear, info
+from .cache import CacheInfo, CacheWarning, KernelCache, SlowKernelWarning, clear, info
 from .config import (CONFIGS, TF32X3_CONFIGS, DeviceInfo, PipelineConfig, configs_for, float32_method, suggest,
                      use_config)
 from .warmup import warmup
 
 __all__ = ["PipelineConfig", "DeviceInfo", "CONFIGS", "TF32X3_CONFIGS", "configs_for", "float32_method", "suggest",
-           "use_config", "autotune", "warmup", "KernelCache", "CacheInfo", "clear", "info"]
+           "use_config", "autotune", "warmup", "KernelCache", "CacheInfo", "CacheWarning",
+           "SlowKernelWarning", "clear", "info"]

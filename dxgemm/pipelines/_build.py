@@ -113,7 +113,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .cache import toolchain_versions
+from .cache import ACCUMULATOR_FUNCTIONS, SlowKernelWarning, toolchain_versions
 from .config import STORES, PipelineConfig, walk_unroll
 
 __all__ = ["build", "LIBMATHDX_RUNTIME", "ARRANGEMENTS", "OPERAND_PRECISIONS", "kernel_entries"]
@@ -1115,29 +1115,70 @@ def _param_layout(numba_types: list) -> list[str]:
     return out
 
 
+def _function_symbols(cubin: bytes) -> list[tuple[str, int]]:
+    """``(name, st_other)`` of every STT_FUNC symbol in a cubin (ELF64)."""
+    if cubin[:4] != b"\x7fELF" or cubin[4] != 2:
+        raise ValueError("not an ELF64 cubin")
+    shoff, = struct.unpack_from("<Q", cubin, 0x28)
+    shentsize, shnum, _shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
+    found: list[tuple[str, int]] = []
+    for sh in sections:
+        if sh[1] != 2:  # SHT_SYMTAB
+            continue
+        str_off = sections[sh[6]][4]
+        for j in range(sh[5] // sh[9]):
+            st_name, st_info, st_other, _shndx, _value, _size = struct.unpack_from("<IBBHQQ", cubin, sh[4] + j * sh[9])
+            if st_info & 0xF == 2:  # STT_FUNC
+                end = cubin.index(b"\0", str_off + st_name)
+                found.append((cubin[str_off + st_name:end].decode(), st_other))
+    return found
+
+
 def kernel_entries(cubin: bytes) -> list[str]:
     """Names of the ``__global__`` functions in a cubin (ELF64), read from its symbol table.
 
     CUDA marks kernel entry symbols with ``STO_CUDA_ENTRY`` (0x10) in ``st_other``.  Used to
     record Numba's mangled kernel name at build time, so the launcher never needs Numba.
     """
-    if cubin[:4] != b"\x7fELF" or cubin[4] != 2:
-        raise ValueError("not an ELF64 cubin")
-    shoff, = struct.unpack_from("<Q", cubin, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
-    sections = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
-    names: list[str] = []
-    for sh in sections:
-        if sh[1] != 2:  # SHT_SYMTAB
-            continue
-        strtab = sections[sh[6]]
-        str_off = strtab[4]
-        for j in range(sh[5] // sh[9]):
-            st_name, st_info, st_other, _shndx, _value, _size = struct.unpack_from("<IBBHQQ", cubin, sh[4] + j * sh[9])
-            if st_info & 0xF == 2 and st_other & 0x10:  # STT_FUNC, STO_CUDA_ENTRY
-                end = cubin.index(b"\0", str_off + st_name)
-                names.append(cubin[str_off + st_name:end].decode())
-    return names
+    return [name for name, other in _function_symbols(cubin) if other & 0x10]
+
+
+def outlined_functions(cubin: bytes) -> list[str]:
+    """Device functions the link left out of line in a cubin's kernels, by name.
+
+    ptxas names a kernel's non-inlined callee ``$<kernel>$<callee>``; CUDA's own helpers
+    (``$__internal_*``, 64-bit division) are not counted.  A healthy pipeline kernel has
+    none from cuBLASDx: nvJitLink inlines its device functions (``execute``, ``copy``...),
+    so the accumulator they take by pointer becomes registers.  When they stay out of line
+    the accumulator lives in local memory, loaded and stored around every MMA (see
+    :func:`check_inlined`).
+    """
+    return [name.rsplit("$", 1)[-1] for name, other in _function_symbols(cubin)
+            if not other & 0x10 and name.startswith("$") and not name.startswith("$__internal_")]
+
+
+def check_inlined(cubin: bytes, toolchain: dict[str, Any]) -> str | None:
+    """None when cuBLASDx's accumulator functions were inlined into the kernel, else a warning.
+
+    Measured: nvJitLink 13.5 linking LTO-IR that NVRTC 13.0 produced left ``execute`` and
+    five more cuBLASDx functions out of line; the float64 128x128x32 kernel then loaded and
+    stored its accumulator around each of its 128 DMMAs per K tile (SASS: 512 ``ST.E.64``
+    and 559 ``LD.E.64`` per 128 ``DMMA``) and ran 4096^3 in 37.3 ms against 2.96 ms for the
+    same code linked by nvJitLink 13.0 (``benchmarks/results/h100_toolchain_mismatch_s12.log``).
+    NVRTC and nvJitLink 13.5 together inline them (only ``destroy`` stays out of line).
+    """
+    outlined = sorted({f for f in outlined_functions(cubin) if f.startswith(ACCUMULATOR_FUNCTIONS)})
+    if not outlined:
+        return None
+    nvrtc, nvjitlink = toolchain.get("nvrtc"), toolchain.get("nvjitlink")
+    fix = (f"install the nvJitLink that matches NVRTC {nvrtc}: pip install 'nvidia-nvjitlink=={nvrtc}.*' "
+           f"(or dxgemm[ctk130], which pins the 13.0 compilers together), then `python -m dxgemm cache clear`"
+           if nvrtc and nvjitlink and nvrtc != nvjitlink else
+           "report it with the output of `python -m dxgemm info --verbose`")
+    return (f"nvJitLink {nvjitlink} left cuBLASDx device functions out of line ({', '.join(outlined)}) in a "
+            f"kernel whose LTO-IR NVRTC {nvrtc} produced: its accumulator lives in local memory and it may run "
+            f"an order of magnitude slower (measured 12x for float64).  To fix: {fix}")
 
 
 def _elf_sections(cubin: bytes) -> dict[str, bytes]:
@@ -1355,6 +1396,13 @@ def build(
 
     gemm_params = _param_layout(arg_types)
     _check_param_sizes(gemm_cubin, entries[0], gemm_params)
+    toolchain = dict(toolchain_versions())
+    outlined_warning = check_inlined(gemm_cubin, toolchain)
+    if outlined_warning is not None:
+        import warnings
+
+        say(outlined_warning)
+        warnings.warn(outlined_warning, SlowKernelWarning, stacklevel=2)
 
     _check_param_sizes(init_cubin, INIT_ENTRY, ["ptr", *INIT_PARAMS])
     if INIT_ENTRY not in kernel_entries(init_cubin):
@@ -1386,7 +1434,8 @@ def build(
         "build_times_s": {k: (round(v, 2) if isinstance(v, float) else v) for k, v in times.items()},
         "compile_workers": workers,
         "build_log": build_log,
-        "toolchain": dict(toolchain_versions()),
+        "toolchain": toolchain,
+        "outlined": outlined_functions(gemm_cubin),
     }
     if split_k:
         meta["split_slice_bytes"] = lowered["slice_bytes"]

@@ -92,7 +92,7 @@ CODEGEN_SOURCES = ("pipelines/_build.py", "pipelines/_lto.py", "kernels/__init__
 """The modules (relative to the package) whose code ends up in cached kernels, besides
 :class:`~.config.PipelineConfig` (its launch bounds)."""
 
-CODEGEN_DIGEST = "8d58bb3e742903e6"
+CODEGEN_DIGEST = "541d85b7ebfca4cc"
 """:func:`codegen_digest` as of the last review of :data:`FORMAT_VERSION`.
 
 The key does not hash dxgemm's own source: a cold kernel costs 30-60 s, and every edit
@@ -109,6 +109,17 @@ _LOCK_TIMEOUT_S = 3600.0  # a cold build can take minutes; waiting beats buildin
 
 class CacheWarning(UserWarning):
     """A cache entry was corrupt, stale or could not be written; the kernel is rebuilt."""
+
+
+ACCUMULATOR_FUNCTIONS = ("cublasdx_execute_", "cublasdx_copy_", "cublasdx_zero_")
+"""cuBLASDx device functions that take the accumulator by pointer: out of line, they put it
+in local memory.  (The pipeline's ``create``/``destroy`` run once per block: 13.5 builds
+keep ``destroy`` out of line, harmlessly.)"""
+
+
+class SlowKernelWarning(UserWarning):
+    """A pipeline kernel was built, correct, but with code known to run far below its speed
+    (the link left cuBLASDx's device functions out of line; :func:`._build.check_inlined`)."""
 
 
 def codegen_digest() -> str:

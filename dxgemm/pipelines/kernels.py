@@ -104,7 +104,30 @@ def get_entry(
         _compiles += 1
         return meta, blobs
 
-    return cache.get_or_build(fields, build)
+    entry = cache.get_or_build(fields, build)
+    _warn_if_outlined(entry)
+    return entry
+
+
+_warned_outlined: set[str] = set()
+
+
+def _warn_if_outlined(entry: CacheEntry) -> None:
+    """Warn once per process for a cached kernel built with cuBLASDx's functions out of line."""
+    from .cache import ACCUMULATOR_FUNCTIONS
+
+    outlined = [f for f in entry.meta.get("outlined", []) if f.startswith(ACCUMULATOR_FUNCTIONS)]
+    if outlined and entry.key not in _warned_outlined:
+        import warnings
+
+        from .cache import SlowKernelWarning
+
+        _warned_outlined.add(entry.key)
+        linker = entry.meta.get("toolchain", {}).get("nvjitlink")
+        warnings.warn(f"cached pipeline kernel {entry.key} was linked by nvJitLink {linker} with {len(outlined)} "
+                      "cuBLASDx functions out of line and may run an order of magnitude slower; clear it "
+                      "(`python -m dxgemm cache clear`) and rebuild with matching NVRTC and nvJitLink "
+                      "(`python -m dxgemm info` checks them)", SlowKernelWarning, stacklevel=3)
 
 
 def get_kernel(
