@@ -1015,15 +1015,20 @@ def test_cached_kernel_with_outlined_functions_warns_once(monkeypatch):
     from dxgemm.pipelines.cache import SlowKernelWarning
 
     class Entry:
-        key = "k-outlined"
-        meta = {"outlined": ["cublasdx_execute_1"], "toolchain": {"nvjitlink": "13.5"}}
+        def __init__(self, key, meta, blobs=None):
+            self.key, self.meta, self.blobs = key, meta, blobs or {}
 
     monkeypatch.setattr(kernels, "_warned_outlined", set())
+    slow = Entry("k-outlined", {"outlined": ["cublasdx_execute_1"], "toolchain": {"nvjitlink": "13.5"}})
     with pytest.warns(SlowKernelWarning, match="nvJitLink 13.5"):
-        kernels._warn_if_outlined(Entry())
+        kernels._warn_if_outlined(slow)
+    # built before dxgemm recorded "outlined": read from the cubin
+    old = Entry("k-old", {"toolchain": {}},
+                {"gemm": _elf_with_functions([("g", 0x10), ("$g$cublasdx_copy_9", 0), ("$g$cublasdx_destroy_1", 0)])})
+    with pytest.warns(SlowKernelWarning, match="1 cuBLASDx functions"):
+        kernels._warn_if_outlined(old)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        kernels._warn_if_outlined(Entry())  # once per process
-        Entry.meta = {"outlined": [], "toolchain": {}}
-        Entry.key = "k-healthy"
-        kernels._warn_if_outlined(Entry())
+        kernels._warn_if_outlined(slow)  # once per process
+        kernels._warn_if_outlined(Entry("k-healthy", {"outlined": [], "toolchain": {}}))
+        kernels._warn_if_outlined(Entry("k-13.5", {"outlined": ["cublasdx_destroy_1"], "toolchain": {}}))

@@ -113,16 +113,25 @@ _warned_outlined: set[str] = set()
 
 
 def _warn_if_outlined(entry: CacheEntry) -> None:
-    """Warn once per process for a cached kernel built with cuBLASDx's functions out of line."""
+    """Warn once per process for a cached kernel built with cuBLASDx's functions out of line.
+
+    Kernels built before dxgemm recorded ``outlined`` are read from their cubin's symbols."""
+    if entry.key in _warned_outlined:
+        return
+    _warned_outlined.add(entry.key)
     from .cache import ACCUMULATOR_FUNCTIONS
 
-    outlined = [f for f in entry.meta.get("outlined", []) if f.startswith(ACCUMULATOR_FUNCTIONS)]
-    if outlined and entry.key not in _warned_outlined:
+    outlined = entry.meta.get("outlined")
+    if outlined is None and "gemm" in entry.blobs:
+        from ._build import outlined_functions
+
+        outlined = outlined_functions(entry.blobs["gemm"])
+    outlined = [f for f in outlined or [] if f.startswith(ACCUMULATOR_FUNCTIONS)]
+    if outlined:
         import warnings
 
         from .cache import SlowKernelWarning
 
-        _warned_outlined.add(entry.key)
         linker = entry.meta.get("toolchain", {}).get("nvjitlink")
         warnings.warn(f"cached pipeline kernel {entry.key} was linked by nvJitLink {linker} with {len(outlined)} "
                       "cuBLASDx functions out of line and may run an order of magnitude slower; clear it "
