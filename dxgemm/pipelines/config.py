@@ -23,7 +23,8 @@ Configurations that collapsed (fp64 128x128x32 with 128 threads, 256x128x16: ~0.
 likely register spills) are deliberately absent; fp64 128x128x32 with 512 threads was
 slower (0.67x at 4096^3, ``benchmarks/results/h100_pipeline_configs.log``; again with 13.0
 builds, depth 2 and 3, at six shapes: 0.42-0.83x against the set's 0.76-0.93x,
-``h100_fp64_t512_s12.log``).  Three more
+``h100_fp64_t512_s12.log``); so did 128x64x32 and 64x128x32 with 256 threads, two blocks
+and 16 warps per SM (``h100_fp64_two_blocks_s12.log``).  Three more
 float64 shapes of tile, against today's pair in one run (``h100_fp64_configs_more.log``):
 64x64x16 (128 threads, depth 4) and 128x128x16 (256, 3) lost at every shape; 128x64x16
 (128, 4) won only 8192x8192x512 (0.83x against 0.79x) and lost at 1000^3 (0.40x against
