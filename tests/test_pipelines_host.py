@@ -1032,3 +1032,46 @@ def test_cached_kernel_with_outlined_functions_warns_once(monkeypatch):
         kernels._warn_if_outlined(slow)  # once per process
         kernels._warn_if_outlined(Entry("k-healthy", {"outlined": [], "toolchain": {}}))
         kernels._warn_if_outlined(Entry("k-13.5", {"outlined": ["cublasdx_destroy_1"], "toolchain": {}}))
+
+
+def test_slow_kernel_from_a_mismatched_pair_is_rebuilt_once_the_pair_matches(monkeypatch):
+    """A cached kernel that NVRTC 13.0 + nvJitLink 13.5 left slow is discarded and rebuilt when
+    the compilers loaded now match; with the mismatch still loaded it is kept (and warns)."""
+    from dxgemm.pipelines import kernels
+    from dxgemm.pipelines.cache import SlowKernelWarning
+
+    class Entry:
+        def __init__(self, key, meta):
+            self.key, self.meta, self.blobs = key, meta, {}
+
+    mixed = {"nvrtc": "13.0", "nvjitlink": "13.5"}
+
+    class FakeCache:
+        def __init__(self, entries):
+            self.entries, self.discarded = list(entries), []
+
+        def get_or_build(self, fields, build):
+            return self.entries.pop(0)
+
+        def discard(self, key):
+            self.discarded.append(key)
+
+    slow = Entry("k-slow", {"outlined": ["cublasdx_execute_1"], "toolchain": mixed})
+    healthy = Entry("k-slow", {"outlined": [], "toolchain": {"nvrtc": "13.0", "nvjitlink": "13.0"}})
+    cfg = CONFIGS[np.dtype(np.float64)]["large"]
+    for attr in ("_outlined_by_key", "_warned_outlined"):
+        monkeypatch.setattr(kernels, attr, type(getattr(kernels, attr))())
+    monkeypatch.setattr(cache_mod, "toolchain_versions", lambda: {"nvrtc": "13.0", "nvjitlink": "13.0"})
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: object() if name == "nvmath" else None)
+    fake = FakeCache([slow, healthy])
+    with pytest.warns(CacheWarning, match="rebuilding it"):
+        got = kernels.get_entry(cfg, np.float64, cache=fake)
+    assert got is healthy and fake.discarded == ["k-slow"]
+
+    for attr in ("_outlined_by_key", "_warned_outlined"):
+        monkeypatch.setattr(kernels, attr, type(getattr(kernels, attr))())
+    monkeypatch.setattr(cache_mod, "toolchain_versions", lambda: dict(mixed))
+    fake = FakeCache([slow])
+    with pytest.warns(SlowKernelWarning):
+        assert kernels.get_entry(cfg, np.float64, cache=fake) is slow
+    assert fake.discarded == []

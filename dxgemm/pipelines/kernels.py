@@ -105,28 +105,62 @@ def get_entry(
         return meta, blobs
 
     entry = cache.get_or_build(fields, build)
+    if _outlined(entry) and _relink_heals(entry):
+        import warnings
+
+        from .cache import CacheWarning
+
+        built = entry.meta.get("toolchain", {})
+        warnings.warn(f"pipeline kernel {entry.key} was built by NVRTC {built.get('nvrtc')} with nvJitLink "
+                      f"{built.get('nvjitlink')}, which left cuBLASDx's functions out of line (slow); the "
+                      "compilers loaded now match: rebuilding it", CacheWarning, stacklevel=2)
+        cache.discard(entry.key)
+        _outlined_by_key.pop(entry.key, None)
+        entry = cache.get_or_build(fields, build)
     _warn_if_outlined(entry)
     return entry
 
 
+_outlined_by_key: dict[str, list[str]] = {}
 _warned_outlined: set[str] = set()
 
 
-def _warn_if_outlined(entry: CacheEntry) -> None:
-    """Warn once per process for a cached kernel built with cuBLASDx's functions out of line.
+def _outlined(entry: CacheEntry) -> list[str]:
+    """The accumulator-taking cuBLASDx functions a cached kernel's link left out of line
+    (:func:`._build.check_inlined`); kernels built before dxgemm recorded it are read from
+    their cubin.  Memoized per key."""
+    if entry.key not in _outlined_by_key:
+        from .cache import ACCUMULATOR_FUNCTIONS
 
-    Kernels built before dxgemm recorded ``outlined`` are read from their cubin's symbols."""
+        outlined = entry.meta.get("outlined")
+        if outlined is None and "gemm" in entry.blobs:
+            from ._build import outlined_functions
+
+            outlined = outlined_functions(entry.blobs["gemm"])
+        _outlined_by_key[entry.key] = [f for f in outlined or [] if f.startswith(ACCUMULATOR_FUNCTIONS)]
+    return _outlined_by_key[entry.key]
+
+
+def _relink_heals(entry: CacheEntry) -> bool:
+    """Whether rebuilding a slow kernel here would give a healthy one: it was built by a
+    mismatched NVRTC/nvJitLink pair, the pair loaded now matches, and nvmath can compile."""
+    import importlib.util
+
+    from .cache import toolchain_versions
+
+    built = entry.meta.get("toolchain", {})
+    now = toolchain_versions()
+    return (bool(built.get("nvrtc")) and bool(built.get("nvjitlink")) and built["nvrtc"] != built["nvjitlink"]
+            and bool(now["nvrtc"]) and now["nvrtc"] == now["nvjitlink"]
+            and importlib.util.find_spec("nvmath") is not None)
+
+
+def _warn_if_outlined(entry: CacheEntry) -> None:
+    """Warn once per process for a cached kernel built with cuBLASDx's functions out of line."""
     if entry.key in _warned_outlined:
         return
     _warned_outlined.add(entry.key)
-    from .cache import ACCUMULATOR_FUNCTIONS
-
-    outlined = entry.meta.get("outlined")
-    if outlined is None and "gemm" in entry.blobs:
-        from ._build import outlined_functions
-
-        outlined = outlined_functions(entry.blobs["gemm"])
-    outlined = [f for f in outlined or [] if f.startswith(ACCUMULATOR_FUNCTIONS)]
+    outlined = _outlined(entry)
     if outlined:
         import warnings
 
