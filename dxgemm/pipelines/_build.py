@@ -1173,7 +1173,8 @@ def check_inlined(cubin: bytes, toolchain: dict[str, Any]) -> str | None:
         return None
     nvrtc, nvjitlink = toolchain.get("nvrtc"), toolchain.get("nvjitlink")
     fix = (f"install the nvJitLink that matches NVRTC {nvrtc}: pip install 'nvidia-nvjitlink=={nvrtc}.*' "
-           f"(or dxgemm[ctk130], which pins the 13.0 compilers together), then `python -m dxgemm cache clear`"
+           f"(or dxgemm[ctk130], which pins the 13.0 compilers together); the slow kernels in the cache are "
+           f"then rebuilt when next loaded"
            if nvrtc and nvjitlink and nvrtc != nvjitlink else
            "report it with the output of `python -m dxgemm info --verbose`")
     return (f"nvJitLink {nvjitlink} left cuBLASDx device functions out of line ({', '.join(outlined)}) in a "

@@ -168,9 +168,9 @@ def _warn_if_outlined(entry: CacheEntry) -> None:
 
         linker = entry.meta.get("toolchain", {}).get("nvjitlink")
         warnings.warn(f"cached pipeline kernel {entry.key} was linked by nvJitLink {linker} with {len(outlined)} "
-                      "cuBLASDx functions out of line and may run an order of magnitude slower; clear it "
-                      "(`python -m dxgemm cache clear`) and rebuild with matching NVRTC and nvJitLink "
-                      "(`python -m dxgemm info` checks them)", SlowKernelWarning, stacklevel=3)
+                      "cuBLASDx functions out of line and may run an order of magnitude slower; with matching "
+                      "NVRTC and nvJitLink loaded (`python -m dxgemm info` checks them) it is rebuilt when next "
+                      "loaded", SlowKernelWarning, stacklevel=3)
 
 
 def get_kernel(
