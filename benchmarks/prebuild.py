@@ -53,7 +53,7 @@ from dxgemm import _arrays, _calls  # noqa: E402
 from dxgemm import epilogues as E  # noqa: E402
 from dxgemm.pipelines import _dispatch, _splitk, kernels, use_config  # noqa: E402
 from dxgemm.pipelines import config as _config  # noqa: E402
-from dxgemm.pipelines.cache import KernelCache, cache_key, toolchain_versions  # noqa: E402
+from dxgemm.pipelines.cache import KernelCache, cache_key, compiler_mismatch  # noqa: E402
 
 DTYPES = [np.float32, np.float64]
 
@@ -324,11 +324,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [p for p in args.parts if p not in PARTS]
     if unknown:
         parser.error(f"unknown part(s) {unknown}; choose from {list(PARTS)}")
-    compilers = toolchain_versions()
-    if not args.list and compilers["nvrtc"] != compilers["nvjitlink"]:
-        parser.error(f"NVRTC {compilers['nvrtc']} and nvJitLink {compilers['nvjitlink']} differ: the kernels would "
-                     "keep cuBLASDx's functions out of line and run an order of magnitude slower (README, 'Which "
-                     "toolchain builds the kernels'); install matching versions, e.g. pip install -e '.[ctk130]'")
+    mismatch = compiler_mismatch()
+    if mismatch and not args.list:
+        parser.error(f"not building: {mismatch}")
     recorder = Recorder(args.list)
     stub_the_device(recorder)
     for part in args.parts or [p for p in PARTS if p != "simt"]:

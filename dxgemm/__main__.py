@@ -48,15 +48,14 @@ def cmd_info(args: argparse.Namespace) -> int:
         print("GPU: none found (CPU-only machine; kernels can still run under NUMBA_ENABLE_CUDASIM=1)")
     for name, version in _info.versions().items():
         print(f"  {name:24} {version or '-'}")
-    from .pipelines.cache import PREFERRED_TOOLCHAIN, toolchain_versions
+    from .pipelines.cache import PREFERRED_TOOLCHAIN, compiler_mismatch, toolchain_versions
     from .pipelines.config import float32_method
 
     compilers = toolchain_versions()
     print(f"pipeline compilers: NVRTC {compilers['nvrtc'] or '-'}, nvJitLink {compilers['nvjitlink'] or '-'}")
-    if compilers["nvrtc"] and compilers["nvjitlink"] and compilers["nvrtc"] != compilers["nvjitlink"]:
-        print(f"  WARNING: NVRTC {compilers['nvrtc']} and nvJitLink {compilers['nvjitlink']} differ: nvJitLink 13.5 "
-              "linking NVRTC 13.0's code left cuBLASDx's functions out of line (12x slower float64 kernels); "
-              f"pip install 'nvidia-nvjitlink=={compilers['nvrtc']}.*', or \"dxgemm[ctk130]\" for the 13.0 set")
+    mismatch = compiler_mismatch(compilers)
+    if mismatch:
+        print(f"  WARNING: {mismatch}")
     elif compilers["nvjitlink"] and compilers["nvjitlink"] != PREFERRED_TOOLCHAIN:
         print(f"  note: kernels built by the {PREFERRED_TOOLCHAIN} toolchain ran 10-26 % faster on the H100 than "
               "13.5's (README: 'Which toolchain builds the kernels'); pip install \"dxgemm[ctk130]\" pins it")
@@ -125,7 +124,13 @@ def cmd_warmup(args: argparse.Namespace) -> int:
     from .pipelines import _standin
 
     _standin.activate((9, 0))  # compiles without a GPU too (for an H100); a no-op with one
+    from .pipelines.cache import compiler_mismatch
     from .pipelines.warmup import ARRANGEMENT_PAIRS, warmup
+
+    mismatch = compiler_mismatch()
+    if mismatch:
+        print(f"warmup: not building: {mismatch}", file=sys.stderr)
+        return 2
 
     dtypes = [d.strip() for d in args.dtype.split(",") if d.strip()]
     configs = [c.strip() for c in args.config.split(",") if c.strip()]

@@ -1075,3 +1075,18 @@ def test_slow_kernel_from_a_mismatched_pair_is_rebuilt_once_the_pair_matches(mon
     with pytest.warns(SlowKernelWarning):
         assert kernels.get_entry(cfg, np.float64, cache=fake) is slow
     assert fake.discarded == []
+
+
+def test_compiler_mismatch_is_named_and_stops_warmup(monkeypatch, capsys):
+    from dxgemm.__main__ import main
+    from dxgemm.pipelines import _standin
+    from dxgemm.pipelines.cache import compiler_mismatch
+
+    assert compiler_mismatch({"nvrtc": "13.0", "nvjitlink": "13.0"}) is None
+    assert compiler_mismatch({"nvrtc": None, "nvjitlink": "13.5"}) is None  # unknown: no claim
+    message = compiler_mismatch({"nvrtc": "13.0", "nvjitlink": "13.5"})
+    assert "NVRTC 13.0 and nvJitLink 13.5 differ" in message and "nvidia-nvjitlink==13.0.*" in message
+    monkeypatch.setattr(_standin, "activate", lambda cc: None)  # the real one patches Numba process-wide
+    monkeypatch.setattr(cache_mod, "toolchain_versions", lambda: {"nvrtc": "13.0", "nvjitlink": "13.5"})
+    assert main(["warmup", "--dtype", "float64"]) == 2
+    assert "not building: NVRTC 13.0 and nvJitLink 13.5 differ" in capsys.readouterr().err

@@ -113,7 +113,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .cache import ACCUMULATOR_FUNCTIONS, SlowKernelWarning, toolchain_versions
+from .cache import ACCUMULATOR_FUNCTIONS, SlowKernelWarning, compiler_mismatch, toolchain_versions
 from .config import STORES, PipelineConfig, walk_unroll
 
 __all__ = ["build", "LIBMATHDX_RUNTIME", "ARRANGEMENTS", "OPERAND_PRECISIONS", "kernel_entries"]
@@ -1171,15 +1171,12 @@ def check_inlined(cubin: bytes, toolchain: dict[str, Any]) -> str | None:
     outlined = sorted({f for f in outlined_functions(cubin) if f.startswith(ACCUMULATOR_FUNCTIONS)})
     if not outlined:
         return None
-    nvrtc, nvjitlink = toolchain.get("nvrtc"), toolchain.get("nvjitlink")
-    fix = (f"install the nvJitLink that matches NVRTC {nvrtc}: pip install 'nvidia-nvjitlink=={nvrtc}.*' "
-           f"(or dxgemm[ctk130], which pins the 13.0 compilers together); the slow kernels in the cache are "
-           f"then rebuilt when next loaded"
-           if nvrtc and nvjitlink and nvrtc != nvjitlink else
+    mismatch = compiler_mismatch(toolchain)
+    fix = (f"{mismatch}; the slow kernels in the cache are then rebuilt when next loaded" if mismatch else
            "report it with the output of `python -m dxgemm info --verbose`")
-    return (f"nvJitLink {nvjitlink} left cuBLASDx device functions out of line ({', '.join(outlined)}) in a "
-            f"kernel whose LTO-IR NVRTC {nvrtc} produced: its accumulator lives in local memory and it may run "
-            f"an order of magnitude slower (measured 12x for float64).  To fix: {fix}")
+    return (f"nvJitLink {toolchain.get('nvjitlink')} left cuBLASDx device functions out of line "
+            f"({', '.join(outlined)}) in a kernel whose LTO-IR NVRTC {toolchain.get('nvrtc')} produced: its "
+            f"accumulator lives in local memory and it may run an order of magnitude slower.  {fix}")
 
 
 def _elf_sections(cubin: bytes) -> dict[str, bytes]:

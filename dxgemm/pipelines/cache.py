@@ -92,7 +92,7 @@ CODEGEN_SOURCES = ("pipelines/_build.py", "pipelines/_lto.py", "kernels/__init__
 """The modules (relative to the package) whose code ends up in cached kernels, besides
 :class:`~.config.PipelineConfig` (its launch bounds)."""
 
-CODEGEN_DIGEST = "dda33a6a389a4bf8"
+CODEGEN_DIGEST = "a89d35b60b226f1b"
 """:func:`codegen_digest` as of the last review of :data:`FORMAT_VERSION`.
 
 The key does not hash dxgemm's own source: a cold kernel costs 30-60 s, and every edit
@@ -219,6 +219,20 @@ def toolchain_versions() -> dict[str, Any]:
     except Exception:
         pass
     return versions
+
+
+def compiler_mismatch(versions: Mapping[str, Any] | None = None) -> str | None:
+    """None when NVRTC and nvJitLink are the same version (or either is unknown), else why that matters.
+
+    nvJitLink 13.5 linking NVRTC 13.0's LTO-IR left cuBLASDx's functions out of line and
+    built kernels 12x slower (:func:`._build.check_inlined`)."""
+    v = toolchain_versions() if versions is None else versions
+    nvrtc, nvjitlink = v.get("nvrtc"), v.get("nvjitlink")
+    if not nvrtc or not nvjitlink or nvrtc == nvjitlink:
+        return None
+    return (f"NVRTC {nvrtc} and nvJitLink {nvjitlink} differ: kernels they build keep cuBLASDx's functions out of "
+            f"line (nvJitLink 13.5 with NVRTC 13.0 ran 12x slower); install the matching nvJitLink, "
+            f"pip install 'nvidia-nvjitlink=={nvrtc}.*', or dxgemm[ctk130] for the 13.0 set")
 
 
 def key_versions(versions: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -146,12 +146,11 @@ def _relink_heals(entry: CacheEntry) -> bool:
     mismatched NVRTC/nvJitLink pair, the pair loaded now matches, and nvmath can compile."""
     import importlib.util
 
-    from .cache import toolchain_versions
+    from .cache import compiler_mismatch, toolchain_versions
 
-    built = entry.meta.get("toolchain", {})
     now = toolchain_versions()
-    return (bool(built.get("nvrtc")) and bool(built.get("nvjitlink")) and built["nvrtc"] != built["nvjitlink"]
-            and bool(now["nvrtc"]) and now["nvrtc"] == now["nvjitlink"]
+    return (compiler_mismatch(entry.meta.get("toolchain", {})) is not None
+            and bool(now["nvrtc"]) and compiler_mismatch(now) is None
             and importlib.util.find_spec("nvmath") is not None)
 
 
