@@ -1090,3 +1090,19 @@ def test_compiler_mismatch_is_named_and_stops_warmup(monkeypatch, capsys):
     monkeypatch.setattr(cache_mod, "toolchain_versions", lambda: {"nvrtc": "13.0", "nvjitlink": "13.5"})
     assert main(["warmup", "--dtype", "float64"]) == 2
     assert "not building: NVRTC 13.0 and nvJitLink 13.5 differ" in capsys.readouterr().err
+
+
+def test_ctk130_extra_pins_every_compiler_to_one_version():
+    """cuda-toolkit==13.0.* alone let pip take nvJitLink 13.5 beside NVRTC 13.0 (12x slower kernels):
+    the extra must pin each compiler itself, all to the toolkit's version."""
+    import re
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    pins = {}
+    for requirement in project["optional-dependencies"]["ctk130"]:
+        name, version = re.fullmatch(r"([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?==(\S+)", requirement).groups()
+        pins[name] = version
+    assert pins["cuda-toolkit"] == cache_mod.PREFERRED_TOOLCHAIN + ".*"
+    for component in ("nvidia-cuda-nvrtc", "nvidia-nvvm", "nvidia-nvjitlink"):
+        assert pins.get(component) == pins["cuda-toolkit"], component
