@@ -60,15 +60,16 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"  note: kernels built by the {PREFERRED_TOOLCHAIN} toolchain ran 10-26 % faster on the H100 than "
               "13.5's (README: 'Which toolchain builds the kernels'); pip install \"dxgemm[ctk130]\" pins it")
     forced = os.environ.get("DXGEMM_FLOAT32_PIPELINE")
-    print(f"pipeline float32 method: {forced + ' (DXGEMM_FLOAT32_PIPELINE)' if forced else float32_method()} "
-          f"{'everywhere' if forced else '; fp32 (SIMT) where the output has a side of at most 128'}")
+    print(f"pipeline float32 method: {forced + ' (DXGEMM_FLOAT32_PIPELINE) everywhere' if forced else float32_method()}"
+          f"{'' if forced else '; fp32 (SIMT) where the output has a side of at most 128'}")
     _print_cache(verbose=getattr(args, "verbose", False))
     return 0
 
 
 def _print_cache(verbose: bool = False) -> None:
     """The pipeline kernel cache: place, entries, size (and, verbose, one line per kernel)."""
-    from .pipelines.cache import ACCUMULATOR_FUNCTIONS, KernelCache
+    from .pipelines.cache import KernelCache
+    from .pipelines.kernels import outlined_accumulator_functions
 
     cache = KernelCache()
     info = cache.info()
@@ -87,13 +88,7 @@ def _print_cache(verbose: bool = False) -> None:
                                         f"_t{cfg.get('block_size')}_d{cfg.get('depth')}")
             dtype = meta.get("dtype", "?") + ("/tf32" if meta.get("operands") == "tf32" else "")
             linker = meta.get("toolchain", {}).get("nvjitlink") or "?"
-            if "outlined" in meta:
-                outlined = meta["outlined"]
-            else:  # built before dxgemm recorded it: read the cubin's symbols
-                from .pipelines._build import outlined_functions
-
-                outlined = outlined_functions(entry.blobs["gemm"]) if "gemm" in entry.blobs else []
-            outlined = [f for f in outlined if f.startswith(ACCUMULATOR_FUNCTIONS)]
+            outlined = outlined_accumulator_functions(entry)
             print(f"    {entry.key}  {dtype:12} {'/'.join(meta.get('arrangement', [])):20} {name:20} "
                   f"nvJitLink {linker:5} epilogue {entry.fields.get('epilogue')}"
                   + (f"  SLOW: {len(outlined)} cuBLASDx functions not inlined (rebuild it)" if outlined else ""))

@@ -1002,10 +1002,10 @@ def test_outlined_cublasdx_functions_are_found_and_reported():
     assert kernel_entries(slow) == ["gemm_kernel"]
     assert outlined_functions(healthy) == []
     assert outlined_functions(slow) == ["cublasdx_execute_76765", "cublasdx_copy_4a51"]
-    assert check_inlined(healthy, {"nvrtc": "13.0", "nvjitlink": "13.5"}) is None
-    message = check_inlined(slow, {"nvrtc": "13.0", "nvjitlink": "13.5"})
+    assert check_inlined(outlined_functions(healthy), {"nvrtc": "13.0", "nvjitlink": "13.5"}) is None
+    message = check_inlined(outlined_functions(slow), {"nvrtc": "13.0", "nvjitlink": "13.5"})
     assert "cublasdx_execute_76765" in message and "nvidia-nvjitlink==13.0.*" in message
-    assert "report it" in check_inlined(slow, {"nvrtc": "13.0", "nvjitlink": "13.0"})
+    assert "report it" in check_inlined(outlined_functions(slow), {"nvrtc": "13.0", "nvjitlink": "13.0"})
     with pytest.raises(ValueError, match="ELF64"):
         outlined_functions(b"not a cubin")
 

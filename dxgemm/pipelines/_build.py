@@ -113,7 +113,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .cache import ACCUMULATOR_FUNCTIONS, SlowKernelWarning, compiler_mismatch, toolchain_versions
+from .cache import SlowKernelWarning, accumulator_functions, compiler_mismatch, toolchain_versions
 from .config import STORES, PipelineConfig, walk_unroll
 
 __all__ = ["build", "LIBMATHDX_RUNTIME", "ARRANGEMENTS", "OPERAND_PRECISIONS", "kernel_entries"]
@@ -1158,8 +1158,10 @@ def outlined_functions(cubin: bytes) -> list[str]:
             if not other & 0x10 and name.startswith("$") and not name.startswith("$__internal_")]
 
 
-def check_inlined(cubin: bytes, toolchain: dict[str, Any]) -> str | None:
+def check_inlined(outlined: list[str], toolchain: dict[str, Any]) -> str | None:
     """None when cuBLASDx's accumulator functions were inlined into the kernel, else a warning.
+
+    ``outlined``: the kernel's :func:`outlined_functions`; ``toolchain``: the compilers that built it.
 
     Measured: nvJitLink 13.5 linking LTO-IR that NVRTC 13.0 produced left ``execute`` and
     five more cuBLASDx functions out of line; the float64 128x128x32 kernel then loaded and
@@ -1168,14 +1170,14 @@ def check_inlined(cubin: bytes, toolchain: dict[str, Any]) -> str | None:
     same code linked by nvJitLink 13.0 (``benchmarks/results/h100_toolchain_mismatch_s12.log``).
     NVRTC and nvJitLink 13.5 together inline them (only ``destroy`` stays out of line).
     """
-    outlined = sorted({f for f in outlined_functions(cubin) if f.startswith(ACCUMULATOR_FUNCTIONS)})
-    if not outlined:
+    slow = accumulator_functions(outlined)
+    if not slow:
         return None
     mismatch = compiler_mismatch(toolchain)
     fix = (f"{mismatch}; the slow kernels in the cache are then rebuilt when next loaded" if mismatch else
            "report it with the output of `python -m dxgemm info --verbose`")
     return (f"nvJitLink {toolchain.get('nvjitlink')} left cuBLASDx device functions out of line "
-            f"({', '.join(outlined)}) in a kernel whose LTO-IR NVRTC {toolchain.get('nvrtc')} produced: its "
+            f"({', '.join(slow)}) in a kernel whose LTO-IR NVRTC {toolchain.get('nvrtc')} produced: its "
             f"accumulator lives in local memory and it may run an order of magnitude slower.  {fix}")
 
 
@@ -1395,7 +1397,8 @@ def build(
     gemm_params = _param_layout(arg_types)
     _check_param_sizes(gemm_cubin, entries[0], gemm_params)
     toolchain = dict(toolchain_versions())
-    outlined_warning = check_inlined(gemm_cubin, toolchain)
+    outlined = outlined_functions(gemm_cubin)
+    outlined_warning = check_inlined(outlined, toolchain)
     if outlined_warning is not None:
         import warnings
 
@@ -1433,7 +1436,7 @@ def build(
         "compile_workers": workers,
         "build_log": build_log,
         "toolchain": toolchain,
-        "outlined": outlined_functions(gemm_cubin),
+        "outlined": outlined,
     }
     if split_k:
         meta["split_slice_bytes"] = lowered["slice_bytes"]

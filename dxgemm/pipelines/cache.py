@@ -67,7 +67,7 @@ import warnings
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 __all__ = [
     "CacheWarning",
@@ -92,7 +92,7 @@ CODEGEN_SOURCES = ("pipelines/_build.py", "pipelines/_lto.py", "kernels/__init__
 """The modules (relative to the package) whose code ends up in cached kernels, besides
 :class:`~.config.PipelineConfig` (its launch bounds)."""
 
-CODEGEN_DIGEST = "a89d35b60b226f1b"
+CODEGEN_DIGEST = "0b634f3705a6f052"
 """:func:`codegen_digest` as of the last review of :data:`FORMAT_VERSION`.
 
 The key does not hash dxgemm's own source: a cold kernel costs 30-60 s, and every edit
@@ -115,6 +115,11 @@ ACCUMULATOR_FUNCTIONS = ("cublasdx_execute_", "cublasdx_copy_", "cublasdx_zero_"
 """cuBLASDx device functions that take the accumulator by pointer: out of line, they put it
 in local memory.  (The pipeline's ``create``/``destroy`` run once per block: 13.5 builds
 keep ``destroy`` out of line, harmlessly.)"""
+
+
+def accumulator_functions(outlined: Iterable[str]) -> list[str]:
+    """The :data:`ACCUMULATOR_FUNCTIONS` among a kernel's out-of-line functions, sorted: non-empty means slow."""
+    return sorted({name for name in outlined if name.startswith(ACCUMULATOR_FUNCTIONS)})
 
 
 class SlowKernelWarning(UserWarning):

@@ -105,7 +105,7 @@ def get_entry(
         return meta, blobs
 
     entry = cache.get_or_build(fields, build)
-    if _outlined(entry) and _relink_heals(entry):
+    if outlined_accumulator_functions(entry) and _relink_heals(entry):
         import warnings
 
         from .cache import CacheWarning
@@ -125,19 +125,19 @@ _outlined_by_key: dict[str, list[str]] = {}
 _warned_outlined: set[str] = set()
 
 
-def _outlined(entry: CacheEntry) -> list[str]:
+def outlined_accumulator_functions(entry: CacheEntry) -> list[str]:
     """The accumulator-taking cuBLASDx functions a cached kernel's link left out of line
-    (:func:`._build.check_inlined`); kernels built before dxgemm recorded it are read from
-    their cubin.  Memoized per key."""
+    (:func:`._build.check_inlined`; non-empty means slow); kernels built before dxgemm
+    recorded it are read from their cubin.  Memoized per key."""
     if entry.key not in _outlined_by_key:
-        from .cache import ACCUMULATOR_FUNCTIONS
+        from .cache import accumulator_functions
 
         outlined = entry.meta.get("outlined")
         if outlined is None and "gemm" in entry.blobs:
             from ._build import outlined_functions
 
             outlined = outlined_functions(entry.blobs["gemm"])
-        _outlined_by_key[entry.key] = [f for f in outlined or [] if f.startswith(ACCUMULATOR_FUNCTIONS)]
+        _outlined_by_key[entry.key] = accumulator_functions(outlined or [])
     return _outlined_by_key[entry.key]
 
 
@@ -159,7 +159,7 @@ def _warn_if_outlined(entry: CacheEntry) -> None:
     if entry.key in _warned_outlined:
         return
     _warned_outlined.add(entry.key)
-    outlined = _outlined(entry)
+    outlined = outlined_accumulator_functions(entry)
     if outlined:
         import warnings
 
