@@ -22,6 +22,7 @@ import json
 import os
 import statistics
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Callable, Iterable
 
@@ -52,6 +53,7 @@ class Record:
 def time_ms(launch: Callable[[], None], *, warmup: int, reps: int) -> float:
     """Median GPU time in ms of ``launch()`` on CuPy's current stream (see module docstring)."""
     import cupy
+    from numba.cuda.core.errors import NumbaPerformanceWarning
 
     from .kernels._peak import spin
 
@@ -67,7 +69,9 @@ def time_ms(launch: Callable[[], None], *, warmup: int, reps: int) -> float:
     host_us = (time.perf_counter() - started) / 3 * 1e6
     stream.synchronize()
     head_start_us = int(min(max(2000.0, 2.0 * reps * host_us), 500_000.0))
-    spin[1, 1, _numba_stream(stream)](head_start_us)
+    with warnings.catch_warnings():  # one thread on purpose: Numba's low-occupancy warning is noise here
+        warnings.simplefilter("ignore", NumbaPerformanceWarning)
+        spin[1, 1, _numba_stream(stream)](head_start_us)
     events[0].record(stream)
     for i in range(reps):
         launch()
