@@ -108,6 +108,21 @@ def unfused_bias_gelu(dtype):
     return _UNFUSED[dtype]
 
 
+def operands(shape: tuple[int, int, int], dtype: np.dtype):
+    """The dense layer's device operands ``x`` (m x k), ``W`` (k x n) and bias ``b`` (n,), seeded.
+
+    W is scaled by 1/sqrt(k) so that x @ W is of order 1, where GELU is neither linear nor
+    saturated."""
+    import cupy as cp
+
+    m, n, k = shape
+    rng = cp.random.default_rng(2026)
+    x = rng.standard_normal((m, k), dtype=np.float64).astype(dtype)
+    w = (rng.standard_normal((k, n), dtype=np.float64) / math.sqrt(k)).astype(dtype)
+    v = rng.standard_normal(n, dtype=np.float64).astype(dtype)
+    return x, w, v
+
+
 def measure(shape, dtype: str, backend: str, *, warmup: int, reps: int, overhead: str, log) -> list[dict]:
     """Time the five ways at one shape and dtype; one record per comparison (see the module docstring)."""
     import cupy as cp
@@ -119,11 +134,7 @@ def measure(shape, dtype: str, backend: str, *, warmup: int, reps: int, overhead
 
     m, n, k = shape
     dt = np.dtype(dtype)
-    rng = cp.random.default_rng(2026)
-    # W scaled by 1/sqrt(k) keeps x @ W of order 1, where GELU is neither linear nor saturated
-    x = rng.standard_normal((m, k), dtype=np.float64).astype(dt)
-    w = (rng.standard_normal((k, n), dtype=np.float64) / math.sqrt(k)).astype(dt)
-    v = rng.standard_normal(n, dtype=np.float64).astype(dt)
+    x, w, v = operands(shape, dt)
     x64, w64 = x.astype(np.float64), w.astype(np.float64)
     d = cp.empty((m, n), dt)
     flop = 2.0 * m * n * k

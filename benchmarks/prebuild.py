@@ -21,7 +21,8 @@ the GPU host.  The toolchain that links them matters for speed: see the README's
     DXGEMM_CACHE_DIR=/tmp/kc python benchmarks/prebuild.py fusion --list   # name them only
     ... --keys keys.txt                                                    # write the cache keys used
 
-Parts: ``bench`` (pipeline_bench.py, auto_choice.py), ``fusion``, ``epilogues``,
+Parts: ``bench`` (pipeline_bench.py, auto_choice.py), ``fusion``, ``cost`` (epilogue_cost.py's
+single stages), ``epilogues``,
 ``pipeline`` (the two test files), ``examples``, ``simt`` (float32 at the skinny shapes
 under both methods, SIMT and 3xTF32, as ``auto_choice.py`` compares them).  The replayed calls mirror the
 scripts they name; a call changed there and not here is compiled on the GPU host instead
@@ -268,6 +269,16 @@ def fusion_calls():
                 gemm(x, w, d, epilogue=ep, backend="pipeline")
 
 
+def cost_calls():
+    """benchmarks/epilogue_cost.py's single stages (SiLU, sigmoid) at fusion.py's shapes; its chains are fusion's."""
+    rng = np.random.default_rng(6)
+    for dtype in ("float32", "float64"):
+        for m, n, k in [(4096, 4096, 4096), (8192, 8192, 512), (8192, 8192, 1024), (4096, 4096, 256)]:
+            x, w, d = normal(rng, (m, k), dtype), normal(rng, (k, n), dtype), dev(np.empty((m, n), dtype))
+            for ep in (E.silu(), E.sigmoid()):
+                gemm(x, w, d, epilogue=ep, backend="pipeline")
+
+
 def example_calls():
     """examples/fused_linear.py and examples/custom_epilogue.py at their default sizes (backend auto)."""
     rng = np.random.default_rng(3)
@@ -311,8 +322,8 @@ def simt_calls():
     os.environ.pop("DXGEMM_FLOAT32_PIPELINE")
 
 
-PARTS = {"bench": bench_calls, "fusion": fusion_calls, "epilogues": gpu_epilogue_calls, "pipeline": gpu_pipeline_calls,
-         "examples": example_calls, "simt": simt_calls}
+PARTS = {"bench": bench_calls, "fusion": fusion_calls, "cost": cost_calls, "epilogues": gpu_epilogue_calls,
+         "pipeline": gpu_pipeline_calls, "examples": example_calls, "simt": simt_calls}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,7 @@ def test_prebuild_lists_every_kernel_without_a_failed_call(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert "call failed" not in out.stdout, out.stdout[-3000:]
     parts = re.findall(r"^== (\w+)$", out.stdout, flags=re.M)
-    assert parts == ["bench", "fusion", "epilogues", "pipeline", "examples"]
+    assert parts == ["bench", "fusion", "cost", "epilogues", "pipeline", "examples"]
     keys = (tmp_path / "keys.txt").read_text().split()
     assert len(keys) == len(set(keys)) >= 30
     assert all(re.fullmatch(r"[0-9a-f]{32}", k) for k in keys)

@@ -5,7 +5,11 @@ Each stage is written once as a device function factory of the accumulator's sca
 constant cast with ``t`` (``half = t(0.5)``): Numba types a bare ``0.5`` as float64, and a
 float32 value multiplied by it would silently run in float64 on the FP64 units, which on
 most GPUs are many times slower than the FP32 ones.  ``math.erf``/``math.exp``/``math.tanh``
-/``math.exp2`` on a float32 value lower to libdevice's single-precision functions.
+/``math.exp2`` on a float32 value lower to libdevice's single-precision functions.  The
+float32 forms of GELU, tanh-GELU, SiLU and sigmoid are rewritten around one ``exp2`` (and,
+for the last three, an approximate division) because in a fused GEMM the epilogue's
+instructions compete with the main loop's for issue slots: each SASS instruction per
+element is visible in the kernel's time at shallow K.
 
 Scalar parameters (``slope``, ``lo``/``hi``, ``s``) are run-time arguments, cast to the
 accumulator's dtype at bind time, so a new value reuses the compiled kernel.  What changes
@@ -37,6 +41,31 @@ def real_parameter(value: Any, name: str, stage: str) -> float:
     if math.isnan(value):
         raise ValueError(f"{stage}: {name} must not be NaN")
     return value
+
+
+LOG2E = math.log2(math.e)
+
+
+def _fast_divide() -> Callable:
+    """float32 ``x / y`` as PTX ``div.approx``: ``MUFU.RCP`` and a multiply, within 2 ulp.
+
+    IEEE division (``x / y`` in Numba) adds a range check and a call to a slow path, about
+    as many instructions as the activation around it.  The approximate form returns 0 for
+    ``|y| > 2**126``, which is where ``y = 1 + 2**z`` has overflowed or nearly so and the
+    exact quotient is below 1e-37.  Under the simulator (no libdevice) it is plain division.
+    """
+    from ..kernels._device import SIMULATOR
+
+    if SIMULATOR:
+
+        @cuda.jit(device=True)
+        def divide(x, y):
+            return x / y
+
+        return divide
+    from numba.cuda import libdevice
+
+    return libdevice.fast_fdividef
 
 
 class Pointwise(Epilogue):
@@ -149,7 +178,9 @@ class GELU(Pointwise):
         return "gelu()" if self.variant == ("none",) else "gelu(approximate='tanh')"
 
     def _formula(self, dtype: np.dtype) -> tuple:
-        return ("exp2-poly9",) if self.variant == ("none",) and dtype == np.float32 else ()
+        if dtype != np.float32:
+            return ()
+        return ("exp2-poly9",) if self.variant == ("none",) else ("sigmoid-exp2",)
 
     @staticmethod
     def _device(t, approximate):
@@ -166,6 +197,8 @@ class GELU(Pointwise):
                 return h + h * math.erf(value * rsqrt2)
 
             return gelu
+        if t is np.float32:
+            return _gelu_tanh_float32()
         k0, k1 = t(math.sqrt(2 / math.pi)), t(0.044715)
 
         @cuda.jit(device=True)
@@ -223,18 +256,69 @@ def _gelu_float32() -> Callable:
     return gelu
 
 
+def _gelu_tanh_float32() -> Callable:
+    """PyTorch's tanh GELU in float32 as ``x / (1 + 2**z)``, ``z = -2 log2(e) sqrt(2/pi) (x + 0.044715 x^3)``.
+
+    ``(1 + tanh(u)) / 2 = sigmoid(2u)``, so ``0.5 x (1 + tanh(u)) = x / (1 + exp(-2u))``: one
+    ``exp2`` (ex2.approx) and one approximate division, 9 SASS instructions where libdevice's
+    ``tanhf`` took 18, and no cancellation in ``1 + tanh(u)`` for negative ``x``.  The error:
+    a few units in ``z`` move the result by at most ``0.22 * 3 u |x|`` (``sigmoid'(w) w``
+    peaks at 0.22), ex2 and the division add about 2 units each.  NaN gives NaN, ``+inf``
+    gives ``+inf`` and ``-inf`` NaN, as the tanh form does.
+    """
+    t = np.float32
+    c0 = t(-2 * LOG2E * math.sqrt(2 / math.pi))
+    c1 = t(-2 * LOG2E * math.sqrt(2 / math.pi) * 0.044715)
+    one = t(1)
+    divide = _fast_divide()
+
+    @cuda.jit(device=True)
+    def gelu_tanh(value, row, col, args):
+        return divide(value, one + math.exp2(value * (c0 + c1 * value * value)))
+
+    return gelu_tanh
+
+
+def _logistic(t: type, times_value: bool) -> Callable:
+    """``x * sigmoid(x)`` (``times_value``) or ``sigmoid(x)`` in dtype ``t``, as ``1 / (1 + exp(-x))``.
+
+    float32 computes ``exp(-x)`` as ``2**(-x log2 e)`` (ex2.approx; the product's rounding
+    moves the result by at most ``0.22 u`` of it) and divides approximately
+    (:func:`_fast_divide`): 6-7 SASS instructions where ``expf`` and IEEE division took
+    about 20.  float64 keeps libdevice's ``exp`` and IEEE division."""
+    one = t(1)
+    if t is np.float32:
+        minus_log2e = t(-LOG2E)
+        divide = _fast_divide()
+
+        @cuda.jit(device=True)
+        def logistic(value):
+            return divide(value if times_value else one, one + math.exp2(value * minus_log2e))
+
+        return logistic
+
+    @cuda.jit(device=True)
+    def logistic(value):
+        return (value if times_value else one) / (one + math.exp(-value))
+
+    return logistic
+
+
 class SiLU(Pointwise):
     """``x * sigmoid(x)`` (also called swish)."""
 
     stage_name = "silu"
 
+    def _formula(self, dtype: np.dtype) -> tuple:
+        return ("exp2-fastdiv",) if dtype == np.float32 else ()
+
     @staticmethod
     def _device(t):
-        one = t(1)
+        logistic = _logistic(t, times_value=True)
 
         @cuda.jit(device=True)
         def silu(value, row, col, args):
-            return value / (one + math.exp(-value))
+            return logistic(value)
 
         return silu
 
@@ -252,13 +336,16 @@ class Sigmoid(Pointwise):
 
     stage_name = "sigmoid"
 
+    def _formula(self, dtype: np.dtype) -> tuple:
+        return ("exp2-fastdiv",) if dtype == np.float32 else ()
+
     @staticmethod
     def _device(t):
-        one = t(1)
+        logistic = _logistic(t, times_value=False)
 
         @cuda.jit(device=True)
         def sigmoid(value, row, col, args):
-            return one / (one + math.exp(-value))
+            return logistic(value)
 
         return sigmoid
 
@@ -365,18 +452,20 @@ def gelu(approximate: str = "none") -> Epilogue:
     The exact form runs in the accumulator's dtype: float64 as ``0.5 x (1 + erf(x / sqrt 2))``
     with libdevice's ``erf``; float32 as ``relu(x) - s Phi(-s)``, ``s = min(|x|, 6)``, with
     ``Phi(-s)`` a fitted ``exp2`` of a polynomial (within 3 float32 units of ``|x|``, and no
-    cancellation for negative ``x``).
+    cancellation for negative ``x``).  The tanh form is ``0.5 x (1 + tanh(u))``,
+    ``u = sqrt(2/pi) (x + 0.044715 x^3)``; float32 computes it as the equal ``x / (1 + exp(-2u))``
+    with ``exp2`` and an approximate division.
     """
     return GELU(approximate)
 
 
 def silu() -> Epilogue:
-    """SiLU (swish), ``x * sigmoid(x)``."""
+    """SiLU (swish), ``x * sigmoid(x)`` (float32: ``exp2`` and an approximate division, within 2 ulp)."""
     return SiLU()
 
 
 def sigmoid() -> Epilogue:
-    """The logistic function ``1 / (1 + exp(-x))``."""
+    """The logistic function ``1 / (1 + exp(-x))`` (float32: ``exp2`` and an approximate division)."""
     return Sigmoid()
 
 

@@ -10,8 +10,9 @@ leaving it and ``e`` the admissible error of ``x``::
 ``L_f`` is the stage's Lipschitz bound (how much it may amplify the error already there:
 1 for bias/relu/clamp/tanh, 1.129 for GELU, 0.25 for sigmoid, ``|s|`` for scale); the
 second term is the stage's own rounding in the dtype with unit round-off ``u``.  Eight
-units cover libdevice's single-precision ``expf``/``tanhf``/``exp2f`` (at most 2 ulp each,
-CUDA C++ Programming Guide, "Mathematical Functions"), float32 GELU's fitted polynomial
+units cover libdevice's single-precision ``expf``/``tanhf``/``exp2f`` and the approximate
+division float32 sigmoid/SiLU/tanh-GELU use (at most 2 ulp each, CUDA C++ Programming
+Guide, "Mathematical Functions"), float32 GELU's fitted polynomial
 (within 3 units of ``|x|``, ``benchmarks/gelu_fit.py``), the handful of roundings in a
 stage's formula and the cast of its scalar parameter to the dtype; measuring against
 ``|x| + |y|`` rather than ``|y|`` absorbs the cancellation in ``1 + erf(x)`` for negative
