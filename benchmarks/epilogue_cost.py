@@ -10,8 +10,9 @@ script times the two kernels ``--rounds`` times, alternating which goes first, e
 with :func:`dxgemm.bench.time_ms` (CUDA events, warm-up, median of ``--reps``), and
 reports the median of the per-round cost ``fused / none - 1`` with its spread.  The
 operands and calls are ``fusion.py``'s (:func:`fusion.operands`), so the kernels are the
-same and ``benchmarks/prebuild.py fusion cost`` builds them (``cost``: the single stages,
-``--chains silu,sigmoid``).  Every output is checked against
+same and ``benchmarks/prebuild.py fusion cost`` builds them.  ``--chains`` takes the two
+bias chains and any single stage ``fusion.py --overhead`` names (``cost`` prebuilds
+``silu`` and ``sigmoid``).  Every output is checked against
 the float64 reference once per kernel before timing.
 """
 
@@ -30,7 +31,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import dxgemm  # noqa: E402
 from dxgemm import epilogues as E  # noqa: E402
-from fusion import default_backend, operands  # noqa: E402
+from fusion import default_backend, operands, overhead_epilogues  # noqa: E402
 
 
 def cost_rounds(shape, dtype: np.dtype, backend: str, chains: list[str], *, rounds: int, warmup: int,
@@ -45,13 +46,15 @@ def cost_rounds(shape, dtype: np.dtype, backend: str, chains: list[str], *, roun
     x, w, v = operands(shape, dtype)
     x64, w64 = x.astype(np.float64), w.astype(np.float64)
     d = cp.empty((shape[0], shape[1]), dtype)
-    epilogues = {"none": None, "bias|gelu": E.bias(v) | E.gelu(), "bias|gelu_tanh": E.bias(v) | E.gelu("tanh"),
-                 "silu": E.silu(), "sigmoid": E.sigmoid()}
+    epilogues = {"none": None, "bias|gelu": E.bias(v) | E.gelu(), "bias|gelu_tanh": E.bias(v) | E.gelu("tanh")}
+    singles = ",".join(c for c in chains if c not in epilogues)  # single stages, by fusion.py's names
+    epilogues.update(overhead_epilogues(singles, shape[1], dtype, cp))
     labels = ["none"] + chains
     for label in labels:  # compile/load and check each kernel once
         d.fill(cp.nan)
         dxgemm.gemm(x, w, d, epilogue=epilogues[label], backend=backend)
-        err = check_gemm(d, x64, w64, dtype) if label == "none" else check(d, epilogues[label], x64, w64, dtype)
+        err = (check_gemm(d, x64, w64, dtype) if label == "none" else
+               check(d, epilogues[label], x64, w64, dtype, custom_lipschitz=1.0))  # fusion.py's custom: x + v[col]
         if not err <= 1:
             raise SystemExit(f"{label}: error {err:.3g} x the bound")
     times: dict[str, list[float]] = {label: [] for label in labels}

@@ -55,6 +55,7 @@ from dxgemm import epilogues as E  # noqa: E402
 from dxgemm.pipelines import _dispatch, _splitk, kernels, use_config  # noqa: E402
 from dxgemm.pipelines import config as _config  # noqa: E402
 from dxgemm.pipelines.cache import KernelCache, cache_key, compiler_mismatch  # noqa: E402
+from fusion import SHAPES as FUSION_SHAPES  # noqa: E402  (fusion.py and epilogue_cost.py time these)
 
 DTYPES = [np.float32, np.float64]
 
@@ -262,7 +263,7 @@ def fusion_calls():
     """benchmarks/fusion.py: bias | gelu (exact and tanh) and no epilogue at its shapes."""
     rng = np.random.default_rng(2)
     for dtype in ("float32", "float64"):
-        for m, n, k in [(4096, 4096, 4096), (8192, 8192, 512), (8192, 8192, 1024), (4096, 4096, 256)]:
+        for m, n, k in FUSION_SHAPES:
             x, w, d = normal(rng, (m, k), dtype), normal(rng, (k, n), dtype), dev(np.empty((m, n), dtype))
             v = normal(rng, n, dtype)
             for ep in (E.bias(v) | E.gelu(), E.bias(v) | E.gelu("tanh"), None):
@@ -273,7 +274,7 @@ def cost_calls():
     """benchmarks/epilogue_cost.py's single stages (SiLU, sigmoid) at fusion.py's shapes; its chains are fusion's."""
     rng = np.random.default_rng(6)
     for dtype in ("float32", "float64"):
-        for m, n, k in [(4096, 4096, 4096), (8192, 8192, 512), (8192, 8192, 1024), (4096, 4096, 256)]:
+        for m, n, k in FUSION_SHAPES:
             x, w, d = normal(rng, (m, k), dtype), normal(rng, (k, n), dtype), dev(np.empty((m, n), dtype))
             for ep in (E.silu(), E.sigmoid()):
                 gemm(x, w, d, epilogue=ep, backend="pipeline")

@@ -49,7 +49,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     for name, version in _info.versions().items():
         print(f"  {name:24} {version or '-'}")
     from .pipelines.cache import PREFERRED_TOOLCHAIN, compiler_mismatch, toolchain_versions
-    from .pipelines.config import float32_method
+    from .pipelines.config import SIMT_FLOAT32_MAX_SIDE, float32_method
 
     compilers = toolchain_versions()
     print(f"pipeline compilers: NVRTC {compilers['nvrtc'] or '-'}, nvJitLink {compilers['nvjitlink'] or '-'}")
@@ -60,8 +60,9 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"  note: kernels built by the {PREFERRED_TOOLCHAIN} toolchain ran 10-26 % faster on the H100 than "
               "13.5's (README: 'Which toolchain builds the kernels'); pip install \"dxgemm[ctk130]\" pins it")
     forced = os.environ.get("DXGEMM_FLOAT32_PIPELINE")
-    print(f"pipeline float32 method: {forced + ' (DXGEMM_FLOAT32_PIPELINE) everywhere' if forced else float32_method()}"
-          f"{'' if forced else '; fp32 (SIMT) where the output has a side of at most 128'}")
+    method = (f"{forced} (DXGEMM_FLOAT32_PIPELINE) everywhere" if forced else
+              f"{float32_method()}; fp32 (SIMT) where the output has a side of at most {SIMT_FLOAT32_MAX_SIDE}")
+    print(f"pipeline float32 method: {method}")
     _print_cache(verbose=getattr(args, "verbose", False))
     return 0
 

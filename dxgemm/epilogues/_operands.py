@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from ..kernels._device import U, make_offset
+from ..kernels._device import U, load_invariant, make_offset
 from ._arrays import device_array
 from ._base import BoundEpilogue, Epilogue, EpilogueContext, Span
 
@@ -56,8 +56,8 @@ class Bias(Epilogue):
             )
         length, stride = (ctx.n, arr.strides[-1]) if orientation == "col" else (ctx.m, arr.strides[0])
         args = (arr.view((length,), (stride,)),)
-        return BoundEpilogue(("bias", orientation, ctx.dtype.name, "invariant"), args, lambda: _bias_device(orientation),
-                             reads=(arr.span,))
+        key = ("bias", orientation, ctx.dtype.name, "invariant")
+        return BoundEpilogue(key, args, lambda: _bias_device(orientation), reads=(arr.span,))
 
     def _reference(self, x: Any, xp: Any) -> Any:
         from .reference import to_xp
@@ -69,59 +69,19 @@ class Bias(Epilogue):
     lipschitz = 1.0
 
 
-def _invariant_load() -> Any:
-    """``load(v, i)``: ``v[i]`` of a 1-D array the kernel never writes, as an LLVM load marked
-    ``!invariant.load``.
-
-    A plain load of the bias may not move above a store to D (Numba's arrays may alias), so
-    the tile walk reloaded each thread's few bias values at every step, and the step's
-    arithmetic waited for them.  Marked invariant (true: ``gemm`` refuses an epilogue array
-    that overlaps an output), the compiler may load them once before the walk.  Under the
-    simulator it is plain indexing."""
-    from ..kernels._device import SIMULATOR
-
-    if SIMULATOR:
-
-        @cuda.jit(device=True)
-        def load(v, i):
-            return v[i]
-
-        return load
-    from numba import types
-    from numba.core import cgutils
-    from numba.cuda.extending import intrinsic
-
-    @intrinsic
-    def load(typingctx, v, i):
-        if not (isinstance(v, types.Array) and v.ndim == 1 and isinstance(i, types.Integer)):
-            return None
-
-        def codegen(context, builder, sig, args):
-            ary = context.make_array(sig.args[0])(context, builder, value=args[0])
-            index = context.cast(builder, args[1], sig.args[1], types.intp)
-            ptr = cgutils.get_item_pointer(context, builder, sig.args[0], ary, [index], wraparound=False)
-            value = builder.load(ptr)
-            value.set_metadata("invariant.load", builder.module.add_metadata([]))
-            return value
-
-        return v.dtype(v, i), codegen
-
-    return load
-
-
 def _bias_device(orientation: str):
-    load = _invariant_load()
+    # load_invariant: the bias is read once per thread before a tile walk, not at every step
     if orientation == "col":
 
         @cuda.jit(device=True)
         def bias_col(value, row, col, args):
-            return value + load(args[0], U(col))
+            return value + load_invariant(args[0], U(col))
 
         return bias_col
 
     @cuda.jit(device=True)
     def bias_row(value, row, col, args):
-        return value + load(args[0], U(row))
+        return value + load_invariant(args[0], U(row))
 
     return bias_row
 

@@ -30,6 +30,7 @@ from typing import Any, Callable
 import numpy as np
 from numba import cuda
 
+from ..kernels._device import divide_approx, exp2_approx
 from ._base import BoundEpilogue, Epilogue, EpilogueContext
 
 
@@ -44,64 +45,6 @@ def real_parameter(value: Any, name: str, stage: str) -> float:
 
 
 LOG2E = math.log2(math.e)
-
-
-def _fast_divide() -> Callable:
-    """float32 ``x / y`` as PTX ``div.approx``: ``MUFU.RCP`` and a multiply, within 2 ulp.
-
-    IEEE division (``x / y`` in Numba) adds a range check and a call to a slow path, about
-    as many instructions as the activation around it.  The approximate form returns 0 for
-    ``|y| > 2**126``, which is where ``y = 1 + 2**z`` has overflowed or nearly so and the
-    exact quotient is below 1e-37.  Under the simulator (no libdevice) it is plain division.
-    """
-    from ..kernels._device import SIMULATOR
-
-    if SIMULATOR:
-
-        @cuda.jit(device=True)
-        def divide(x, y):
-            return x / y
-
-        return divide
-    from numba.cuda import libdevice
-
-    return libdevice.fast_fdividef
-
-
-def _exp2_approx() -> Callable:
-    """float32 ``2**z`` as one PTX ``ex2.approx.ftz.f32`` (``MUFU.EX2``, within 2 ulp).
-
-    libdevice's ``exp2f`` wraps the same instruction in a range check and two predicated
-    multiplies that keep results below 2**-126 as denormals; every stage here either never
-    produces one (GELU: ``2**q`` with ``q >= -30``) or adds it to 1, where it vanishes anyway.
-    Under the simulator it is ``math.exp2``.
-    """
-    from ..kernels._device import SIMULATOR
-
-    if SIMULATOR:
-
-        @cuda.jit(device=True)
-        def exp2(z):
-            return math.exp2(z)
-
-        return exp2
-    from llvmlite import ir
-    from numba import types
-    from numba.cuda.extending import intrinsic
-
-    @intrinsic
-    def exp2(typingctx, z):
-        if z != types.float32:
-            return None
-
-        def codegen(context, builder, sig, args):
-            f32 = ir.FloatType()
-            return builder.call(ir.InlineAsm(ir.FunctionType(f32, [f32]), "ex2.approx.ftz.f32 $0, $1;", "=f,f"),
-                                [args[0]])
-
-        return types.float32(z), codegen
-
-    return exp2
 
 
 class Pointwise(Epilogue):
@@ -273,22 +216,21 @@ def _gelu_float32() -> Callable:
     ``x * Phi(x) = relu(x) - |x| * Phi(-|x|)`` for either sign, so one branch-free formula
     serves both and never subtracts nearly equal numbers: ``0.5 x (1 + erf(x / sqrt 2))``
     loses all relative accuracy for x below about -4, where ``1 + erf`` cancels.  The
-    correction is a degree-9 polynomial and one ``exp2`` (:func:`_exp2_approx`): 13 SASS
-    instructions against ~26 for libdevice's ``erff`` and its coefficient selects.  Clamping ``s`` at 6
+    correction is a degree-9 polynomial and one ``exp2`` (``exp2_approx``, one ``MUFU.EX2``):
+    13 SASS instructions against ~26 for libdevice's ``erff`` and its coefficient selects.  Clamping ``s`` at 6
     costs at most ``6 * Phi(-6) = 6e-9`` absolute, far inside the float32 rounding of ``x``.
     NaN passes through ``relu``; ``+inf`` gives ``+inf``.
     """
     t = np.float32
     c0, c1, c2, c3, c4, c5, c6, c7, c8, c9 = (t(c) for c in GELU_FLOAT32_POLY)
     top, zero = t(GELU_FLOAT32_TOP), t(0.0)
-    exp2 = _exp2_approx()
 
     @cuda.jit(device=True)
     def gelu(value, row, col, args):
         s = min(abs(value), top)
         q = ((((((((c9 * s + c8) * s + c7) * s + c6) * s + c5) * s + c4) * s + c3) * s + c2) * s + c1) * s + c0
         relu = zero if value <= zero else value  # NaN takes the else branch
-        return relu - s * exp2(q)
+        return relu - s * exp2_approx(q)
 
     return gelu
 
@@ -297,21 +239,21 @@ def _gelu_tanh_float32() -> Callable:
     """PyTorch's tanh GELU in float32 as ``x / (1 + 2**z)``, ``z = -2 log2(e) sqrt(2/pi) (x + 0.044715 x^3)``.
 
     ``(1 + tanh(u)) / 2 = sigmoid(2u)``, so ``0.5 x (1 + tanh(u)) = x / (1 + exp(-2u))``: one
-    ``exp2`` (:func:`_exp2_approx`) and one approximate division, 7 SASS instructions where
-    libdevice's ``tanhf`` took 18, and no cancellation in ``1 + tanh(u)`` for negative ``x``.  The error:
-    a few units in ``z`` move the result by at most ``0.22 * 3 u |x|`` (``sigmoid'(w) w``
-    peaks at 0.22), ex2 and the division add about 2 units each.  NaN gives NaN, ``+inf``
+    ``exp2`` and one approximate division (``exp2_approx``, ``divide_approx``), 7 SASS
+    instructions where libdevice's ``tanhf`` took 18, and no cancellation in ``1 + tanh(u)``
+    for negative ``x``.  The error: a few units in ``z`` move the result by at most
+    ``0.22 * 3 u |x|`` (``sigmoid'(w) w`` peaks at 0.22), ex2 and the division add about 2
+    units each.  NaN gives NaN, ``+inf``
     gives ``+inf`` and ``-inf`` NaN, as the tanh form does.
     """
     t = np.float32
     c0 = t(-2 * LOG2E * math.sqrt(2 / math.pi))
     c1 = t(-2 * LOG2E * math.sqrt(2 / math.pi) * 0.044715)
     one = t(1)
-    divide, exp2 = _fast_divide(), _exp2_approx()
 
     @cuda.jit(device=True)
     def gelu_tanh(value, row, col, args):
-        return divide(value, one + exp2(value * (c0 + c1 * value * value)))
+        return divide_approx(value, one + exp2_approx(value * (c0 + c1 * value * value)))
 
     return gelu_tanh
 
@@ -320,17 +262,16 @@ def _logistic(t: type, times_value: bool) -> Callable:
     """``x * sigmoid(x)`` (``times_value``) or ``sigmoid(x)`` in dtype ``t``, as ``1 / (1 + exp(-x))``.
 
     float32 computes ``exp(-x)`` as ``2**(-x log2 e)`` (ex2.approx; the product's rounding
-    moves the result by at most ``0.22 u`` of it, :func:`_exp2_approx`) and divides approximately
-    (:func:`_fast_divide`): 4-5 SASS instructions where ``expf`` and IEEE division took
-    about 20.  float64 keeps libdevice's ``exp`` and IEEE division."""
+    moves the result by at most ``0.22 u`` of it; ``exp2_approx``) and divides approximately
+    (``divide_approx``, both in :mod:`dxgemm.kernels._device`): 4-5 SASS instructions where
+    ``expf`` and IEEE division took about 20.  float64 keeps libdevice's ``exp`` and IEEE division."""
     one = t(1)
     if t is np.float32:
         minus_log2e = t(-LOG2E)
-        divide, exp2 = _fast_divide(), _exp2_approx()
 
         @cuda.jit(device=True)
         def logistic(value):
-            return divide(value if times_value else one, one + exp2(value * minus_log2e))
+            return divide_approx(value if times_value else one, one + exp2_approx(value * minus_log2e))
 
         return logistic
 

@@ -16,6 +16,7 @@ Two Numba-specific habits run through the ladder (see ``shared/notes/numba-gemm.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
@@ -308,6 +309,76 @@ def make_tile_loader(
 
     return load
 
+
+
+# ---------------------------------------------------------------------------------------
+# Epilogue primitives.  In a fused GEMM the epilogue's instructions compete with the main
+# loop's for issue slots, and every one per element shows in the kernel's time at shallow
+# K; these three replace libdevice/Numba forms that cost several instructions more.
+#
+# ``load_invariant(v, i)``: ``v[i]`` of a 1-D array the kernel never writes, as an LLVM
+# load marked ``!invariant.load``.  A plain load of a bias may not move above a store to D
+# (Numba's arrays may alias), so a tile walk reloaded each thread's bias values at every
+# step and the step's arithmetic waited for them; marked invariant (true: ``gemm`` refuses
+# an epilogue array that overlaps an output), the compiler loads them once before the walk.
+#
+# ``exp2_approx(z)``: float32 ``2**z`` as one ``ex2.approx.ftz.f32`` (``MUFU.EX2``, within
+# 2 ulp).  libdevice's ``exp2f`` wraps the same instruction in a range check and two
+# predicated multiplies that keep results below 2**-126 as denormals; the epilogues never
+# produce one (GELU: ``2**q`` with ``q >= -30``) or add it to 1, where it vanishes anyway.
+#
+# ``divide_approx(x, y)``: float32 ``x / y`` as ``div.approx`` (``MUFU.RCP`` and a multiply,
+# within 2 ulp).  IEEE division adds a range check and a call to a slow path.  It returns 0
+# for ``|y| > 2**126``, where ``y = 1 + 2**z`` has overflowed or nearly so and the exact
+# quotient is below 1e-37.
+#
+# The simulator indexes, calls ``math.exp2`` and divides.
+# ---------------------------------------------------------------------------------------
+if SIMULATOR:
+
+    def load_invariant(array, index):
+        return array[index]
+
+    def exp2_approx(z):
+        return math.exp2(z)
+
+    def divide_approx(x, y):
+        return x / y
+
+else:
+    from numba.core import cgutils
+    from numba.cuda import libdevice
+
+    @intrinsic
+    def load_invariant(typingctx, array, index):
+        """``array[index]`` of a 1-D array the kernel never writes (see above)."""
+        if not (isinstance(array, types.Array) and array.ndim == 1 and isinstance(index, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            ary = context.make_array(sig.args[0])(context, builder, value=args[0])
+            idx = context.cast(builder, args[1], sig.args[1], types.intp)
+            ptr = cgutils.get_item_pointer(context, builder, sig.args[0], ary, [idx], wraparound=False)
+            value = builder.load(ptr)
+            value.set_metadata("invariant.load", builder.module.add_metadata([]))
+            return value
+
+        return array.dtype(array, index), codegen
+
+    @intrinsic
+    def exp2_approx(typingctx, z):
+        """float32 ``2**z`` as one ``ex2.approx.ftz.f32`` (see above)."""
+        if z != types.float32:
+            return None
+
+        def codegen(context, builder, sig, args):
+            f32 = ir.FloatType()
+            return builder.call(ir.InlineAsm(ir.FunctionType(f32, [f32]), "ex2.approx.ftz.f32 $0, $1;", "=f,f"),
+                                [args[0]])
+
+        return types.float32(z), codegen
+
+    divide_approx = libdevice.fast_fdividef
 
 
 # ---------------------------------------------------------------------------------------
