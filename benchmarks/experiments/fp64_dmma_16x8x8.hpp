@@ -1,0 +1,36 @@
+// Experiment (session 14), not used by dxgemm: the 16x8x16 header's sibling, preferring DMMA.16x8x8.
+//
+// Same mechanism as fp64_dmma_16x8x16.hpp (pre-included into libmathdx's NVRTC compiles through
+// LIBMATHDX_NVRTC_ARGS_EXTRA, with a fresh cache directory); the list for double on sm_90 becomes
+// 16x8x8, 16x8x4, 8x8x4.  The 128x128x32 kernel then issues 64 DMMA.16x8x8 per K tile and warp
+// (against 128 DMMA.16x8x4) and spends register moves assembling each B operand from the 128-bit
+// shared-memory loads.  Correct and slower: 4096^3 0.73-0.74x cuBLAS against 0.79-0.80x, 2048^3
+// (64x64x32) 0.72x against 0.76-0.77x, 8192^3 0.90-0.91x against 0.91-0.93x
+// (benchmarks/results/h100_dmma8_s14.log).
+// Written against libmathdx 0.3.2 (cuBLASDx's internal names may change).
+#include <libmathdx_device/cublasdx_defines.cuh>
+#include <libmathdx_device/make_tma_atom.cuh>
+#include <cublasdx.hpp>
+
+namespace cublasdx { namespace detail { namespace layout_database {
+
+template<int NumWarps, class GEMMShape>
+struct get_best_supermma_tiled_instruction<900, NumWarps, GEMMShape, double, double, double> {
+    using instruction_list = layout_database::instruction_list<
+        layout_database::instruction<cute::SM90_16x8x8_F64F64F64F64_TN, 900, 900>,
+        layout_database::instruction<cute::SM90_16x8x4_F64F64F64F64_TN, 900, 900>,
+        layout_database::instruction<cute::SM80_8x8x4_F64F64F64F64_TN, 800>>;
+
+    // The warp grid as cuBLASDx lays it out (rows along the longer side of the tile).
+    static constexpr auto warp_tile = get_warp_tile(NumWarps);
+    using col_major_tile = cute::Shape<cute::Int<cute::get<0>(warp_tile)>, cute::Int<cute::get<1>(warp_tile)>, cute::_1>;
+    static constexpr bool rows_along_n = cute::size<1>(GEMMShape {}) > cute::size<0>(GEMMShape {});
+    using search_tile = cute::Layout<cute::Shape<cute::Int<cute::get<rows_along_n ? 1 : 0>(col_major_tile {})>,
+                                                 cute::Int<cute::get<rows_along_n ? 0 : 1>(col_major_tile {})>, cute::_1>>;
+
+    using instruction = typename search_mma_list<900, search_tile, GEMMShape, instruction_list>::type;
+    using tile = cute::conditional_t<cute::is_void_v<instruction>, void, search_tile>;
+    static constexpr instruction_type instruction_kind = instruction_type::supermma;
+};
+
+}}}
