@@ -28,7 +28,9 @@ and 16 warps per SM (``h100_fp64_two_blocks_s12.log``).  Three more
 float64 shapes of tile, against today's pair in one run (``h100_fp64_configs_more.log``):
 64x64x16 (128 threads, depth 4) and 128x128x16 (256, 3) lost at every shape; 128x64x16
 (128, 4) won only 8192x8192x512 (0.83x against 0.79x) and lost at 1000^3 (0.40x against
-0.52x), so none joined the set.
+0.52x), so none joined the set; nor did the large tile with a third stage (128x128x32, 256
+threads, depth 3, 192 KB): 3.03 ms at 4096^3 against depth 2's 2.95, 1 % faster at 8192^3,
+and slower wherever the small tile is suggested (``h100_fp64_d3_s14.log``).
 
 float32 runs the SIMT configurations above only where the output has a side of at most
 128 (:func:`float32_method`: there the 3xTF32 split's memory traffic outweighs the GEMM);
