@@ -9,7 +9,8 @@ most GPUs are many times slower than the FP32 ones.  ``math.erf``/``math.exp``/`
 float32 forms of GELU, tanh-GELU, SiLU and sigmoid are rewritten around one ``exp2`` (and,
 for the last three, an approximate division) because in a fused GEMM the epilogue's
 instructions compete with the main loop's for issue slots: each SASS instruction per
-element is visible in the kernel's time at shallow K.
+element is visible in the kernel's time at shallow K.  float64 tanh-GELU is rewritten
+the same way around libdevice's ``exp`` (one path instead of ``tanh``'s two).
 
 Scalar parameters (``slope``, ``lo``/``hi``, ``s``) are run-time arguments, cast to the
 accumulator's dtype at bind time, so a new value reuses the compiled kernel.  What changes
@@ -158,7 +159,7 @@ class GELU(Pointwise):
 
     def _formula(self, dtype: np.dtype) -> tuple:
         if dtype != np.float32:
-            return ()
+            return () if self.variant == ("none",) else ("sigmoid-exp",)
         return ("ex2ftz-poly9",) if self.variant == ("none",) else ("sigmoid-ex2ftz",)
 
     @staticmethod
@@ -178,14 +179,7 @@ class GELU(Pointwise):
             return gelu
         if t is np.float32:
             return _gelu_tanh_float32()
-        k0, k1 = t(math.sqrt(2 / math.pi)), t(0.044715)
-
-        @cuda.jit(device=True)
-        def gelu_tanh(value, row, col, args):
-            h = half * value
-            return h + h * math.tanh(k0 * (value + k1 * value * value * value))
-
-        return gelu_tanh
+        return _gelu_tanh_float64()
 
     def _reference(self, x, xp):
         if self.variant == ("none",):
@@ -254,6 +248,29 @@ def _gelu_tanh_float32() -> Callable:
     @cuda.jit(device=True)
     def gelu_tanh(value, row, col, args):
         return divide_approx(value, one + exp2_approx(value * (c0 + c1 * value * value)))
+
+    return gelu_tanh
+
+
+def _gelu_tanh_float64() -> Callable:
+    """PyTorch's tanh GELU in float64 as ``x / (1 + exp(z))``, ``z = -2 sqrt(2/pi) (x + 0.044715 x^3)``.
+
+    The identity of the float32 form, with libdevice's ``exp`` and IEEE division: about 30
+    FP64 instructions on one path, where ``0.5 x (1 + tanh(u))`` ran libdevice's ``tanh``,
+    whose two branches (a polynomial below |u| = 0.55, an ``exp`` and a reciprocal above)
+    a warp of GEMM outputs usually takes both of, ~46 in all.  ``exp``'s and the division's
+    roundings (1 and 0.5 ulp) move the result by at most ~2 units of it, and one unit of
+    ``z`` by at most ``0.22 |z| u |x|`` (``sigmoid'(w) w`` peaks at 0.22).  NaN gives NaN,
+    ``+inf`` gives ``+inf``, ``-inf`` NaN (``-inf / inf``), as the tanh form does.
+    """
+    t = np.float64
+    c0 = t(-2 * math.sqrt(2 / math.pi))
+    c1 = t(-2 * math.sqrt(2 / math.pi) * 0.044715)
+    one = t(1)
+
+    @cuda.jit(device=True)
+    def gelu_tanh(value, row, col, args):
+        return value / (one + math.exp(value * (c0 + c1 * value * value)))
 
     return gelu_tanh
 
@@ -431,8 +448,9 @@ def gelu(approximate: str = "none") -> Epilogue:
     with libdevice's ``erf``; float32 as ``relu(x) - s Phi(-s)``, ``s = min(|x|, 6)``, with
     ``Phi(-s)`` a fitted ``exp2`` of a polynomial (within 3 float32 units of ``|x|``, and no
     cancellation for negative ``x``).  The tanh form is ``0.5 x (1 + tanh(u))``,
-    ``u = sqrt(2/pi) (x + 0.044715 x^3)``; float32 computes it as the equal ``x / (1 + exp(-2u))``
-    with ``exp2`` and an approximate division.
+    ``u = sqrt(2/pi) (x + 0.044715 x^3)``, computed as the equal ``x / (1 + exp(-2u))``: in
+    float32 with ``exp2`` and an approximate division, in float64 with ``exp`` and IEEE
+    division.
     """
     return GELU(approximate)
 
