@@ -5,7 +5,8 @@ Run on the GPU host from the repository root::
     . .whl/activate.sh && python benchmarks/fusion.py --json benchmarks/results/h100.json
     python benchmarks/fusion.py --dry-run          # anywhere: the plan, no GPU needed
 
-For each dtype and shape, with :func:`dxgemm.bench.time_ms` (CUDA events, warm-up, median):
+For each dtype and shape, with :func:`dxgemm.bench.time_ms` (CUDA events, warm-up, median),
+every way timed in ``--rounds`` interleaved rounds (default 3; the median round counts):
 
 1. **fused** — ``dxgemm.gemm(x, W, epilogue=bias(b) | gelu())`` on ``--backend``
    (default: ``pipeline`` when dxgemm has it, else ``warptile``), and the same with
@@ -123,8 +124,17 @@ def operands(shape: tuple[int, int, int], dtype: np.dtype):
     return x, w, v
 
 
-def measure(shape, dtype: str, backend: str, *, warmup: int, reps: int, overhead: str, log) -> list[dict]:
-    """Time the five ways at one shape and dtype; one record per comparison (see the module docstring)."""
+def measure(shape, dtype: str, backend: str, *, warmup: int, reps: int, rounds: int, overhead: str,
+            log) -> list[dict]:
+    """Time the five ways at one shape and dtype; one record per comparison (see the module docstring).
+
+    Each way's output is checked once; then every way is timed ``rounds`` times, the ways
+    interleaved and their order reversed every other round, and a way's time is the median
+    of its rounds, so that all ways see the GPU in the same states (clocks and temperature
+    drift over a run: float64 fused times moved by 30 % between runs an hour apart)."""
+    import statistics
+    from contextlib import ExitStack
+
     import cupy as cp
     from nvmath.linalg.advanced import Matmul, MatmulEpilog
 
@@ -139,31 +149,24 @@ def measure(shape, dtype: str, backend: str, *, warmup: int, reps: int, overhead
     d = cp.empty((m, n), dt)
     flop = 2.0 * m * n * k
     exact, approx = E.bias(v) | E.gelu(), E.bias(v) | E.gelu("tanh")
-    ms: dict = {}
-    err: dict = {}
+    ways: dict = {}  # label -> (launch, verify)
 
-    def timed(label, launch, verify):
-        d.fill(cp.nan)
-        ms[label] = time_ms(launch, warmup=warmup, reps=reps)
-        err[label] = verify()
-        log(f"  {dt.name:8} {m:5d}x{n:5d}x{k:5d}  {label:28} {ms[label]:8.3f} ms  {flop / ms[label] / 1e9:7.1f} TFLOP/s"
-            f"  err/bound {err[label]:.2g}")
+    def fused(epilogue):
+        return lambda: dxgemm.gemm(x, w, d, epilogue=epilogue, backend=backend)
 
-    timed(f"{backend} bias|gelu", lambda: dxgemm.gemm(x, w, d, epilogue=exact, backend=backend),
-          lambda: check(d, exact, x64, w64, dt))
-    timed(f"{backend} bias|gelu_tanh", lambda: dxgemm.gemm(x, w, d, epilogue=approx, backend=backend),
-          lambda: check(d, approx, x64, w64, dt))
-    timed(f"{backend} none", lambda: dxgemm.gemm(x, w, d, backend=backend), lambda: check_gemm(d, x64, w64, dt))
-    timed("cublas none", lambda: cp.matmul(x, w, out=d), lambda: check_gemm(d, x64, w64, dt))
+    ways[f"{backend} bias|gelu"] = (fused(exact), lambda: check(d, exact, x64, w64, dt))
+    ways[f"{backend} bias|gelu_tanh"] = (fused(approx), lambda: check(d, approx, x64, w64, dt))
+    ways[f"{backend} none"] = (fused(None), lambda: check_gemm(d, x64, w64, dt))
+    ways["cublas none"] = (lambda: cp.matmul(x, w, out=d), lambda: check_gemm(d, x64, w64, dt))
     elementwise = unfused_bias_gelu(dt)
 
     def unfused():
         cp.matmul(x, w, out=d)
         elementwise(d, v, d)
 
-    timed("cublas+cupy bias|gelu", unfused, lambda: check(d, exact, x64, w64, dt))
-
-    with Matmul(w.T, x.T) as mm:  # (W^T x^T)^T = x W, with cuBLASLt's per-row bias
+    ways["cublas+cupy bias|gelu"] = (unfused, lambda: check(d, exact, x64, w64, dt))
+    with ExitStack() as stack:
+        mm = stack.enter_context(Matmul(w.T, x.T))  # (W^T x^T)^T = x W, with cuBLASLt's per-row bias
         mm.plan(epilog=MatmulEpilog.GELU_BIAS, epilog_inputs={"bias": v})
         out = {}
 
@@ -174,15 +177,34 @@ def measure(shape, dtype: str, backend: str, *, warmup: int, reps: int, overhead
             result = out["r"].T
             return min(check(result, approx, x64, w64, dt), check(result, exact, x64, w64, dt))
 
-        timed("cublaslt bias|gelu", lt, lt_error)
+        ways["cublaslt bias|gelu"] = (lt, lt_error)
+        singles = overhead_epilogues(overhead, n, dt, cp)
+        for name, epilogue in singles.items():
+            ways[f"{backend} {name}"] = (fused(epilogue),
+                                         lambda e=epilogue: check(d, e, x64, w64, dt, custom_lipschitz=1.0))
+        err: dict = {}
+        for label, (launch, verify) in ways.items():
+            d.fill(cp.nan)
+            launch()
+            err[label] = verify()
         lt_form = "bias|gelu_tanh" if check(out["r"].T, approx, x64, w64, dt) <= 1 else "bias|gelu"
+        times: dict = {label: [] for label in ways}
+        labels = list(ways)
+        for r in range(rounds):
+            for label in (labels if r % 2 == 0 else labels[::-1]):
+                times[label].append(time_ms(ways[label][0], warmup=warmup, reps=reps))
+    ms = {label: statistics.median(t) for label, t in times.items()}
+    for label in labels:
+        spread = f" (rounds {min(times[label]):.3f}-{max(times[label]):.3f})" if rounds > 1 else ""
+        log(f"  {dt.name:8} {m:5d}x{n:5d}x{k:5d}  {label:28} {ms[label]:8.3f} ms  {flop / ms[label] / 1e9:7.1f} TFLOP/s"
+            f"  err/bound {err[label]:.2g}{spread}")
 
     def record(label, epilogue, baseline_label, baseline_name):
         name = label.split(" ")[0]
         return {"suite": SUITE, "backend": name, "dtype": dt.name, "m": m, "n": n, "k": k, "epilogue": epilogue,
                 "ms": ms[label], "tflops": flop / ms[label] / 1e9, "baseline": baseline_name,
                 "baseline_ms": ms[baseline_label], "baseline_tflops": flop / ms[baseline_label] / 1e9,
-                "ratio": ms[baseline_label] / ms[label], "max_error_ratio": err[label]}
+                "ratio": ms[baseline_label] / ms[label], "max_error_ratio": err[label], "rounds": rounds}
 
     records = [
         record(f"{backend} bias|gelu", "bias|gelu", "cublas+cupy bias|gelu", "cublas+cupy"),
@@ -192,11 +214,8 @@ def measure(shape, dtype: str, backend: str, *, warmup: int, reps: int, overhead
         record("cublas+cupy bias|gelu", "bias|gelu", "cublas none", "cublas"),
         record("cublaslt bias|gelu", lt_form, "cublas none", "cublas"),
     ]
-    for name, epilogue in overhead_epilogues(overhead, n, dt, cp).items():
-        label = f"{backend} {name}"
-        timed(label, lambda: dxgemm.gemm(x, w, d, epilogue=epilogue, backend=backend),
-              lambda: check(d, epilogue, x64, w64, dt, custom_lipschitz=1.0))
-        records.append(record(label, epilogue.name, f"{backend} none", backend))
+    for name, epilogue in singles.items():
+        records.append(record(f"{backend} {name}", epilogue.name, f"{backend} none", backend))
     return records
 
 
@@ -242,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overhead", default="", help="single epilogues to time against no epilogue, or 'all'")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per shape; the median counts")
     parser.add_argument("--json", help="merge the records into this result file")
     parser.add_argument("--dry-run", action="store_true", help="print what would be measured; needs no GPU")
     parser.add_argument("--config", help="run the pipeline with this configuration ('large', 'small' or a name "
@@ -250,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     shapes = [tuple(int(p) for p in s.lower().split("x")) for s in args.shapes.split(",")]
     dtypes = args.dtypes.split(",")
     if args.dry_run:
-        print(f"backend {args.backend}; dtypes {dtypes}; shapes {shapes}; warmup {args.warmup}, reps {args.reps}")
+        print(f"backend {args.backend}; dtypes {dtypes}; shapes {shapes}; warmup {args.warmup}, reps {args.reps}, "
+              f"{args.rounds} interleaved rounds")
         print("per shape and dtype: fused bias|gelu and bias|gelu_tanh, the same backend without epilogue, cuBLAS "
               "alone, cuBLAS + CuPy elementwise, cuBLASLt GELU_BIAS (nvmath Matmul)"
               + (f"; single epilogues: {args.overhead}" if args.overhead else ""))
@@ -266,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         for dtype in dtypes:
             for shape in shapes:
                 records += measure(shape, dtype, args.backend, warmup=args.warmup, reps=args.reps,
-                                   overhead=args.overhead, log=log)
+                                   rounds=args.rounds, overhead=args.overhead, log=log)
     print(table(records))
     bad = [r for r in records if not r["max_error_ratio"] <= 1]
     if bad:

@@ -96,8 +96,9 @@ def main() -> int:
         print(f"  {'x'.join(map(str, shape)):>15}  none                  {statistics.median(none):.4f} ms")
         for chain in chains:
             cost = [100 * (t / base - 1) for t, base in zip(times[chain], none)]
-            print(f"  {'x'.join(map(str, shape)):>15}  {chain:21} {statistics.median(times[chain]):.4f} ms  cost median "
-                  f"{statistics.median(cost):+.1f} % (rounds {min(cost):+.1f} to {max(cost):+.1f} %)", flush=True)
+            print(f"  {'x'.join(map(str, shape)):>15}  {chain:21} {statistics.median(times[chain]):.4f} ms  "
+                  f"cost median {statistics.median(cost):+.1f} % (rounds {min(cost):+.1f} to {max(cost):+.1f} %)",
+                  flush=True)
     return 0
 
 
