@@ -32,7 +32,8 @@ those bytes; what it adds is the epilogue's arithmetic on values already in regi
 
 Records (merged into ``--json``; records with another ``suite`` are kept untouched, older
 fusion records of the same identity replaced) carry the ladder's fields plus
-``"suite": "fusion"``; ``ratio`` is ``baseline_ms / ms``:
+``"suite": "fusion"`` and ``rounds``; ``ms`` and ``baseline_ms`` are medians over the rounds and
+``ratio`` the median of the per-round ``baseline time / time``:
 
 * ``<backend>``, ``bias|gelu``, baseline ``cublas+cupy`` (the unfused path): the speed-up;
 * ``<backend>``, ``bias|gelu_tanh``, baseline ``cublaslt``: against cuBLASLt's fused epilogue;
@@ -129,9 +130,10 @@ def measure(shape, dtype: str, backend: str, *, warmup: int, reps: int, rounds: 
     """Time the five ways at one shape and dtype; one record per comparison (see the module docstring).
 
     Each way's output is checked once; then every way is timed ``rounds`` times, the ways
-    interleaved and their order reversed every other round, and a way's time is the median
-    of its rounds, so that all ways see the GPU in the same states (clocks and temperature
-    drift over a run: float64 fused times moved by 30 % between runs an hour apart)."""
+    interleaved and their order reversed every other round.  A way's time is the median of
+    its rounds, and a ratio the median of the per-round ratios, so that the GPU's drift
+    (clocks and temperature: float64 fused times moved by 30 % between runs an hour apart,
+    large shapes by 5-10 % between rounds) cancels in the comparisons."""
     import statistics
     from contextlib import ExitStack
 
@@ -204,7 +206,8 @@ def measure(shape, dtype: str, backend: str, *, warmup: int, reps: int, rounds: 
         return {"suite": SUITE, "backend": name, "dtype": dt.name, "m": m, "n": n, "k": k, "epilogue": epilogue,
                 "ms": ms[label], "tflops": flop / ms[label] / 1e9, "baseline": baseline_name,
                 "baseline_ms": ms[baseline_label], "baseline_tflops": flop / ms[baseline_label] / 1e9,
-                "ratio": ms[baseline_label] / ms[label], "max_error_ratio": err[label], "rounds": rounds}
+                "ratio": statistics.median(b / t for b, t in zip(times[baseline_label], times[label])),
+                "max_error_ratio": err[label], "rounds": rounds}
 
     records = [
         record(f"{backend} bias|gelu", "bias|gelu", "cublas+cupy bias|gelu", "cublas+cupy"),
@@ -247,7 +250,7 @@ def table(records: list[dict]) -> str:
         cost = find(fused["backend"], "bias|gelu", fused["backend"])
         lines.append(f"| {dtype} | {m}x{n}x{k} | {unfused['baseline_ms']:.3f} | {unfused['ms']:.3f} | {lt['ms']:.3f} | "
                      f"{fused['ms']:.3f} | {fused['ratio']:.2f} | {tanh['ms']:.3f} | {tanh['ratio']:.2f} | "
-                     f"{cost['baseline_ms']:.3f} | {100 * (cost['ms'] / cost['baseline_ms'] - 1):+.1f} % |")
+                     f"{cost['baseline_ms']:.3f} | {100 * (1 / cost['ratio'] - 1):+.1f} % |")
     return "\n".join(lines)
 
 
