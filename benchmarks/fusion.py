@@ -135,7 +135,6 @@ def measure(shape, dtype: str, backend: str, *, warmup: int, reps: int, rounds: 
     (clocks and temperature: float64 fused times moved by 30 % between runs an hour apart,
     large shapes by 5-10 % between rounds) cancels in the comparisons."""
     import statistics
-    from contextlib import ExitStack
 
     import cupy as cp
     from nvmath.linalg.advanced import Matmul, MatmulEpilog
@@ -167,8 +166,7 @@ def measure(shape, dtype: str, backend: str, *, warmup: int, reps: int, rounds: 
         elementwise(d, v, d)
 
     ways["cublas+cupy bias|gelu"] = (unfused, lambda: check(d, exact, x64, w64, dt))
-    with ExitStack() as stack:
-        mm = stack.enter_context(Matmul(w.T, x.T))  # (W^T x^T)^T = x W, with cuBLASLt's per-row bias
+    with Matmul(w.T, x.T) as mm:  # (W^T x^T)^T = x W, with cuBLASLt's per-row bias
         mm.plan(epilog=MatmulEpilog.GELU_BIAS, epilog_inputs={"bias": v})
         out = {}
 
