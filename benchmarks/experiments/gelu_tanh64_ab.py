@@ -47,18 +47,6 @@ class TanhGELUBefore(GELU):
         return gelu_tanh
 
 
-def before_chains(singles: str, n: int, dtype, xp) -> dict:
-    """The extra chain for ``epilogue_cost.cost_rounds``: the bias of ``fusion.operands`` and the old stage."""
-    import fusion
-
-    from dxgemm import epilogues as E
-
-    return {"bias|gelu_tanh_before": E.bias(fusion.operands(SHAPE[0], dtype)[2]) | TanhGELUBefore()}
-
-
-SHAPE: list = [None]
-
-
 def main() -> int:
     import argparse
 
@@ -69,10 +57,11 @@ def main() -> int:
     args = parser.parse_args()
     shapes = [tuple(int(s) for s in text.split("x")) for text in args.shapes.split(",")]
     chains = ["bias|gelu_tanh", "bias|gelu_tanh_before"]
+    from dxgemm import epilogues as E
+
     if args.build:
         import prebuild as P
 
-        from dxgemm import epilogues as E
         P.stub_the_device(P.Recorder(False))
         rng = np.random.default_rng(0)
         for m, n, k in shapes:
@@ -81,24 +70,15 @@ def main() -> int:
             for epilogue in (None, E.bias(v) | E.gelu("tanh"), E.bias(v) | TanhGELUBefore()):
                 P.gemm(x, w, d, epilogue=epilogue, backend="pipeline")
         return 0
-    import statistics
-
     import epilogue_cost
 
-    epilogue_cost.overhead_epilogues = before_chains
     print(f"== float64 tanh-GELU after (x / (1 + exp z)) and before (0.5 x (1 + tanh u)): {args.rounds} interleaved "
           "rounds of epilogue_cost.py, each the median of 50 CUDA-event timings")
     for shape in shapes:
-        SHAPE[0] = shape
         times = epilogue_cost.cost_rounds(shape, np.dtype(np.float64), "pipeline", chains, rounds=args.rounds,
-                                          warmup=3, reps=50)
-        none = times["none"]
-        print(f"  {'x'.join(map(str, shape)):>15}  none                  {statistics.median(none):.4f} ms")
-        for chain in chains:
-            cost = [100 * (t / base - 1) for t, base in zip(times[chain], none)]
-            print(f"  {'x'.join(map(str, shape)):>15}  {chain:21} {statistics.median(times[chain]):.4f} ms  "
-                  f"cost median {statistics.median(cost):+.1f} % (rounds {min(cost):+.1f} to {max(cost):+.1f} %)",
-                  flush=True)
+                                          warmup=3, reps=50,
+                                          extra=lambda v: {"bias|gelu_tanh_before": E.bias(v) | TanhGELUBefore()})
+        epilogue_cost.report(f"{'x'.join(map(str, shape)):>15}", times, chains)
     return 0
 
 

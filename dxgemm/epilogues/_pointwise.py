@@ -164,22 +164,19 @@ class GELU(Pointwise):
 
     @staticmethod
     def _device(t, approximate):
-        half = t(0.5)
-        if approximate == "none" and t is np.float32:
-            return _gelu_float32()
-        if approximate == "none":
-            # h + h * erf(...) rather than h * (1 + erf(...)): one fused multiply-add, no add
-            rsqrt2 = t(1 / math.sqrt(2))
-
-            @cuda.jit(device=True)
-            def gelu(value, row, col, args):
-                h = half * value
-                return h + h * math.erf(value * rsqrt2)
-
-            return gelu
+        if approximate == "tanh":
+            return _gelu_tanh(t)
         if t is np.float32:
-            return _gelu_tanh_float32()
-        return _gelu_tanh_float64()
+            return _gelu_float32()
+        # h + h * erf(...) rather than h * (1 + erf(...)): one fused multiply-add, no add
+        half, rsqrt2 = t(0.5), t(1 / math.sqrt(2))
+
+        @cuda.jit(device=True)
+        def gelu(value, row, col, args):
+            h = half * value
+            return h + h * math.erf(value * rsqrt2)
+
+        return gelu
 
     def _reference(self, x, xp):
         if self.variant == ("none",):
@@ -229,72 +226,66 @@ def _gelu_float32() -> Callable:
     return gelu
 
 
-def _gelu_tanh_float32() -> Callable:
-    """PyTorch's tanh GELU in float32 as ``x / (1 + 2**z)``, ``z = -2 log2(e) sqrt(2/pi) (x + 0.044715 x^3)``.
+def _over_one_plus_exp(t: type) -> tuple[Callable, float]:
+    """``num / (1 + exp(z))`` in dtype ``t`` as a device function ``(num, z)``, and the factor
+    ``z`` carries: its callers multiply their constants by it.
 
-    ``(1 + tanh(u)) / 2 = sigmoid(2u)``, so ``0.5 x (1 + tanh(u)) = x / (1 + exp(-2u))``: one
-    ``exp2`` and one approximate division (``exp2_approx``, ``divide_approx``), 7 SASS
-    instructions where libdevice's ``tanhf`` took 18, and no cancellation in ``1 + tanh(u)``
-    for negative ``x``.  The error: a few units in ``z`` move the result by at most
-    ``0.22 * 3 u |x|`` (``sigmoid'(w) w`` peaks at 0.22), ex2 and the division add about 2
-    units each.  NaN gives NaN, ``+inf``
-    gives ``+inf`` and ``-inf`` NaN, as the tanh form does.
-    """
-    t = np.float32
-    c0 = t(-2 * LOG2E * math.sqrt(2 / math.pi))
-    c1 = t(-2 * LOG2E * math.sqrt(2 / math.pi) * 0.044715)
+    float32 reads ``z`` in base 2 (factor ``log2 e``) and computes one ``exp2_approx`` (one
+    ``MUFU.EX2``) and one ``divide_approx`` (``div.approx``, 2 ulp), both in
+    :mod:`dxgemm.kernels._device`: 4-5 SASS instructions where ``expf`` and IEEE division
+    took about 20.  float64 (factor 1) keeps libdevice's ``exp`` and IEEE division: one path
+    of ~30 FP64 instructions.  The logistic stages and the tanh GELU are all this quotient
+    (``sigmoid(w) = 1 / (1 + exp(-w))``), so none subtracts nearly equal numbers."""
     one = t(1)
+    if t is np.float32:
+
+        @cuda.jit(device=True)
+        def quotient(num, z):
+            return divide_approx(num, one + exp2_approx(z))
+
+        return quotient, LOG2E
+
+    @cuda.jit(device=True)
+    def quotient(num, z):
+        return num / (one + math.exp(z))
+
+    return quotient, 1.0
+
+
+def _gelu_tanh(t: type) -> Callable:
+    """PyTorch's tanh GELU as ``x / (1 + exp(z))``, ``z = -2 sqrt(2/pi) (x + 0.044715 x^3)``
+    (:func:`_over_one_plus_exp`).
+
+    ``(1 + tanh(u)) / 2 = sigmoid(2u)``, so ``0.5 x (1 + tanh(u)) = x / (1 + exp(-2u))``.
+    float32: 7 SASS instructions where libdevice's ``tanhf`` took 18.  float64: one path of
+    ~31 FP64 instructions, where libdevice's ``tanh`` has two branches (a polynomial below
+    |u| = 0.55, an ``exp`` and a reciprocal above) that a warp of GEMM outputs usually takes
+    both of, ~46 in all.  No cancellation in ``1 + tanh(u)`` for negative ``x``.  The error:
+    one unit of ``z`` moves the result by at most ``0.22 |z| u |x|`` (``sigmoid'(w) w`` peaks
+    at 0.22); ``exp`` and the division add about 2 units (float32) or 1.5 (float64).  NaN
+    gives NaN, ``+inf`` gives ``+inf`` and ``-inf`` NaN, as the tanh form does.
+    """
+    quotient, scale = _over_one_plus_exp(t)
+    c0 = t(-2 * scale * math.sqrt(2 / math.pi))
+    c1 = t(-2 * scale * math.sqrt(2 / math.pi) * 0.044715)
 
     @cuda.jit(device=True)
     def gelu_tanh(value, row, col, args):
-        return divide_approx(value, one + exp2_approx(value * (c0 + c1 * value * value)))
-
-    return gelu_tanh
-
-
-def _gelu_tanh_float64() -> Callable:
-    """PyTorch's tanh GELU in float64 as ``x / (1 + exp(z))``, ``z = -2 sqrt(2/pi) (x + 0.044715 x^3)``.
-
-    The identity of the float32 form, with libdevice's ``exp`` and IEEE division: about 30
-    FP64 instructions on one path, where ``0.5 x (1 + tanh(u))`` ran libdevice's ``tanh``,
-    whose two branches (a polynomial below |u| = 0.55, an ``exp`` and a reciprocal above)
-    a warp of GEMM outputs usually takes both of, ~46 in all.  ``exp``'s and the division's
-    roundings (1 and 0.5 ulp) move the result by at most ~2 units of it, and one unit of
-    ``z`` by at most ``0.22 |z| u |x|`` (``sigmoid'(w) w`` peaks at 0.22).  NaN gives NaN,
-    ``+inf`` gives ``+inf``, ``-inf`` NaN (``-inf / inf``), as the tanh form does.
-    """
-    t = np.float64
-    c0 = t(-2 * math.sqrt(2 / math.pi))
-    c1 = t(-2 * math.sqrt(2 / math.pi) * 0.044715)
-    one = t(1)
-
-    @cuda.jit(device=True)
-    def gelu_tanh(value, row, col, args):
-        return value / (one + math.exp(value * (c0 + c1 * value * value)))
+        return quotient(value, value * (c0 + c1 * value * value))
 
     return gelu_tanh
 
 
 def _logistic(t: type, times_value: bool) -> Callable:
-    """``x * sigmoid(x)`` (``times_value``) or ``sigmoid(x)`` in dtype ``t``, as ``1 / (1 + exp(-x))``.
-
-    float32 computes ``exp(-x)`` as ``2**(-x log2 e)`` (ex2.approx; the product's rounding
-    moves the result by at most ``0.22 u`` of it; ``exp2_approx``) and divides approximately
-    (``divide_approx``, both in :mod:`dxgemm.kernels._device`): 4-5 SASS instructions where
-    ``expf`` and IEEE division took about 20.  float64 keeps libdevice's ``exp`` and IEEE division."""
-    one = t(1)
-    if t is np.float32:
-        minus_log2e = t(-LOG2E)
-
-        @cuda.jit(device=True)
-        def logistic(value):
-            return divide_approx(value if times_value else one, one + exp2_approx(value * minus_log2e))
-
-        return logistic
+    """``x * sigmoid(x)`` (``times_value``) or ``sigmoid(x)`` in dtype ``t``, as ``1 / (1 + exp(-x))``
+    (:func:`_over_one_plus_exp`; in float32 the rounding of ``-x log2 e`` moves the result by
+    at most ``0.22 u`` of it)."""
+    quotient, scale = _over_one_plus_exp(t)
+    one, minus_scale = t(1), t(-scale)
 
     @cuda.jit(device=True)
     def logistic(value):
-        return (value if times_value else one) / (one + math.exp(-value))
+        return quotient(value if times_value else one, value * minus_scale)
 
     return logistic
 
