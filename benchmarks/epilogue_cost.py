@@ -22,6 +22,7 @@ import argparse
 import statistics
 import sys
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
@@ -31,15 +32,16 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import dxgemm  # noqa: E402
 from dxgemm import epilogues as E  # noqa: E402
-from fusion import default_backend, operands, overhead_epilogues  # noqa: E402
+from fusion import default_backend, interleaved_rounds, operands, overhead_epilogues  # noqa: E402
 
 
 def cost_rounds(shape, dtype: np.dtype, backend: str, chains: list[str], *, rounds: int, warmup: int,
-                reps: int) -> dict[str, list[float]]:
-    """Per-round ms of ``none`` and of each chain; each round alternates the order."""
+                reps: int, extra: Callable[[Any], dict] | None = None) -> dict[str, list[float]]:
+    """Per-round ms of ``none`` and of each chain (:func:`fusion.interleaved_rounds`).
+
+    ``extra(bias)`` may add chains by name, built on the operands' bias vector."""
     import cupy as cp
 
-    from dxgemm.bench import time_ms
     from dxgemm.epilogues.reference import check
     from dxgemm.testing import check as check_gemm
 
@@ -49,6 +51,7 @@ def cost_rounds(shape, dtype: np.dtype, backend: str, chains: list[str], *, roun
     epilogues = {"none": None, "bias|gelu": E.bias(v) | E.gelu(), "bias|gelu_tanh": E.bias(v) | E.gelu("tanh")}
     singles = ",".join(c for c in chains if c not in epilogues)  # single stages, by fusion.py's names
     epilogues.update(overhead_epilogues(singles, shape[1], dtype, cp))
+    epilogues.update(extra(v) if extra else {})
     labels = ["none"] + chains
     for label in labels:  # compile/load and check each kernel once
         d.fill(cp.nan)
@@ -57,13 +60,20 @@ def cost_rounds(shape, dtype: np.dtype, backend: str, chains: list[str], *, roun
                check(d, epilogues[label], x64, w64, dtype, custom_lipschitz=1.0))  # fusion.py's custom: x + v[col]
         if not err <= 1:
             raise SystemExit(f"{label}: error {err:.3g} x the bound")
-    times: dict[str, list[float]] = {label: [] for label in labels}
-    for r in range(rounds):
-        for label in (labels if r % 2 == 0 else labels[::-1]):
-            epilogue = epilogues[label]
-            times[label].append(time_ms(lambda: dxgemm.gemm(x, w, d, epilogue=epilogue, backend=backend),
-                                        warmup=warmup, reps=reps))
-    return times
+    launches = {label: (lambda e=epilogues[label]: dxgemm.gemm(x, w, d, epilogue=e, backend=backend))
+                for label in labels}
+    return interleaved_rounds(launches, rounds=rounds, warmup=warmup, reps=reps)
+
+
+def report(label: str, times: dict[str, list[float]], chains: list[str]) -> None:
+    """Print the bare kernel's median and each chain's median cost over it, with the rounds' spread."""
+    none = times["none"]
+    print(f"  {label}  none           {statistics.median(none):.4f} ms (rounds {min(none):.4f}-{max(none):.4f})",
+          flush=True)
+    for chain in chains:
+        cost = [100 * (t / base - 1) for t, base in zip(times[chain], none)]
+        print(f"  {label}  {chain:14} {statistics.median(times[chain]):.4f} ms  cost median "
+              f"{statistics.median(cost):+.1f} % (rounds {min(cost):+.1f} to {max(cost):+.1f} %)", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,14 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         for shape in (tuple(int(s) for s in text.split("x")) for text in args.shapes.split(",")):
             times = cost_rounds(shape, dtype, args.backend, chains, rounds=args.rounds, warmup=args.warmup,
                                 reps=args.reps)
-            none = times["none"]
-            label = f"{dtype.name:8} {'x'.join(map(str, shape)):>15}"
-            print(f"  {label}  none           {statistics.median(none):.4f} ms "
-                  f"(rounds {min(none):.4f}-{max(none):.4f})", flush=True)
-            for chain in chains:
-                cost = [100 * (t / base - 1) for t, base in zip(times[chain], none)]
-                print(f"  {label}  {chain:14} {statistics.median(times[chain]):.4f} ms  cost median "
-                      f"{statistics.median(cost):+.1f} % (rounds {min(cost):+.1f} to {max(cost):+.1f} %)", flush=True)
+            report(f"{dtype.name:8} {'x'.join(map(str, shape)):>15}", times, chains)
     return 0
 
 

@@ -125,6 +125,20 @@ def operands(shape: tuple[int, int, int], dtype: np.dtype):
     return x, w, v
 
 
+def interleaved_rounds(launches: dict, *, rounds: int, warmup: int, reps: int) -> dict[str, list[float]]:
+    """Per-label ms of each launch in ``launches``, timed ``rounds`` times with
+    :func:`dxgemm.bench.time_ms`, the labels interleaved and their order reversed every
+    other round, so that every way sees the GPU in the same states."""
+    from dxgemm.bench import time_ms
+
+    labels = list(launches)
+    times: dict[str, list[float]] = {label: [] for label in labels}
+    for r in range(rounds):
+        for label in (labels if r % 2 == 0 else labels[::-1]):
+            times[label].append(time_ms(launches[label], warmup=warmup, reps=reps))
+    return times
+
+
 def measure(shape, dtype: str, backend: str, *, warmup: int, reps: int, rounds: int, overhead: str,
             log) -> list[dict]:
     """Time the five ways at one shape and dtype; one record per comparison (see the module docstring).
@@ -139,7 +153,6 @@ def measure(shape, dtype: str, backend: str, *, warmup: int, reps: int, rounds: 
     import cupy as cp
     from nvmath.linalg.advanced import Matmul, MatmulEpilog
 
-    from dxgemm.bench import time_ms
     from dxgemm.epilogues.reference import check
     from dxgemm.testing import check as check_gemm
 
@@ -188,13 +201,10 @@ def measure(shape, dtype: str, backend: str, *, warmup: int, reps: int, rounds: 
             launch()
             err[label] = verify()
         lt_form = "bias|gelu_tanh" if check(out["r"].T, approx, x64, w64, dt) <= 1 else "bias|gelu"
-        times: dict = {label: [] for label in ways}
-        labels = list(ways)
-        for r in range(rounds):
-            for label in (labels if r % 2 == 0 else labels[::-1]):
-                times[label].append(time_ms(ways[label][0], warmup=warmup, reps=reps))
+        times = interleaved_rounds({label: launch for label, (launch, _) in ways.items()}, rounds=rounds,
+                                   warmup=warmup, reps=reps)
     ms = {label: statistics.median(t) for label, t in times.items()}
-    for label in labels:
+    for label in ways:
         spread = f" (rounds {min(times[label]):.3f}-{max(times[label]):.3f})" if rounds > 1 else ""
         log(f"  {dt.name:8} {m:5d}x{n:5d}x{k:5d}  {label:28} {ms[label]:8.3f} ms  {flop / ms[label] / 1e9:7.1f} TFLOP/s"
             f"  err/bound {err[label]:.2g}{spread}")
