@@ -49,9 +49,9 @@ def cost_rounds(shape, dtype: np.dtype, backend: str, chains: list[str], *, roun
     x64, w64 = x.astype(np.float64), w.astype(np.float64)
     d = cp.empty((shape[0], shape[1]), dtype)
     epilogues = {"none": None, "bias|gelu": E.bias(v) | E.gelu(), "bias|gelu_tanh": E.bias(v) | E.gelu("tanh")}
+    epilogues.update(extra(v) if extra else {})
     singles = ",".join(c for c in chains if c not in epilogues)  # single stages, by fusion.py's names
     epilogues.update(overhead_epilogues(singles, shape[1], dtype, cp))
-    epilogues.update(extra(v) if extra else {})
     labels = ["none"] + chains
     for label in labels:  # compile/load and check each kernel once
         d.fill(cp.nan)
