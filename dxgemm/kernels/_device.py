@@ -500,6 +500,62 @@ def make_tile_async_copier(dtype: np.dtype, layout: Layout, rows: int, cols: int
     return copy
 
 
+class AsyncTileStream(NamedTuple):
+    """One thread's share of a tile copied with unchecked 16-byte ``cp.async``, for tiles
+    known to lie wholly inside the matrix with 16-byte aligned lines.
+
+    ``iters`` chunks per thread; ``origin(ld, row0, col0, tid, it)`` is the global offset of
+    chunk ``it`` of the tile at ``(row0, col0)``, and moving the tile ``dk`` along K adds
+    ``dk * k_stride(ld)``; ``place(tid, it)`` is its offset in a shared stage;
+    ``copy(s, dst, g, src)`` starts one copy.  A kernel keeps the origins in registers and
+    issues the copies between its mma instructions: the bounds checks of
+    :func:`make_tile_async_copier` cost more issue slots than the copies themselves.
+    """
+
+    iters: int
+    origin: Callable
+    k_stride: Callable
+    place: Callable
+    copy: Callable
+
+
+def make_async_tile_stream(dtype: np.dtype, layout: Layout, rows: int, cols: int, nthreads: int, smem_ld: int,
+                           k_along_rows: bool) -> AsyncTileStream:
+    """:class:`AsyncTileStream` for a ``rows x cols`` tile of an operand in ``layout``, split
+    as :func:`make_tile_async_copier` splits it; ``k_along_rows``: K runs down the tile's
+    rows (B) rather than along its columns (A)."""
+    width = vec_width(dtype)
+    plan = _tile_plan(dtype, layout, rows, cols, layout, nthreads, width, smem_ld)
+    along_cols, g_off, LD = plan.along_cols, plan.g_off, U(smem_ld)
+    chunk = _chunk_position(plan)
+    copy16 = make_cp_async(16, np.dtype(dtype).itemsize)
+    full = U(16)
+    # Moving K by one moves along the contiguous dimension (stride 1) or across it (stride ld).
+    k_contiguous = k_along_rows != along_cols
+
+    @cuda.jit(device=True, inline="always")
+    def origin(ld, row0, col0, tid, it):
+        line, pos = chunk(tid, U(it))
+        if along_cols:
+            return g_off(row0 + line, col0 + pos, ld)
+        return g_off(row0 + pos, col0 + line, ld)
+
+    @cuda.jit(device=True, inline="always")
+    def k_stride(ld):
+        return U(1) if k_contiguous else ld
+
+    @cuda.jit(device=True, inline="always")
+    def place(tid, it):
+        line, pos = chunk(tid, U(it))
+        return line * LD + pos
+
+    @cuda.jit(device=True, inline="always")
+    def copy(s, dst, g, src):
+        copy16(s, dst, g, src, full)
+
+    return AsyncTileStream(plan.iters, origin, k_stride, place, copy)
+
+
 class TileStager(NamedTuple):
     """A tile copy split in two halves, so the global loads can be in flight during compute.
 

@@ -51,10 +51,10 @@ what holds it below cuBLASDx's 0.79x; its small tile did (8-12 %, ``TILE_CONFIGS
 
 from __future__ import annotations
 
-from numba import cuda, from_dtype
+from numba import cuda, from_dtype, uint64
 
 from ._device import (SIMULATOR, SMEM_ALIGN, U, cp_async_commit, cp_async_wait, dmma_shape_for, is_aligned16,
-                      make_dmma, make_offset, make_tile_async_copier, make_tile_stager, store_vec)
+                      make_dmma, make_offset, make_async_tile_stream, make_tile_async_copier, make_tile_stager, store_vec)
 from ._spec import BuiltKernel, KernelSpec, Layout
 
 WARP = 32
@@ -320,8 +320,48 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
     if ASYNC:
         copy_a = make_tile_async_copier(dt, spec.layout_a, BM, BK, threads, ALD)
         copy_b = make_tile_async_copier(dt, spec.layout_b, BK, BN, threads, BLD)
+        stream_a = make_async_tile_stream(dt, spec.layout_a, BM, BK, threads, ALD, k_along_rows=False)
+        stream_b = make_async_tile_stream(dt, spec.layout_b, BK, BN, threads, BLD, k_along_rows=True)
+        A_IT, B_IT = stream_a.iters, stream_b.iters
+        N_MMA, N_COPY = KSTEPS * MI * NI, A_IT + B_IT
         wait_oldest = cp_async_wait[NSTAGES - 2]
         uLAST = U(NSTAGES - 1)
+
+        @cuda.jit(device=True, inline="always")
+        def issue_copy(c, a, a_tile, a_src, a_dk, a_fill, b, b_tile, b_src, b_dk, b_fill, tid):
+            """This thread's unchecked copy ``c`` of the next tiles (A's chunks first, then B's)."""
+            if c < A_IT:
+                stream_a.copy(a_tile, a_fill + stream_a.place(tid, c), a, a_src[c] + a_dk)
+            else:
+                stream_b.copy(b_tile, b_fill + stream_b.place(tid, c - A_IT), b, b_src[c - A_IT] + b_dk)
+
+        @cuda.jit(device=True, inline="always")
+        def multiply_tile_copying(a_tile, a_off, b_tile, b_off, w_row, w_col, lane, a_frag, b_frag, acc,
+                                  a, a_src, a_dk, a_fill, b, b_src, b_dk, b_fill, tid):
+            """:func:`multiply_tile`, with this thread's copies of a later K tile spread evenly
+            between the mma instructions: one basic block, so ptxas can keep the tensor pipe
+            busy while the copies issue (issued all at once they left it idle ~25 % of a tile)."""
+            for s in range(KSTEPS):
+                for i in range(MI):
+                    if A_KMAJOR:
+                        a_base = a_off + U(s) * uMMA_K * uALD + w_row + U(i) * uMMA_M
+                    else:
+                        a_base = a_off + (w_row + U(i) * uMMA_M) * uALD + U(s) * uMMA_K
+                    load_a(a_tile, a_base, uALD, lane, a_frag, i)
+                for j in range(NI):
+                    if B_KMAJOR:
+                        b_base = b_off + U(s) * uMMA_K * uBLD + w_col + U(j) * u8
+                    else:
+                        b_base = b_off + (w_col + U(j) * u8) * uBLD + U(s) * uMMA_K
+                    load_b(b_tile, b_base, uBLD, lane, b_frag, j)
+                for i in range(MI):
+                    for j in range(NI):
+                        lo = 2 * ((i * HALVES) * NI + j)
+                        mma(a_frag, i, b_frag, j, acc, lo, lo + 2 * NI, lane, a_tile, uALD, b_tile, uBLD)
+                        q = (s * MI + i) * NI + j
+                        for c in range(N_COPY):
+                            if (c * N_MMA) // N_COPY == q:
+                                issue_copy(c, a, a_tile, a_src, a_dk, a_fill, b, b_tile, b_src, b_dk, b_fill, tid)
 
         def warptile_dmma_gemm(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args):
             smem = cuda.shared.array(0, smem_type)
@@ -330,6 +370,8 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
             acc = cuda.local.array(acc_elems, nb)
             a_frag = cuda.local.array((MI, A_VALS), nb)
             b_frag = cuda.local.array((NI, B_VALS), nb)
+            a_src = cuda.local.array(A_IT, uint64)
+            b_src = cuda.local.array(B_IT, uint64)
             for i in range(acc_elems):
                 acc[i] = zero
             tid, lane, w_row, w_col, row0, col0, um, un, uk, vec_a, vec_b, n_tiles = place(m, n, k, flags)
@@ -342,9 +384,30 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
                 cp_async_commit()
             use = U(0)  # the stage multiplied in this iteration
             fill = uLAST  # the stage the tile NSTAGES - 1 ahead goes to
-            for t in range(n_tiles):
-                wait_oldest()  # this thread's copies of tile t have landed ...
-                cuda.syncthreads()  # ... everyone's, and nobody still reads stage `fill`
+            t = U(0)
+            # A block wholly inside D with 16-byte operands copies every tile but a partial
+            # last one unchecked, from origins kept in registers, between its mmas.
+            if vec_a and vec_b and row0 + uBM <= um and col0 + uBN <= un:
+                for c in range(A_IT):
+                    a_src[c] = stream_a.origin(U(lda), row0, U(0), tid, c)
+                for c in range(B_IT):
+                    b_src[c] = stream_b.origin(U(ldb), U(0), col0, tid, c)
+                a_ks, b_ks = stream_a.k_stride(U(lda)), stream_b.k_stride(U(ldb))
+                full_tiles = uk // uBK
+                while t + uLAST < full_tiles:
+                    wait_oldest()  # this thread's copies of tile t have landed ...
+                    cuda.syncthreads()  # ... everyone's, and nobody still reads stage `fill`
+                    dk = (t + uLAST) * uBK
+                    multiply_tile_copying(a_tile, use * uA_STAGE, b_tile, use * uB_STAGE, w_row, w_col, lane, a_frag,
+                                          b_frag, acc, a, a_src, dk * a_ks, fill * uA_STAGE, b, b_src, dk * b_ks,
+                                          fill * uB_STAGE, tid)
+                    cp_async_commit()
+                    use = use + one if use < uLAST else U(0)
+                    fill = fill + one if fill < uLAST else U(0)
+                    t += one
+            while t < n_tiles:
+                wait_oldest()
+                cuda.syncthreads()
                 ahead = t + uLAST
                 if ahead < n_tiles:
                     copy_a(a, U(lda), row0, ahead * uBK, um, uk, a_tile[fill * uA_STAGE:], tid, vec_a)
@@ -354,6 +417,7 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
                               acc)
                 use = use + one if use < uLAST else U(0)
                 fill = fill + one if fill < uLAST else U(0)
+                t += one
             store_tile(d, U(ldd), um, un, row0, col0, w_row, w_col, lane, acc, epi_args)
 
     else:
