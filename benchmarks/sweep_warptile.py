@@ -72,16 +72,21 @@ CANDIDATES = {
         dict(kind="dmma", copy="async", mma=(16, 4), threads=256, BM=64, BN=64, BK=8, WM=32, WN=16, stages=4),
         dict(kind="dmma", mma=(16, 4), threads=512, BM=128, BN=128, BK=16, WM=32, WN=32, stages=2),
         # cuBLAS's own sm_90 DGEMM (libcublasLt 13: 128x128x16 tile, 8 warps of 32x64, DMMA.16x8x16,
-        # cp.async 3 stages deep), now that interior tiles copy without bounds checks
+        # cp.async 3 stages deep), now that interior tiles copy unchecked between the mmas; blocks in
+        # groups of tile rows (group_m).  First the tile shipped before (16 warps, registers path).
+        dict(kind="dmma", mma=(16, 4), threads=512, BM=128, BN=128, BK=16, WM=32, WN=32, stages=2),
         dict(kind="dmma", copy="async", mma=(16, 16), threads=256, BM=128, BN=128, BK=16, WM=32, WN=64, stages=3),
         dict(kind="dmma", copy="async", mma=(16, 16), threads=256, BM=128, BN=128, BK=16, WM=32, WN=64, stages=4),
-        dict(kind="dmma", copy="async", mma=(16, 8), threads=256, BM=128, BN=128, BK=16, WM=32, WN=64, stages=3),
-        dict(kind="dmma", copy="async", mma=(16, 4), threads=256, BM=128, BN=128, BK=16, WM=32, WN=64, stages=3),
-        dict(kind="dmma", copy="async", mma=(16, 16), threads=256, BM=128, BN=128, BK=32, WM=32, WN=64, stages=3),
-        dict(kind="dmma", copy="async", mma=(16, 4), threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, stages=3),
-        dict(kind="dmma", copy="async", mma=(16, 4), threads=512, BM=128, BN=128, BK=16, WM=32, WN=32, stages=3),
-        dict(kind="dmma", copy="async", mma=(16, 16), threads=256, BM=128, BN=64, BK=32, WM=32, WN=32, stages=3,
-             min_blocks=2),
+        dict(kind="dmma", copy="async", mma=(16, 16), threads=256, BM=128, BN=128, BK=16, WM=32, WN=64, stages=4,
+             group_m=16),
+        dict(kind="dmma", copy="async", mma=(16, 16), threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, stages=3,
+             group_m=16),
+        dict(kind="dmma", copy="async", mma=(16, 16), threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, stages=4,
+             group_m=16),
+        dict(kind="dmma", copy="async", mma=(16, 16), threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, stages=5,
+             group_m=16),
+        dict(kind="dmma", copy="async", mma=(16, 16), threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, stages=4,
+             group_m=8),
     ],
 }
 

@@ -22,6 +22,12 @@ SMALL_CONFIGS = {
 ASYNC_CONFIG = dict(kind="dmma", mma=(16, 4), copy="async", threads=64, BM=32, BN=16, BK=8, WM=16, WN=16,
                     stages=3)
 
+# The interior fast loop (unchecked copies between the mmas) as the shipped large float64 tile
+# runs it, scaled down: m16n8k16, four stages, blocks grouped two tile rows at a time.  With
+# K = 98 and BK = 16 an interior block runs three tiles through it, then the general loop.
+INTERIOR_CONFIG = dict(kind="dmma", mma=(16, 16), copy="async", threads=64, BM=32, BN=16, BK=16, WM=16, WN=16,
+                       stages=4, group_m=2)
+
 
 def warptile_dmma(a: np.ndarray, b: np.ndarray, cfg: dict, alpha: float = 1.0, layout_a: str = "row",
                   layout_b: str = "row", aligned: bool = True) -> np.ndarray:

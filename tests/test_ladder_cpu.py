@@ -12,7 +12,7 @@ import dxgemm
 from dxgemm.kernels import RUNGS  # the handwritten ladder; the pipeline has its own tests
 from dxgemm.testing import assert_close
 
-from ._dmma import ASYNC_CONFIG, SMALL_CONFIGS, warptile_dmma
+from ._dmma import ASYNC_CONFIG, INTERIOR_CONFIG, SMALL_CONFIGS, warptile_dmma
 from ._sim import device_matrix, poisoned
 
 M, N, K = 33, 47, 29  # odd, and not a multiple of any tile
@@ -153,3 +153,17 @@ def test_warptile_fp64_async_copies(layouts, aligned, rng):
     b = rng.standard_normal((K, N - 1))  # even n: row-major B takes 16-byte copies
     out = warptile_dmma(a, b, ASYNC_CONFIG, layout_a=layouts[0], layout_b=layouts[1], aligned=aligned)
     assert_close(out, a, b, np.dtype(np.float64))
+
+
+@pytest.mark.parametrize("layouts", [("row", "row"), ("col", "col"), ("row", "col"), ("col", "row")],
+                         ids=lambda t: "-".join(t))
+def test_warptile_fp64_interior_loop(layouts, rng):
+    """Interior blocks' unchecked copies between the mmas, then the checked loop for the K tail;
+    edge blocks all the way through the checked loop; blocks in grouped order (5 tile rows:
+    a last group of one).  Even sizes: every operand line starts 16-byte aligned, as the
+    interior loop requires."""
+    m, n, k = 5 * 32 - 4, 47, 98
+    a = rng.standard_normal((m, k))
+    b = rng.standard_normal((k, n - 1))
+    out = warptile_dmma(a, b, INTERIOR_CONFIG, alpha=1.5, layout_a=layouts[0], layout_b=layouts[1])
+    assert_close(out, a, b, np.dtype(np.float64), alpha=1.5)

@@ -504,16 +504,19 @@ class AsyncTileStream(NamedTuple):
     """One thread's share of a tile copied with unchecked 16-byte ``cp.async``, for tiles
     known to lie wholly inside the matrix with 16-byte aligned lines.
 
-    ``iters`` chunks per thread; ``origin(ld, row0, col0, tid, it)`` is the global offset of
-    chunk ``it`` of the tile at ``(row0, col0)``, and moving the tile ``dk`` along K adds
-    ``dk * k_stride(ld)``; ``place(tid, it)`` is its offset in a shared stage;
-    ``copy(s, dst, g, src)`` starts one copy.  A kernel keeps the origins in registers and
-    issues the copies between its mma instructions: the bounds checks of
-    :func:`make_tile_async_copier` cost more issue slots than the copies themselves.
+    The thread copies ``iters`` chunks, ``lines`` tile lines apart: chunk ``c`` of the tile
+    at ``(row0, col0)`` starts at global offset ``origin(ld, row0, col0, tid) + c * step(ld)``
+    and lands at ``place(tid) + c * PLACE_STEP`` of a shared stage; moving the tile ``dk``
+    along K adds ``dk * k_stride(ld)``.  ``copy(s, dst, g, src)`` starts one copy.  A kernel
+    keeps one origin per operand in registers and issues the copies between its mma
+    instructions: the bounds checks of :func:`make_tile_async_copier` cost more issue slots
+    than the copies themselves.
     """
 
     iters: int
+    place_step: Any
     origin: Callable
+    step: Callable
     k_stride: Callable
     place: Callable
     copy: Callable
@@ -526,7 +529,12 @@ def make_async_tile_stream(dtype: np.dtype, layout: Layout, rows: int, cols: int
     rows (B) rather than along its columns (A)."""
     width = vec_width(dtype)
     plan = _tile_plan(dtype, layout, rows, cols, layout, nthreads, width, smem_ld)
+    per_line, NT = int(plan.chunks_per_line), int(plan.NT)
+    if NT % per_line:
+        raise ValueError(f"{nthreads} threads do not cover whole lines of a {rows}x{cols} tile "
+                         f"({per_line} chunks a line)")
     along_cols, g_off, LD = plan.along_cols, plan.g_off, U(smem_ld)
+    LINES = U(NT // per_line)
     chunk = _chunk_position(plan)
     copy16 = make_cp_async(16, np.dtype(dtype).itemsize)
     full = U(16)
@@ -534,26 +542,30 @@ def make_async_tile_stream(dtype: np.dtype, layout: Layout, rows: int, cols: int
     k_contiguous = k_along_rows != along_cols
 
     @cuda.jit(device=True, inline="always")
-    def origin(ld, row0, col0, tid, it):
-        line, pos = chunk(tid, U(it))
+    def origin(ld, row0, col0, tid):
+        line, pos = chunk(tid, 0)
         if along_cols:
             return g_off(row0 + line, col0 + pos, ld)
         return g_off(row0 + pos, col0 + line, ld)
+
+    @cuda.jit(device=True, inline="always")
+    def step(ld):
+        return LINES * ld
 
     @cuda.jit(device=True, inline="always")
     def k_stride(ld):
         return U(1) if k_contiguous else ld
 
     @cuda.jit(device=True, inline="always")
-    def place(tid, it):
-        line, pos = chunk(tid, U(it))
+    def place(tid):
+        line, pos = chunk(tid, 0)
         return line * LD + pos
 
     @cuda.jit(device=True, inline="always")
     def copy(s, dst, g, src):
         copy16(s, dst, g, src, full)
 
-    return AsyncTileStream(plan.iters, origin, k_stride, place, copy)
+    return AsyncTileStream(plan.iters, LINES * LD, origin, step, k_stride, place, copy)
 
 
 class TileStager(NamedTuple):

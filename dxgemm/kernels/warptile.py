@@ -51,7 +51,8 @@ what holds it below cuBLASDx's 0.79x; its small tile did (8-12 %, ``TILE_CONFIGS
 
 from __future__ import annotations
 
-from numba import cuda, from_dtype, uint64
+from numba import cuda, from_dtype
+from numba import uint64 as index_type
 
 from ._device import (SIMULATOR, SMEM_ALIGN, U, cp_async_commit, cp_async_wait, dmma_shape_for, is_aligned16,
                       make_dmma, make_offset, make_async_tile_stream, make_tile_async_copier, make_tile_stager, store_vec)
@@ -69,7 +70,8 @@ WARP = 32
 # shape mattered most: at the old 8-warp 64x16 tile, m8n8k4 0.451x, m16n8k4 0.573x.
 CONFIGS = {
     "float32": dict(threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, WNITER=2, TM=8, TN=4, stages=2, unroll=2),
-    "float64": dict(kind="dmma", threads=512, BM=128, BN=128, BK=16, WM=32, WN=32, stages=2),
+    "float64": dict(kind="dmma", copy="async", mma_sm90=(16, 16), threads=256, BM=128, BN=128, BK=16, WM=64, WN=32,
+                    stages=4, group_m=16),
 }
 
 TILE_CONFIGS = {
@@ -156,8 +158,12 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
         w_col = (warp % warps_across) * uWN
         l_row = (lane // u_lanes_across) * uTM
         l_col = (lane % u_lanes_across) * uTN
-        row0 = U(cuda.blockIdx.y) * uBM
-        col0 = U(cuda.blockIdx.x) * uBN
+        if GROUP_M:
+            tile_m, tile_n = grouped_tile()
+        else:
+            tile_m, tile_n = U(cuda.blockIdx.y), U(cuda.blockIdx.x)
+        row0 = tile_m * uBM
+        col0 = tile_n * uBN
         um, un, uk = U(m), U(n), U(k)
         vec_a = (U(flags) & one) != U(0)
         vec_b = (U(flags) & two) != U(0)
@@ -243,7 +249,8 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
         raise ValueError(f"the cp.async pipeline takes 2 to 5 stages, got {NSTAGES}")
     A_KMAJOR = not ASYNC or spec.layout_a == Layout.COL  # shared A holds (i, k) at k * ALD + i
     B_KMAJOR = not ASYNC or spec.layout_b == Layout.ROW  # shared B holds (k, j) at k * BLD + j
-    dmma = make_dmma(tuple(cfg["mma"]) if "mma" in cfg else _device_dmma_shape(), A_KMAJOR, B_KMAJOR)
+    shape = tuple(cfg["mma"]) if "mma" in cfg else _device_dmma_shape(cfg.get("mma_sm90"))
+    dmma = make_dmma(shape, A_KMAJOR, B_KMAJOR)
     if (BM // WM) * (BN // WN) * WARP != threads or WM % dmma.m or WN % 8 or BK % dmma.k:
         raise ValueError(f"inconsistent DMMA warptile configuration {cfg} for the m{dmma.m}n8k{dmma.k} mma")
     MI, NI, KSTEPS = WM // dmma.m, WN // 8, BK // dmma.k
@@ -268,6 +275,21 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
     uWARP, warps_across, uMMA_M, uMMA_K, u8 = U(WARP), U(BN // WN), U(dmma.m), U(dmma.k), U(8)
     one, two, three = U(1), U(2), U(3)
 
+    GROUP_M = cfg.get("group_m", 0)
+    uGROUP = U(max(GROUP_M, 1))
+
+    @cuda.jit(device=True, inline="always")
+    def grouped_tile():
+        """This block's output tile when consecutive blocks sweep ``GROUP_M`` tile rows
+        column by column: a wave of blocks then shares fewer B column panels in L2."""
+        tiles_n, tiles_m = U(cuda.gridDim.x), U(cuda.gridDim.y)
+        pid = U(cuda.blockIdx.y) * tiles_n + U(cuda.blockIdx.x)
+        per_group = uGROUP * tiles_n
+        first = (pid // per_group) * uGROUP
+        rows = min(tiles_m - first, uGROUP)
+        within = pid % per_group
+        return first + within % rows, within // rows
+
     @cuda.jit(device=True, inline="always")
     def place(m, n, k, flags):
         """This thread's coordinates: thread, lane, warp tile and block tile origins, sizes,
@@ -277,8 +299,12 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
         lane = tid % uWARP
         w_row = (warp // warps_across) * uWM
         w_col = (warp % warps_across) * uWN
-        row0 = U(cuda.blockIdx.y) * uBM
-        col0 = U(cuda.blockIdx.x) * uBN
+        if GROUP_M:
+            tile_m, tile_n = grouped_tile()
+        else:
+            tile_m, tile_n = U(cuda.blockIdx.y), U(cuda.blockIdx.x)
+        row0 = tile_m * uBM
+        col0 = tile_n * uBN
         um, un, uk = U(m), U(n), U(k)
         vec_a = (U(flags) & one) != U(0)
         vec_b = (U(flags) & two) != U(0)
@@ -327,17 +353,21 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
         wait_oldest = cp_async_wait[NSTAGES - 2]
         uLAST = U(NSTAGES - 1)
 
+        A_PSTEP, B_PSTEP = stream_a.place_step, stream_b.place_step
+
         @cuda.jit(device=True, inline="always")
-        def issue_copy(c, a, a_tile, a_src, a_dk, a_fill, b, b_tile, b_src, b_dk, b_fill, tid):
-            """This thread's unchecked copy ``c`` of the next tiles (A's chunks first, then B's)."""
+        def issue_copy(c, a, a_tile, a_src, a_dk, a_dst, b, b_tile, b_src, b_dk, b_dst):
+            """This thread's unchecked copy ``c`` of a later tile pair (A's chunks first, then B's):
+            from its origin ``a_src[c]`` (or ``b_src``) moved ``a_dk`` along K, to stage offset
+            ``a_dst`` plus its place."""
             if c < A_IT:
-                stream_a.copy(a_tile, a_fill + stream_a.place(tid, c), a, a_src[c] + a_dk)
+                stream_a.copy(a_tile, a_dst + U(c) * A_PSTEP, a, a_src[c] + a_dk)
             else:
-                stream_b.copy(b_tile, b_fill + stream_b.place(tid, c - A_IT), b, b_src[c - A_IT] + b_dk)
+                stream_b.copy(b_tile, b_dst + U(c - A_IT) * B_PSTEP, b, b_src[c - A_IT] + b_dk)
 
         @cuda.jit(device=True, inline="always")
         def multiply_tile_copying(a_tile, a_off, b_tile, b_off, w_row, w_col, lane, a_frag, b_frag, acc,
-                                  a, a_src, a_dk, a_fill, b, b_src, b_dk, b_fill, tid):
+                                  a, a_src, a_dk, a_dst, b, b_src, b_dk, b_dst):
             """:func:`multiply_tile`, with this thread's copies of a later K tile spread evenly
             between the mma instructions: one basic block, so ptxas can keep the tensor pipe
             busy while the copies issue (issued all at once they left it idle ~25 % of a tile)."""
@@ -361,7 +391,7 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
                         q = (s * MI + i) * NI + j
                         for c in range(N_COPY):
                             if (c * N_MMA) // N_COPY == q:
-                                issue_copy(c, a, a_tile, a_src, a_dk, a_fill, b, b_tile, b_src, b_dk, b_fill, tid)
+                                issue_copy(c, a, a_tile, a_src, a_dk, a_dst, b, b_tile, b_src, b_dk, b_dst)
 
         def warptile_dmma_gemm(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args):
             smem = cuda.shared.array(0, smem_type)
@@ -370,8 +400,8 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
             acc = cuda.local.array(acc_elems, nb)
             a_frag = cuda.local.array((MI, A_VALS), nb)
             b_frag = cuda.local.array((NI, B_VALS), nb)
-            a_src = cuda.local.array(A_IT, uint64)
-            b_src = cuda.local.array(B_IT, uint64)
+            a_src = cuda.local.array(A_IT, index_type)  # this thread's copy origins (interior blocks)
+            b_src = cuda.local.array(B_IT, index_type)
             for i in range(acc_elems):
                 acc[i] = zero
             tid, lane, w_row, w_col, row0, col0, um, un, uk, vec_a, vec_b, n_tiles = place(m, n, k, flags)
@@ -388,19 +418,24 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
             # A block wholly inside D with 16-byte operands copies every tile but a partial
             # last one unchecked, from origins kept in registers, between its mmas.
             if vec_a and vec_b and row0 + uBM <= um and col0 + uBN <= un:
+                # Per-copy origins in registers: one add per copy in the loop, where a multiply
+                # by the copy's line step cost 4 % at 4096^3 (h100_warptile_cublas_shape2_s15.log).
+                a_origin, a_step = stream_a.origin(U(lda), row0, U(0), tid), stream_a.step(U(lda))
+                b_origin, b_step = stream_b.origin(U(ldb), U(0), col0, tid), stream_b.step(U(ldb))
                 for c in range(A_IT):
-                    a_src[c] = stream_a.origin(U(lda), row0, U(0), tid, c)
+                    a_src[c] = a_origin + U(c) * a_step
                 for c in range(B_IT):
-                    b_src[c] = stream_b.origin(U(ldb), U(0), col0, tid, c)
+                    b_src[c] = b_origin + U(c) * b_step
                 a_ks, b_ks = stream_a.k_stride(U(lda)), stream_b.k_stride(U(ldb))
+                a_place, b_place = stream_a.place(tid), stream_b.place(tid)
                 full_tiles = uk // uBK
                 while t + uLAST < full_tiles:
                     wait_oldest()  # this thread's copies of tile t have landed ...
                     cuda.syncthreads()  # ... everyone's, and nobody still reads stage `fill`
                     dk = (t + uLAST) * uBK
                     multiply_tile_copying(a_tile, use * uA_STAGE, b_tile, use * uB_STAGE, w_row, w_col, lane, a_frag,
-                                          b_frag, acc, a, a_src, dk * a_ks, fill * uA_STAGE, b, b_src, dk * b_ks,
-                                          fill * uB_STAGE, tid)
+                                          b_frag, acc, a, a_src, dk * a_ks, fill * uA_STAGE + a_place, b, b_src,
+                                          dk * b_ks, fill * uB_STAGE + b_place)
                     cp_async_commit()
                     use = use + one if use < uLAST else U(0)
                     fill = fill + one if fill < uLAST else U(0)
@@ -505,8 +540,10 @@ def _run_store(width: int, epilogue, d_off, vector: bool):
     return store_run
 
 
-def _device_dmma_shape() -> tuple[int, int]:
-    """The FP64 mma shape for the device kernels are compiled for (m8n8k4 before sm_90)."""
-    if SIMULATOR:
-        return dmma_shape_for((9, 0))
-    return dmma_shape_for(cuda.get_current_device().compute_capability)
+def _device_dmma_shape(sm90: tuple[int, int] | None = None) -> tuple[int, int]:
+    """The FP64 mma shape for the device kernels are compiled for: ``sm90`` (a tile's own
+    choice) on sm_90 and later where given, else :func:`~._device.dmma_shape_for`."""
+    cc = (9, 0) if SIMULATOR else tuple(cuda.get_current_device().compute_capability)
+    if sm90 is not None and cc >= (9, 0):
+        return tuple(sm90)
+    return dmma_shape_for(cc)
