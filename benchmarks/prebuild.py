@@ -301,7 +301,7 @@ def bench_calls():
     rng = np.random.default_rng(4)
     shapes = [tuple(int(x) for x in s.split("x")) for s in AUTO_SHAPES.split(",")]
     shapes += [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (1000, 1000, 1000),
-               (4097, 4097, 4097), (4096, 64, 4096), (4096, 4096, 40), (2048, 256, 8192)]
+               (4097, 4097, 4097), (4096, 64, 4096), (4096, 4096, 40), (2048, 256, 8192), (8192, 8192, 512)]
     for dtype in DTYPES:
         for m, n, k in shapes:
             gemm(normal(rng, (m, k), dtype), normal(rng, (k, n), dtype), dev(np.empty((m, n), dtype)),

@@ -162,15 +162,14 @@ def test_warptile_fp64_shipped_tile_with_other_mma_shapes(cp, shape):
 
 @pytest.mark.parametrize("layouts", [("row", "row"), ("col", "col"), ("row", "col"), ("col", "row")],
                          ids=lambda t: "-".join(t))
-@pytest.mark.parametrize("n", [776, 777], ids=["16-byte", "one-element"])
-def test_warptile_fp64_async_copies(cp, layouts, n):
-    """The cp.async path at a real tile and an odd size, shared tiles in each operand layout."""
-    from numba import cuda
+@pytest.mark.parametrize("n, k", [(776, 514), (777, 513)], ids=["16-byte", "one-element"])
+def test_warptile_fp64_async_copies(cp, layouts, n, k):
+    """The shipped float64 tile (cp.async, m16n8k16 on sm_90) at a real size and an odd one,
+    shared tiles in each operand layout: with even sizes interior blocks run the unchecked
+    copies between the mmas, with odd ones every block takes the checked loop."""
+    from dxgemm.kernels import warptile
 
-    if cuda.get_current_device().compute_capability < (9, 0):
-        pytest.skip("the tile uses the m16n8k4 float64 mma (sm_90)")
-    cfg = dict(kind="dmma", copy="async", threads=512, BM=128, BN=128, BK=16, WM=32, WN=32, stages=3)
-    m, k = 1000, 513
+    m = 1000
     a, b = _operands(cp, m, n, k, np.float64, seed=5)
-    out = warptile_dmma(a.get(), b.get(), cfg, layout_a=layouts[0], layout_b=layouts[1])
+    out = warptile_dmma(a.get(), b.get(), warptile.CONFIGS["float64"], layout_a=layouts[0], layout_b=layouts[1])
     assert_close(out, a.get(), b.get(), np.dtype(np.float64))
