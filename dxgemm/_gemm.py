@@ -11,7 +11,7 @@ from . import _arrays, _calls
 from ._arrays import Operand, as_operand
 from ._streams import numba_stream, stream_handle
 from .epilogues._base import AlphaBeta, Chain, Epilogue, EpilogueContext
-from .kernels import RUNGS, KernelSpec, get_kernel, vector_flags
+from .kernels import FLAG_VEC_A, FLAG_VEC_B, RUNGS, KernelSpec, get_kernel, vector_flags
 from .kernels._device import SIMULATOR
 
 BACKENDS: tuple[str, ...] = RUNGS + ("pipeline",)
@@ -104,8 +104,10 @@ def gemm(
     handle = stream_handle(stream, op_a.library)
     if m == 1 and backend in ("auto", "pipeline"):
         backend = "gemv"  # one output row: no reuse to tile for (dxgemm.kernels.gemv)
+    flags = vector_flags(op_a.ptr, op_a.ld, op_b.ptr, op_b.ld, dtype.itemsize)
     if backend == "auto":
-        backend = choose_backend(dtype, m, n, k, pipeline=_pipeline_reason(device) is None)
+        backend = choose_backend(dtype, m, n, k, pipeline=_pipeline_reason(device) is None,
+                                 aligned=flags == FLAG_VEC_A | FLAG_VEC_B)
     if backend == "pipeline":
         from .pipelines._dispatch import PipelineUnavailable, matrix_of, prepare
 
@@ -125,7 +127,6 @@ def gemm(
     spec = KernelSpec(dtype, op_a.layout, op_b.layout, op_d.layout, bound.key, None,
                       tile=choose_tile(backend, dtype, m, n, k))
     compiled = get_kernel(backend, spec, bound.args, bound.make)
-    flags = vector_flags(op_a.ptr, op_a.ld, op_b.ptr, op_b.ld, dtype.itemsize)
     compiled.launch(
         numba_stream(handle), op_a.flat(), op_b.flat(), op_d.flat(),
         m, n, k, op_a.ld, op_b.ld, op_d.ld, flags, bound.args,
@@ -136,8 +137,20 @@ def gemm(
     return out
 
 
-def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = False) -> str:
-    """The backend ``"auto"`` runs (``pipeline``: whether the pipeline can run on this device).
+def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = False, aligned: bool = True) -> str:
+    """The backend ``"auto"`` runs (``pipeline``: whether the pipeline can run on this device;
+    ``aligned``: whether both operands take 16-byte accesses, :func:`~.kernels.vector_flags`).
+
+    float64 from ``K > 512`` runs ``warptile`` where its interior loop can run (operands
+    16-byte aligned) on outputs of more than 256 rows and columns: its tile in cuBLAS's own
+    sm_90 shape (DMMA.16x8x16, 128x128x16, ``cp.async``) beats cuBLASDx's pipeline there,
+    ``benchmarks/results/h100_auto_choice_f64_s15.log`` (GPU ms, pipeline / warptile):
+    1024^3 0.057 / 0.054, 2048^3 0.382 / 0.347, 4096^3 2.960 / 2.836, 8192^3 25.99 / 23.50
+    (0.81x / 0.90x cuBLAS); 1000^3 0.083 / 0.088, but 0.148 / 0.086 a call in a loop.  The
+    pipeline keeps unaligned operands (4097^3: 1.03x / 0.77x cuBLAS, warptile's checked
+    copies), skinny outputs (split-K: 2048 x 256 x 8192 0.21 / 0.42 ms) and K up to 512
+    (4096^2 x 256 0.228 / 0.244, 8192^2 x 512 1.549 / 1.616; at K = 128 the two tie within
+    4 %).  The table below is from before that tile, when the pipeline led at every K >= 128:
 
     Measured on the H100, pipeline against warptile in the same run: wall time per call
     of 200 calls back to back (host time included where it exceeds the GPU's), ms.
@@ -191,7 +204,9 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     if not pipeline:
         return "warptile"
     if dt == np.float64:
-        return "pipeline" if k >= 128 and m * n * k >= 2**28 else "warptile"
+        if k < 128 or m * n * k < 2**28 or (k > 512 and aligned and min(m, n) > 256):
+            return "warptile"
+        return "pipeline"
     if dt == np.float32 and k >= 64 and m * n * k >= 2**30:
         from .pipelines.config import SIMT_FLOAT32_MAX_SIDE, uses_tf32x3
 

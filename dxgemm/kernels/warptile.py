@@ -158,12 +158,8 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
         w_col = (warp % warps_across) * uWN
         l_row = (lane // u_lanes_across) * uTM
         l_col = (lane % u_lanes_across) * uTN
-        if GROUP_M:
-            tile_m, tile_n = grouped_tile()
-        else:
-            tile_m, tile_n = U(cuda.blockIdx.y), U(cuda.blockIdx.x)
-        row0 = tile_m * uBM
-        col0 = tile_n * uBN
+        row0 = U(cuda.blockIdx.y) * uBM
+        col0 = U(cuda.blockIdx.x) * uBN
         um, un, uk = U(m), U(n), U(k)
         vec_a = (U(flags) & one) != U(0)
         vec_b = (U(flags) & two) != U(0)
