@@ -668,10 +668,13 @@ DMMA_SHAPES = ((8, 4), (16, 4), (16, 8), (16, 16))
 
 
 def dmma_shape_for(cc: tuple[int, int]) -> tuple[int, int]:
-    """The FP64 mma shape a kernel for compute capability ``cc`` uses: m16n8k4 on sm_90 and
-    later, m8n8k4 before.  In the warptile kernel m16n8k4 beat m16n8k8 and m16n8k16 at every
-    tile measured (benchmarks/results/h100_warptile_dmma_shapes*.log): their longer
-    fragments must all be loaded before the first mma can issue."""
+    """The FP64 mma shape a kernel for compute capability ``cc`` uses unless its tile names
+    its own (``mma_sm90``): m16n8k4 on sm_90 and later, m8n8k4 before.  In warptile's
+    register-path tiles m16n8k4 beat m16n8k8 and m16n8k16 at every tile measured
+    (benchmarks/results/h100_warptile_dmma_shapes*.log): their longer fragments must all be
+    loaded before the first mma can issue.  The cp.async tile in cuBLAS's shape is the
+    other way round (m16n8k16 0.83x, m16n8k8 0.69x, m16n8k4 0.61x at 4096^3,
+    h100_warptile_cublas_shape_s15.log)."""
     return (16, 4) if tuple(cc) >= (9, 0) else (8, 4)
 
 

@@ -9,7 +9,7 @@ the register footprint per thread is chosen independently of the block tile; and
 mapping mirrors the hardware hierarchy (block -> SM, warp -> scheduler, thread -> lane)
 that tensor-core kernels use as well.
 
-Three more things make this rung fast:
+Four more things make this rung fast:
 
 * **Double buffering.**  The next K tile's global loads are issued into registers
   (:class:`~._device.TileStager`) before the current tile is multiplied and stored into
@@ -19,14 +19,24 @@ Three more things make this rung fast:
   unroll 16 steps of 64 FFMA on its own) took it to 0.715x.
 * **FP64 tensor cores for float64.**  A warp is exactly the unit that issues an
   ``mma.sync`` (DMMA), so the float64 kernel keeps the block/warp hierarchy and replaces
-  each warp's 32 lanes of scalar DFMA with warp-wide ``mma.sync.m16n8k4.f64`` products
+  each warp's 32 lanes of scalar DFMA with warp-wide ``mma.sync.m16n8kK.f64`` products
   (:func:`_build_dmma`; ``m8n8k4`` before sm_90).  The SIMT version of this rung peaked at
   12.6 TFLOP/s (0.21x cuBLAS, 38 % of the measured SIMT FP64 ceiling of 33 TFLOP/s: its
   128 registers leave 4 warps per scheduler, too few to hide DFMA and shared-load
   latency).  The instruction shape matters as much as the tiling: register-only loops
   (benchmarks/results/h100_dmma_peak.log) put ``m8n8k4`` at 31 TFLOP/s, half of what
-  the m16 shapes reach (58-65), and the kernel on m8n8k4 had stopped at 0.46x, 89 % of
-  that instruction's ceiling.  On m16n8k4 with 16 warps of 32x32 it reaches 0.67-0.69x.
+  the m16 shapes reach (58-65), and the kernel on m8n8k4 had stopped at 0.46x.
+* **cuBLAS's own shape, and copies that cost nothing.**  libcublasLt's sm_90 DGEMM is an
+  ``mma.sync`` + ``cp.async`` kernel: 128x128x16, 8 warps, ``DMMA.16x8x16``, 254 registers,
+  a K-tile loop of 253 instructions.  In that shape this kernel first ran at 0.72x: the
+  bounds checks of its copies took ~360 issue slots per K tile, and issued all at once
+  after the barrier they left the tensor pipe idle.  A block wholly inside D with aligned
+  operands now copies every full K tile unchecked (:func:`~._device.make_async_tile_stream`:
+  one origin per copy in registers, one add to move it along K), spread between the mmas
+  of the tile being multiplied so ptxas can schedule them together; edges, unaligned
+  operands and the last partial K tile take the checked copier.  Consecutive blocks walk
+  16 tile rows column by column, so a wave shares B's column panels in L2 (+3 % at 8192^3).
+  That took float64 from 0.72x to 0.83-0.84x at 4096^3 and 0.89x at 8192^3.
 * **16-byte stores.**  A thread's neighbours in a row of D (a lane's pair of the DMMA
   accumulator, a thread's four float32 columns) leave in one ``STG.E.128`` when D is
   row-major and aligned.  At short K the GEMM is bound by writing D, and one store per
@@ -38,15 +48,15 @@ Memory traffic saved over vectorized: global traffic is the same per output; per
 a warp reads ``WM + WN`` distinct shared values for ``WM * WN`` multiply-adds, and the
 larger K step (16) halves the barriers per multiply-add.
 
-Reached on the H100 (benchmarks/results/h100.json, 4096^3, h100_bench_warptile_final.log):
-36.58 TFLOP/s float32 (0.708x cuBLAS; 0.716x before the 16-byte stores, which cost it
-1.2 % here and gained 1.8-3x at short K), 40.91 TFLOP/s float64 (0.664x; 0.66-0.70x in the
-sweeps, h100_warptile_dmma_shapes*.log, h100_warptile_async.log); float32 in the sweeps (h100_run*_sweep*.log)
+Reached on the H100 (benchmarks/results/h100.json, 4096^3): 36.58 TFLOP/s float32 (0.708x
+cuBLAS, h100_bench_warptile_final.log; 0.716x before the 16-byte stores, which cost it 1.2 %
+here and gained 1.8-3x at short K), 49.80 TFLOP/s float64 (0.834x; 0.889x at 8192^3,
+h100_bench_warptile_f64_s15_r*.log); float32 in the sweeps (h100_run*_sweep*.log)
 0.695-0.716x; ncu (h100_ncu_warptile.log) shows the float32 kernel issuing an
 instruction on 80 % of scheduler cycles — it is issue-bound, and 75 % of its inner-loop
-instructions are FFMA.  float64's large tile did not gain from ``cp.async`` three or four
-stages deep (0.61-0.69x against 0.66-0.70x, h100_warptile_async.log), so its loads are not
-what holds it below cuBLASDx's 0.79x; its small tile did (8-12 %, ``TILE_CONFIGS``).
+instructions are FFMA.  The float64 kernel's busiest unit is the DMMA pipe
+(h100_ncu_warptile_f64_s15.log); the NOPs ptxas puts after each DMMA and the shared-memory
+fragment loads hold most of the remaining stall samples, with 2 warps per scheduler.
 """
 
 from __future__ import annotations
@@ -55,7 +65,8 @@ from numba import cuda, from_dtype
 from numba import uint64 as index_type
 
 from ._device import (SIMULATOR, SMEM_ALIGN, U, cp_async_commit, cp_async_wait, dmma_shape_for, is_aligned16,
-                      make_dmma, make_offset, make_async_tile_stream, make_tile_async_copier, make_tile_stager, store_vec)
+                      make_async_tile_stream, make_dmma, make_offset, make_tile_async_copier, make_tile_stager,
+                      store_vec)
 from ._spec import BuiltKernel, KernelSpec, Layout
 
 WARP = 32
@@ -65,9 +76,12 @@ WARP = 32
 # benchmarks/sweep_warptile.py on the H100 at 4096^3 (benchmarks/results/h100_run*_sweep*.log):
 # float32: 8 warps with 32 (8x4 twice) accumulators each, two blocks per SM (126 registers),
 # 0.716x; siboehm's 4-warp 64-accumulator layout reached 0.707x with 239 registers.
-# float64 (DMMA, m16n8k4 on sm_90): 16 warps with a 32x32 warp tile (2x4 mma blocks), BK = 16,
-# two stages, 128 registers (benchmarks/results/h100_warptile_dmma_shapes.log).  The mma
-# shape mattered most: at the old 8-warp 64x16 tile, m8n8k4 0.451x, m16n8k4 0.573x.
+# float64: cuBLAS's own sm_90 DGEMM shape (libcublasLt 13's sm90_xmma_gemm_f64f64 kernels):
+# 8 warps of 64x32 (4x4 m16n8k16 blocks), BK = 16, cp.async four stages deep, blocks 16 tile
+# rows a group, 224 registers: 0.834x at 4096^3, 0.889x at 8192^3
+# (h100_warptile_cublas_shape2_s15.log, h100_bench_warptile_f64_s15_r*.log).  The 16-warp
+# 32x32 m16n8k4 tile it replaced, double-buffered through registers, reached 0.66-0.69x; in
+# that tile m16n8k4 beat the longer shapes.
 CONFIGS = {
     "float32": dict(threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, WNITER=2, TM=8, TN=4, stages=2, unroll=2),
     "float64": dict(kind="dmma", copy="async", mma_sm90=(16, 16), threads=256, BM=128, BN=128, BK=16, WM=64, WN=32,
