@@ -321,21 +321,26 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
         return tid, lane, w_row, w_col, row0, col0, um, un, uk, vec_a, vec_b, (uk + uBK - one) // uBK
 
     @cuda.jit(device=True, inline="always")
+    def load_fragments(a_tile, a_off, b_tile, b_off, w_row, w_col, lane, a_frag, b_frag, s):
+        """This warp's A and B fragments of K step ``s`` of a shared tile."""
+        for i in range(MI):
+            if A_KMAJOR:
+                a_base = a_off + U(s) * uMMA_K * uALD + w_row + U(i) * uMMA_M
+            else:
+                a_base = a_off + (w_row + U(i) * uMMA_M) * uALD + U(s) * uMMA_K
+            load_a(a_tile, a_base, uALD, lane, a_frag, i)
+        for j in range(NI):
+            if B_KMAJOR:
+                b_base = b_off + U(s) * uMMA_K * uBLD + w_col + U(j) * u8
+            else:
+                b_base = b_off + (w_col + U(j) * u8) * uBLD + U(s) * uMMA_K
+            load_b(b_tile, b_base, uBLD, lane, b_frag, j)
+
+    @cuda.jit(device=True, inline="always")
     def multiply_tile(a_tile, a_off, b_tile, b_off, w_row, w_col, lane, a_frag, b_frag, acc):
         """``acc += `` this warp's part of one shared K tile."""
         for s in range(KSTEPS):
-            for i in range(MI):
-                if A_KMAJOR:
-                    a_base = a_off + U(s) * uMMA_K * uALD + w_row + U(i) * uMMA_M
-                else:
-                    a_base = a_off + (w_row + U(i) * uMMA_M) * uALD + U(s) * uMMA_K
-                load_a(a_tile, a_base, uALD, lane, a_frag, i)
-            for j in range(NI):
-                if B_KMAJOR:
-                    b_base = b_off + U(s) * uMMA_K * uBLD + w_col + U(j) * u8
-                else:
-                    b_base = b_off + (w_col + U(j) * u8) * uBLD + U(s) * uMMA_K
-                load_b(b_tile, b_base, uBLD, lane, b_frag, j)
+            load_fragments(a_tile, a_off, b_tile, b_off, w_row, w_col, lane, a_frag, b_frag, s)
             for i in range(MI):
                 for j in range(NI):
                     lo = 2 * ((i * HALVES) * NI + j)
@@ -382,18 +387,7 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
             between the mma instructions: one basic block, so ptxas can keep the tensor pipe
             busy while the copies issue (issued all at once they left it idle ~25 % of a tile)."""
             for s in range(KSTEPS):
-                for i in range(MI):
-                    if A_KMAJOR:
-                        a_base = a_off + U(s) * uMMA_K * uALD + w_row + U(i) * uMMA_M
-                    else:
-                        a_base = a_off + (w_row + U(i) * uMMA_M) * uALD + U(s) * uMMA_K
-                    load_a(a_tile, a_base, uALD, lane, a_frag, i)
-                for j in range(NI):
-                    if B_KMAJOR:
-                        b_base = b_off + U(s) * uMMA_K * uBLD + w_col + U(j) * u8
-                    else:
-                        b_base = b_off + (w_col + U(j) * u8) * uBLD + U(s) * uMMA_K
-                    load_b(b_tile, b_base, uBLD, lane, b_frag, j)
+                load_fragments(a_tile, a_off, b_tile, b_off, w_row, w_col, lane, a_frag, b_frag, s)
                 for i in range(MI):
                     for j in range(NI):
                         lo = 2 * ((i * HALVES) * NI + j)
