@@ -87,6 +87,19 @@ CANDIDATES = {
              group_m=16),
         dict(kind="dmma", copy="async", mma=(16, 16), threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, stages=4,
              group_m=8),
+        # smaller tiles on m16n8k16 with the unchecked interior loop, for middling sizes and short K
+        # (first the small and the large tile as shipped)
+        dict(kind="dmma", mma=(16, 4), copy="async", threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=4),
+        dict(kind="dmma", copy="async", mma=(16, 16), threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, stages=4,
+             group_m=16),
+        dict(kind="dmma", copy="async", mma=(16, 16), threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, stages=3,
+             group_m=16),
+        dict(kind="dmma", copy="async", mma=(16, 16), threads=256, BM=128, BN=64, BK=16, WM=32, WN=32, stages=4,
+             group_m=16),
+        dict(kind="dmma", copy="async", mma=(16, 16), threads=128, BM=64, BN=64, BK=16, WM=32, WN=32, stages=4,
+             group_m=16),
+        dict(kind="dmma", copy="async", mma=(16, 16), threads=256, BM=64, BN=64, BK=16, WM=32, WN=16, stages=4,
+             group_m=16),
     ],
 }
 

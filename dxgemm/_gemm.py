@@ -141,16 +141,18 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     """The backend ``"auto"`` runs (``pipeline``: whether the pipeline can run on this device;
     ``aligned``: whether both operands take 16-byte accesses, :func:`~.kernels.vector_flags`).
 
-    float64 from ``K > 512`` runs ``warptile`` where its interior loop can run (operands
-    16-byte aligned) on outputs of more than 256 rows and columns: its tile in cuBLAS's own
-    sm_90 shape (DMMA.16x8x16, 128x128x16, ``cp.async``) beats cuBLASDx's pipeline there,
-    ``benchmarks/results/h100_auto_choice_f64_s15.log`` (GPU ms, pipeline / warptile):
-    1024^3 0.057 / 0.054, 2048^3 0.382 / 0.347, 4096^3 2.960 / 2.836, 8192^3 25.99 / 23.50
-    (0.81x / 0.90x cuBLAS); 1000^3 0.083 / 0.088, but 0.148 / 0.086 a call in a loop.  The
-    pipeline keeps unaligned operands (4097^3: 1.03x / 0.77x cuBLAS, warptile's checked
-    copies), skinny outputs (split-K: 2048 x 256 x 8192 0.21 / 0.42 ms) and K up to 512
-    (4096^2 x 256 0.228 / 0.244, 8192^2 x 512 1.549 / 1.616; at K = 128 the two tie within
-    4 %).  The table below is from before that tile, when the pipeline led at every K >= 128:
+    float64 runs ``warptile`` wherever its unchecked interior loop can run (both operands
+    16-byte aligned) on outputs of more than 256 rows and columns: with it, and its large
+    tile in cuBLAS's own sm_90 shape (DMMA.16x8x16, 128x128x16, ``cp.async``), it beats
+    cuBLASDx's pipeline there.  ``benchmarks/results/h100_auto_choice_f64_s15.log`` (GPU ms,
+    pipeline / warptile): 1024^3 0.057 / 0.054, 2048^3 0.382 / 0.347, 4096^3 2.960 / 2.836,
+    8192^3 25.99 / 23.50 (0.81x / 0.90x cuBLAS); 1000^3 0.083 / 0.088, but 0.148 / 0.086 a
+    call in a loop; at K up to 512 the small tile (``choose_tile``) is the faster one,
+    ``h100_warptile_f64_tiles_s15.log``: 4096^2 x 256 0.197 ms against the pipeline's 0.228,
+    8192^2 x 512 1.426 against 1.549, 4096^2 x 128 0.114 against 0.122.  The pipeline keeps
+    unaligned operands (4097^3: 1.03x / 0.77x cuBLAS, warptile's checked copies) and skinny
+    outputs (split-K: 2048 x 256 x 8192 0.21 / 0.42 ms).  The table below is from before
+    those changes, when the pipeline led at every K >= 128:
 
     Measured on the H100, pipeline against warptile in the same run: wall time per call
     of 200 calls back to back (host time included where it exceeds the GPU's), ms.
@@ -204,7 +206,7 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     if not pipeline:
         return "warptile"
     if dt == np.float64:
-        if k < 128 or m * n * k < 2**28 or (k > 512 and aligned and min(m, n) > 256):
+        if k < 128 or m * n * k < 2**28 or (aligned and min(m, n) > 256):
             return "warptile"
         return "pipeline"
     if dt == np.float32 and k >= 64 and m * n * k >= 2**30:
@@ -229,7 +231,11 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int) -> str:
     ms); the tiny one wherever the output has fewer than 2^19 elements, 640^3 and below,
     4096 x 64 x 4096 (0.210 against 0.303 ms) and 64 x 4096 x 4096
     (``h100_warptile_tiny.log``).  So: tiny below ``m * n = 2**19``; large from
-    ``m * n = 2**22`` (2048^2) with ``k >= 256``; small between.
+    ``m * n = 2**22`` (2048^2) with ``k >= 1024``; small between.  The K bound was 256 until
+    both tiles ran unchecked copies in their interior blocks and the large tile took
+    cuBLAS's shape (``h100_warptile_f64_tiles_s15.log``, small / large ms): 4096^2 x 128
+    0.114 / 0.135, 4096^2 x 256 0.197 / 0.218, 8192^2 x 512 1.426 / 1.482, but 2048^3
+    0.359 / 0.347.
     """
     if backend != "warptile":
         return "large"
@@ -241,7 +247,7 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int) -> str:
         return "large"
     if m * n < 2**19:
         return "tiny"
-    if k < 256 or m * n < 2**22:
+    if k < 1024 or m * n < 2**22:
         return "small"
     return "large"
 

@@ -192,8 +192,9 @@ def test_warptile_tile_rule():
 
     f64, f32 = np.dtype(np.float64), np.dtype(np.float32)
     assert choose_tile("warptile", f64, 4096, 4096, 4096) == "large"
-    assert choose_tile("warptile", f64, 2048, 2048, 256) == "large"
-    assert choose_tile("warptile", f64, 4096, 4096, 255) == "small"
+    assert choose_tile("warptile", f64, 2048, 2048, 1024) == "large"
+    assert choose_tile("warptile", f64, 2048, 2048, 1023) == "small"
+    assert choose_tile("warptile", f64, 8192, 8192, 512) == "small"  # h100_warptile_f64_tiles_s15.log
     assert choose_tile("warptile", f64, 8192, 8192, 32) == "small"
     assert choose_tile("warptile", f64, 1536, 1536, 1536) == "small"
     assert choose_tile("warptile", f64, 1024, 1024, 4096) == "small"

@@ -579,11 +579,12 @@ def test_choose_backend():
     from dxgemm._gemm import choose_backend
 
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 4096, pipeline=False) == "warptile"
-    # float64 from K > 512: warptile's DMMA.16x8x16 tile where aligned and not skinny (h100_auto_choice_f64_s15.log)
+    # float64: warptile where aligned and not skinny (h100_auto_choice_f64_s15.log, h100_warptile_f64_tiles_s15.log)
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 4096, pipeline=True) == "warptile"
     assert choose_backend(np.dtype(np.float64), 4097, 4097, 4097, pipeline=True, aligned=False) == "pipeline"
     assert choose_backend(np.dtype(np.float64), 2048, 256, 8192, pipeline=True) == "pipeline"  # skinny: split-K
-    assert choose_backend(np.dtype(np.float64), 8192, 8192, 512, pipeline=True) == "pipeline"  # K <= 512
+    assert choose_backend(np.dtype(np.float64), 8192, 8192, 512, pipeline=True) == "warptile"  # the small tile
+    assert choose_backend(np.dtype(np.float64), 8192, 8192, 512, pipeline=True, aligned=False) == "pipeline"
     assert choose_backend(np.dtype(np.float64), 1000, 1000, 1000, pipeline=True) == "warptile"
     assert choose_backend(np.dtype(np.float32), 512, 512, 512, pipeline=True) == "warptile"
     assert choose_backend(np.dtype(np.float32), 2048, 2048, 2048, pipeline=True) == "pipeline"
@@ -593,7 +594,8 @@ def test_choose_backend():
     assert choose_backend(np.dtype(np.float64), 4096, 64, 4096, pipeline=True) == "pipeline"  # split-K
     assert choose_backend(np.dtype(np.float64), 512, 512, 512, pipeline=True) == "warptile"
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 64, pipeline=True) == "warptile"  # K < 128
-    assert choose_backend(np.dtype(np.float64), 4096, 4096, 128, pipeline=True) == "pipeline"  # K >= 128
+    assert choose_backend(np.dtype(np.float64), 4096, 4096, 128, pipeline=True) == "warptile"
+    assert choose_backend(np.dtype(np.float64), 4096, 4096, 128, pipeline=True, aligned=False) == "pipeline"
     assert choose_backend(np.dtype(np.float32), 8192, 8192, 64, pipeline=True) == "pipeline"  # K >= 64 in float32
     assert choose_backend(np.dtype(np.float32), 8192, 8192, 32, pipeline=True) == "warptile"
     assert choose_backend(np.dtype(np.float32), 4096, 4096, 100, pipeline=True) == "pipeline"
@@ -604,8 +606,8 @@ def test_choose_backend():
     assert choose_backend(np.dtype(np.float32), 2048, 64, 2048, pipeline=True) == "warptile"  # below 2^30
     assert choose_backend(np.dtype(np.float32), 8192, 8192, 128, pipeline=True) == "pipeline"
     assert choose_backend(np.dtype(np.float64), 8192, 8192, 32, pipeline=True) == "warptile"
-    assert choose_backend(np.dtype(np.float64), 768, 768, 768, pipeline=True) == "warptile"  # K > 512, aligned
-    assert choose_backend(np.dtype(np.float64), 768, 768, 512, pipeline=True) == "pipeline"  # from 2^28 in float64
+    assert choose_backend(np.dtype(np.float64), 768, 768, 768, pipeline=True) == "warptile"
+    assert choose_backend(np.dtype(np.float64), 768, 768, 512, pipeline=True, aligned=False) == "pipeline"  # 2^28
     assert choose_backend(np.dtype(np.float32), 768, 768, 768, pipeline=True) == "warptile"  # host-bound
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 40, pipeline=True) == "warptile"
 
