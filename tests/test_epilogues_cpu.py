@@ -87,6 +87,21 @@ def test_every_epilogue_on_every_rung(name, dtype, backend, rng):
     _run_and_check(_make(name, rng, dtype), a, b, dtype, backend=backend)
 
 
+@pytest.mark.parametrize("name", ["custom", "store", "bias_row"])
+@pytest.mark.parametrize("layout_c", ["row", "col"])
+def test_float64_warptile_interior_blocks(name, layout_c, rng):
+    """float64 warptile blocks wholly inside D store through straight-line code (every value,
+    then every store: 16 bytes a run into row-major D, an element at a time into column-major
+    D); row/col-dependent epilogues catch a value sent to the wrong element.  130 x 70 on the
+    64x64 tile: two interior blocks, the rest edges."""
+    m, n, k = 130, 70, 20
+    a, b = _operands(rng, np.float64, m, n, k)
+    d = poisoned((m, n), np.float64, layout_c)
+    epilogue = _make(name, rng, np.float64, m, n)
+    out = dxgemm.gemm(device_matrix(a, "row"), device_matrix(b, "row"), d, epilogue=epilogue, backend="warptile")
+    assert_close(out, epilogue, a, b, np.dtype(np.float64), custom_lipschitz=W_MAX)
+
+
 @pytest.mark.parametrize("backend", ["blocktile2d", "warptile"])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_alpha_beta_then_epilogue(dtype, backend, rng):

@@ -157,13 +157,15 @@ def test_warptile_fp64_async_copies(layouts, aligned, rng):
 
 @pytest.mark.parametrize("layouts", [("row", "row"), ("col", "col"), ("row", "col"), ("col", "row")],
                          ids=lambda t: "-".join(t))
-def test_warptile_fp64_interior_loop(layouts, rng):
+@pytest.mark.parametrize("n", [46, 47], ids=["even", "odd"])
+def test_warptile_fp64_interior_loop(layouts, n, rng):
     """Interior blocks' unchecked copies between the mmas, then the checked loop for the K tail;
     edge blocks all the way through the checked loop; blocks in grouped order (5 tile rows:
-    a last group of one).  Even sizes: every operand line starts 16-byte aligned, as the
-    interior loop requires."""
-    m, n, k = 5 * 32 - 4, 47, 98
+    a last group of one); interior blocks' straight-line store, 16 bytes a run (even n) or
+    an element at a time (odd n, where row-major B also keeps every block on the checked
+    copies).  Even m and k: A's lines start 16-byte aligned, as the interior loop requires."""
+    m, k = 5 * 32 - 4, 98
     a = rng.standard_normal((m, k))
-    b = rng.standard_normal((k, n - 1))
+    b = rng.standard_normal((k, n))
     out = warptile_dmma(a, b, INTERIOR_CONFIG, alpha=1.5, layout_a=layouts[0], layout_b=layouts[1])
     assert_close(out, a, b, np.dtype(np.float64), alpha=1.5)

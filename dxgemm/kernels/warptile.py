@@ -346,17 +346,7 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
                     lo = 2 * ((i * HALVES) * NI + j)
                     mma(a_frag, i, b_frag, j, acc, lo, lo + 2 * NI, lane, a_tile, uALD, b_tile, uBLD)
 
-    @cuda.jit(device=True, inline="always")
-    def store_tile(d, ldd, um, un, row0, col0, w_row, w_col, lane, acc, epi_args):
-        """The epilogue of this warp's accumulators into D.  A lane holds two neighbours in a
-        row of D, so a row-major D takes them in one 16-byte store where the address allows."""
-        g = lane >> two
-        t2 = (lane & three) * two
-        for i in range(MI * HALVES):
-            row = row0 + w_row + U(i) * u8 + g
-            if row < um:
-                for j in range(NI):
-                    store_run(d, ldd, un, acc, 2 * (i * NI + j), row, col0 + w_col + U(j) * u8 + t2, epi_args)
+    store_tile = _make_dmma_store(MI * HALVES, NI, store_run, epilogue, d_off, D_ROW, BM, BN)
 
     if ASYNC:
         copy_a = make_tile_async_copier(dt, spec.layout_a, BM, BK, threads, ALD)
@@ -504,42 +494,105 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
                        min_blocks=cfg.get("min_blocks", 0))
 
 
+def _make_dmma_store(blocks_m: int, blocks_n: int, store_run, epilogue, d_off, d_row: bool, BM: int, BN: int):
+    """``store_tile(d, ldd, um, un, row0, col0, w_row, w_col, lane, acc, epi_args)``: the
+    epilogue of a warp's DMMA accumulators (``blocks_m x blocks_n`` 8x8 blocks, a lane's two
+    row neighbours in each, ``acc[2 * (i * blocks_n + j) + e]``) into D.
+
+    Written out as straight-line code, every accumulator index a constant: a loop over the
+    blocks is not unrolled once a heavy epilogue sits in it, and an accumulator indexed at
+    run time lives in local memory for the whole kernel (the float64 small tile had 256
+    bytes of stack and 163 registers with ``bias | gelu``).  A block wholly inside D
+    computes every value before it stores any, with no bounds checks between them, so the
+    FP64 pipe sees up to 64 independent epilogue chains a thread (``bias | gelu`` had cost
+    +83 % at 4096^2 x 256 with one run at a time, ``h100_fusion_f64_warptile_s15.log``).
+    Blocks on D's edges store run by run through ``store_run``, bounds-checked."""
+    edge, values, vec_stores, one_stores = [], [], [], []
+    for i in range(blocks_m):
+        edge.append(f"        if r0 + U({8 * i}) < um:")
+        for j in range(blocks_n):
+            c = 2 * (i * blocks_n + j)
+            edge.append(f"            store_run(d, ldd, un, acc, {c}, r0 + U({8 * i}), c0 + U({8 * j}), epi_args)")
+            for e in range(2):
+                values.append(f"    v{c + e} = epilogue(acc[{c + e}], r0 + U({8 * i}), c0 + U({8 * j + e}), epi_args)")
+                one_stores.append(f"        d[d_off(r0 + U({8 * i}), c0 + U({8 * j + e}), ldd)] = v{c + e}")
+            vec_stores.append(f"        store_vec(d, d_off(r0 + U({8 * i}), c0 + U({8 * j}), ldd), (v{c}, v{c + 1}))")
+    newline = "\n"
+    src = f"""
+def store_tile(d, ldd, um, un, row0, col0, w_row, w_col, lane, acc, epi_args):
+    r0 = row0 + w_row + (lane >> U(2))
+    c0 = col0 + w_col + (lane & U(3)) * U(2)
+    if row0 + U({BM}) > um or col0 + U({BN}) > un:
+{newline.join(edge)}
+        return
+{newline.join(values)}
+    if D_ROW and is_aligned16(d, U(0)) and (ldd & U(1)) == U(0):
+{newline.join(vec_stores)}
+    else:
+{newline.join(one_stores)}
+"""
+    ns = {"U": U, "store_run": store_run, "epilogue": epilogue, "d_off": d_off, "store_vec": store_vec,
+          "is_aligned16": is_aligned16, "D_ROW": d_row}
+    exec(src, ns)
+    return cuda.jit(device=True, inline="always")(ns["store_tile"])
+
+
 def _run_store(width: int, epilogue, d_off, vector: bool):
     """``store_run(d, ldd, un, acc, c, row, col, args)``: the epilogue of ``acc[c:c + width]``
     into row ``row`` of D at columns ``col .. col + width - 1`` (those below ``un``).
 
     With ``vector`` (D row-major and ``width`` elements 16 bytes) a run wholly inside D at
     a 16-byte aligned address leaves in one 128-bit store; any other run, element by
-    element.  One function decides this for every warptile kernel."""
+    element.  One function decides this for every warptile kernel.
 
-    @cuda.jit(device=True, inline="always")
-    def scalar_run(d, ldd, un, acc, c, row, col, args):
-        for j in range(width):
-            if col + U(j) < un:
-                d[d_off(row, col + U(j), ldd)] = epilogue(acc[c + j], row, col + U(j), args)
-
-    if not vector:
-        return scalar_run
+    The run's values go to the code that stores them by value, read from ``acc`` at the
+    call site: a heavy epilogue (float64 GELU: ~40 instructions an element, four copies
+    here) keeps that code out of line, and an accumulator array passed to an out-of-line
+    function would live in local memory for the whole kernel (it did: 256-512 bytes of
+    stack, the small tile at 163 registers, ``bias | gelu`` +83 % at 4096^2 x 256)."""
     if width == 2:
         @cuda.jit(device=True, inline="always")
-        def values(acc, c, row, col, args):
-            return epilogue(acc[c], row, col, args), epilogue(acc[c + 1], row, col + U(1), args)
+        def gather(acc, c):
+            return acc[c], acc[c + 1]
+
+        @cuda.jit(device=True, inline="always")
+        def values(vals, row, col, args):
+            return epilogue(vals[0], row, col, args), epilogue(vals[1], row, col + U(1), args)
     elif width == 4:
         @cuda.jit(device=True, inline="always")
-        def values(acc, c, row, col, args):
-            return (epilogue(acc[c], row, col, args), epilogue(acc[c + 1], row, col + U(1), args),
-                    epilogue(acc[c + 2], row, col + U(2), args), epilogue(acc[c + 3], row, col + U(3), args))
+        def gather(acc, c):
+            return acc[c], acc[c + 1], acc[c + 2], acc[c + 3]
+
+        @cuda.jit(device=True, inline="always")
+        def values(vals, row, col, args):
+            return (epilogue(vals[0], row, col, args), epilogue(vals[1], row, col + U(1), args),
+                    epilogue(vals[2], row, col + U(2), args), epilogue(vals[3], row, col + U(3), args))
     else:
-        raise ValueError(f"a 16-byte run holds 2 or 4 elements, got {width}")
+        raise ValueError(f"a run holds 2 or 4 elements, got {width}")
     LAST = U(width - 1)
 
+    @cuda.jit(device=True, inline="always")
+    def one(d, ldd, un, v, row, col, args):
+        if col < un:
+            d[d_off(row, col, ldd)] = epilogue(v, row, col, args)
+
+    @cuda.jit(device=True, inline="always")
+    def scalar_run(d, ldd, un, vals, row, col, args):
+        for j in range(width):
+            one(d, ldd, un, vals[j], row, col + U(j), args)
+
     @cuda.jit(device=True)
+    def store_values(d, ldd, un, vals, row, col, args):
+        if vector:
+            at = d_off(row, col, ldd)
+            if col + LAST < un and is_aligned16(d, at):
+                store_vec(d, at, values(vals, row, col, args))
+                return
+        scalar_run(d, ldd, un, vals, row, col, args)
+
+    @cuda.jit(device=True, inline="always")
     def store_run(d, ldd, un, acc, c, row, col, args):
-        at = d_off(row, col, ldd)
-        if col + LAST < un and is_aligned16(d, at):
-            store_vec(d, at, values(acc, c, row, col, args))
-        else:
-            scalar_run(d, ldd, un, acc, c, row, col, args)
+        store_values(d, ldd, un, gather(acc, c), row, col, args)
 
     return store_run
 
