@@ -107,7 +107,7 @@ def gemm(
     flags = vector_flags(op_a.ptr, op_a.ld, op_b.ptr, op_b.ld, dtype.itemsize)
     if backend == "auto":
         backend = choose_backend(dtype, m, n, k, pipeline=_pipeline_reason(device) is None,
-                                 aligned=flags == FLAG_VEC_A | FLAG_VEC_B)
+                                 aligned=flags == FLAG_VEC_A | FLAG_VEC_B, fused=bool(epilogue and epilogue.stages))
     if backend == "pipeline":
         from .pipelines._dispatch import PipelineUnavailable, matrix_of, prepare
 
@@ -137,9 +137,11 @@ def gemm(
     return out
 
 
-def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = False, aligned: bool = True) -> str:
+def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = False, aligned: bool = True,
+                   fused: bool = False) -> str:
     """The backend ``"auto"`` runs (``pipeline``: whether the pipeline can run on this device;
-    ``aligned``: whether both operands take 16-byte accesses, :func:`~.kernels.vector_flags`).
+    ``aligned``: whether both operands take 16-byte accesses, :func:`~.kernels.vector_flags`;
+    ``fused``: whether the call has an epilogue beyond alpha/beta).
 
     float64 runs ``warptile`` wherever its unchecked interior loop can run (both operands
     16-byte aligned) on outputs of more than 256 rows and columns: with it, and its large
@@ -151,8 +153,13 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     ``h100_warptile_f64_tiles_s15.log``: 4096^2 x 256 0.197 ms against the pipeline's 0.228,
     8192^2 x 512 1.426 against 1.549, 4096^2 x 128 0.114 against 0.122.  The pipeline keeps
     unaligned operands (4097^3: 1.03x / 0.77x cuBLAS, warptile's checked copies) and skinny
-    outputs (split-K: 2048 x 256 x 8192 0.21 / 0.42 ms).  The table below is from before
-    those changes, when the pipeline led at every K >= 128:
+    outputs (split-K: 2048 x 256 x 8192 0.21 / 0.42 ms), and below K = 1024 calls with a
+    fused epilogue, which the pipeline applies with more warps per SM to hide the FP64
+    pipe's latency: ``bias | gelu`` 4096^2 x 256 0.260 ms against warptile's 0.269, 8192^2 x
+    512 1.813 against 1.918, while from K = 1024 warptile's large tile leads, 8192^2 x 1024
+    3.187 against 3.277 and 4096^3 2.810 against 3.048 (``h100_fusion_f64_pipeline_s15.log``,
+    ``h100_fusion_f64_warptile2_s15.log``: one session, two processes).  The table below is
+    from before those changes, when the pipeline led at every K >= 128:
 
     Measured on the H100, pipeline against warptile in the same run: wall time per call
     of 200 calls back to back (host time included where it exceeds the GPU's), ms.
@@ -206,7 +213,7 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     if not pipeline:
         return "warptile"
     if dt == np.float64:
-        if k < 128 or m * n * k < 2**28 or (aligned and min(m, n) > 256):
+        if k < 128 or m * n * k < 2**28 or (aligned and min(m, n) > 256 and (k >= 1024 or not fused)):
             return "warptile"
         return "pipeline"
     if dt == np.float32 and k >= 64 and m * n * k >= 2**30:

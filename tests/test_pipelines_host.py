@@ -584,6 +584,8 @@ def test_choose_backend():
     assert choose_backend(np.dtype(np.float64), 4097, 4097, 4097, pipeline=True, aligned=False) == "pipeline"
     assert choose_backend(np.dtype(np.float64), 2048, 256, 8192, pipeline=True) == "pipeline"  # skinny: split-K
     assert choose_backend(np.dtype(np.float64), 8192, 8192, 512, pipeline=True) == "warptile"  # the small tile
+    assert choose_backend(np.dtype(np.float64), 8192, 8192, 512, pipeline=True, fused=True) == "pipeline"
+    assert choose_backend(np.dtype(np.float64), 8192, 8192, 1024, pipeline=True, fused=True) == "warptile"
     assert choose_backend(np.dtype(np.float64), 8192, 8192, 512, pipeline=True, aligned=False) == "pipeline"
     assert choose_backend(np.dtype(np.float64), 1000, 1000, 1000, pipeline=True) == "warptile"
     assert choose_backend(np.dtype(np.float32), 512, 512, 512, pipeline=True) == "warptile"
