@@ -548,8 +548,8 @@ def _run_store(width: int, epilogue, d_off, vector: bool):
     The run's values go to the code that stores them by value, read from ``acc`` at the
     call site: a heavy epilogue (float64 GELU: ~40 instructions an element, four copies
     here) keeps that code out of line, and an accumulator array passed to an out-of-line
-    function would live in local memory for the whole kernel (it did: 256-512 bytes of
-    stack, the small tile at 163 registers, ``bias | gelu`` +83 % at 4096^2 x 256)."""
+    function has to live in local memory for the whole kernel.  (Constant indices at the
+    call site are the caller's part: see :func:`_make_dmma_store`.)"""
     if width == 2:
         @cuda.jit(device=True, inline="always")
         def gather(acc, c):
