@@ -149,7 +149,7 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     cuBLASDx's pipeline there.  ``benchmarks/results/h100_auto_choice_f64_s15.log`` (GPU ms,
     pipeline / warptile): 1024^3 0.057 / 0.054, 2048^3 0.382 / 0.347, 4096^3 2.960 / 2.836,
     8192^3 25.99 / 23.50 (0.81x / 0.90x cuBLAS); 1000^3 0.083 / 0.088, but 0.148 / 0.086 a
-    call in a loop; at K up to 512 the small tile (``choose_tile``) is the faster one,
+    call in a loop; below K = 1024 the small tile (``choose_tile``) is the faster one,
     ``h100_warptile_f64_tiles_s15.log``: 4096^2 x 256 0.197 ms against the pipeline's 0.228,
     8192^2 x 512 1.426 against 1.549, 4096^2 x 128 0.114 against 0.122.  The pipeline keeps
     unaligned operands (4097^3: 1.03x / 0.77x cuBLAS, warptile's checked copies) and skinny
