@@ -504,13 +504,13 @@ class AsyncTileStream(NamedTuple):
     """One thread's share of a tile copied with unchecked 16-byte ``cp.async``, for tiles
     known to lie wholly inside the matrix with 16-byte aligned lines.
 
-    The thread copies ``iters`` chunks, ``lines`` tile lines apart: chunk ``c`` of the tile
-    at ``(row0, col0)`` starts at global offset ``origin(ld, row0, col0, tid) + c * step(ld)``
-    and lands at ``place(tid) + c * PLACE_STEP`` of a shared stage; moving the tile ``dk``
-    along K adds ``dk * k_stride(ld)``.  ``copy(s, dst, g, src)`` starts one copy.  A kernel
-    keeps one origin per operand in registers and issues the copies between its mma
-    instructions: the bounds checks of :func:`make_tile_async_copier` cost more issue slots
-    than the copies themselves.
+    The thread copies ``iters`` chunks, each as many tile lines after the last as the
+    threads cover at once: chunk ``c`` of the tile at ``(row0, col0)`` starts at global
+    offset ``origin(ld, row0, col0, tid) + c * step(ld)`` and lands at ``place(tid) + c *
+    place_step`` of a shared stage; moving the tile ``dk`` along K adds ``dk * k_stride(ld)``.  ``copy(s, dst, g, src)`` starts one
+    copy.  A kernel keeps each chunk's origin in a register and issues the copies between
+    its mma instructions: the bounds checks of :func:`make_tile_async_copier` cost more
+    issue slots than the copies themselves.
     """
 
     iters: int

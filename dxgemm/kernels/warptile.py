@@ -358,6 +358,11 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
         wait_oldest = cp_async_wait[NSTAGES - 2]
         uLAST = U(NSTAGES - 1)
 
+        @cuda.jit(device=True, inline="always")
+        def next_stage(stage):
+            """The shared stage after ``stage`` in the ring of ``NSTAGES``."""
+            return stage + one if stage < uLAST else U(0)
+
         A_PSTEP, B_PSTEP = stream_a.place_step, stream_b.place_step
 
         @cuda.jit(device=True, inline="always")
@@ -431,8 +436,7 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
                                           b_frag, acc, a, a_src, dk * a_ks, fill * uA_STAGE + a_place, b, b_src,
                                           dk * b_ks, fill * uB_STAGE + b_place)
                     cp_async_commit()
-                    use = use + one if use < uLAST else U(0)
-                    fill = fill + one if fill < uLAST else U(0)
+                    use, fill = next_stage(use), next_stage(fill)
                     t += one
             while t < n_tiles:
                 wait_oldest()
@@ -444,8 +448,7 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
                 cp_async_commit()
                 multiply_tile(a_tile, use * uA_STAGE, b_tile, use * uB_STAGE, w_row, w_col, lane, a_frag, b_frag,
                               acc)
-                use = use + one if use < uLAST else U(0)
-                fill = fill + one if fill < uLAST else U(0)
+                use, fill = next_stage(use), next_stage(fill)
                 t += one
             store_tile(d, U(ldd), um, un, row0, col0, w_row, w_col, lane, acc, epi_args)
 
