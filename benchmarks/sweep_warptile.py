@@ -13,6 +13,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+def _cublas_shape(**changes) -> dict:
+    """The float64 tile in cuBLAS's sm_90 DGEMM shape as shipped (m16n8k16, 128x128x16, 8 warps
+    of 64x32, cp.async 4 stages, 16 tile rows a group; ``group_m=0``: no grouping), with ``changes``."""
+    return dict(dict(kind="dmma", copy="async", mma=(16, 16), threads=256, BM=128, BN=128, BK=16, WM=64, WN=32,
+                     stages=4, group_m=16), **changes)
+
+
 CANDIDATES = {
     "float32": [
         dict(threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, WNITER=2, TM=8, TN=4, stages=2, unroll=2),
@@ -75,31 +82,21 @@ CANDIDATES = {
         # cp.async 3 stages deep), now that interior tiles copy unchecked between the mmas; blocks in
         # groups of tile rows (group_m).  First the tile shipped before (16 warps, registers path).
         dict(kind="dmma", mma=(16, 4), threads=512, BM=128, BN=128, BK=16, WM=32, WN=32, stages=2),
-        dict(kind="dmma", copy="async", mma=(16, 16), threads=256, BM=128, BN=128, BK=16, WM=32, WN=64, stages=3),
-        dict(kind="dmma", copy="async", mma=(16, 16), threads=256, BM=128, BN=128, BK=16, WM=32, WN=64, stages=4),
-        dict(kind="dmma", copy="async", mma=(16, 16), threads=256, BM=128, BN=128, BK=16, WM=32, WN=64, stages=4,
-             group_m=16),
-        dict(kind="dmma", copy="async", mma=(16, 16), threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, stages=3,
-             group_m=16),
-        dict(kind="dmma", copy="async", mma=(16, 16), threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, stages=4,
-             group_m=16),
-        dict(kind="dmma", copy="async", mma=(16, 16), threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, stages=5,
-             group_m=16),
-        dict(kind="dmma", copy="async", mma=(16, 16), threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, stages=4,
-             group_m=8),
+        _cublas_shape(WM=32, WN=64, stages=3, group_m=0),
+        _cublas_shape(WM=32, WN=64, group_m=0),
+        _cublas_shape(WM=32, WN=64),
+        _cublas_shape(stages=3),
+        _cublas_shape(),  # as shipped (warptile.CONFIGS["float64"] on sm_90)
+        _cublas_shape(stages=5),
+        _cublas_shape(group_m=8),
         # smaller tiles on m16n8k16 with the unchecked interior loop, for middling sizes and short K
         # (first the small and the large tile as shipped)
         dict(kind="dmma", mma=(16, 4), copy="async", threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=4),
-        dict(kind="dmma", copy="async", mma=(16, 16), threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, stages=4,
-             group_m=16),
-        dict(kind="dmma", copy="async", mma=(16, 16), threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, stages=3,
-             group_m=16),
-        dict(kind="dmma", copy="async", mma=(16, 16), threads=256, BM=128, BN=64, BK=16, WM=32, WN=32, stages=4,
-             group_m=16),
-        dict(kind="dmma", copy="async", mma=(16, 16), threads=128, BM=64, BN=64, BK=16, WM=32, WN=32, stages=4,
-             group_m=16),
-        dict(kind="dmma", copy="async", mma=(16, 16), threads=256, BM=64, BN=64, BK=16, WM=32, WN=16, stages=4,
-             group_m=16),
+        _cublas_shape(),
+        _cublas_shape(stages=3),
+        _cublas_shape(BN=64, WM=32, WN=32),
+        _cublas_shape(threads=128, BM=64, BN=64, WM=32, WN=32),
+        _cublas_shape(BM=64, BN=64, WM=32, WN=16),
     ],
 }
 
