@@ -18,14 +18,16 @@ SMALL_CONFIGS = {
 }
 
 # The cp.async path on a small tile, three stages: with K = 29 and BK = 8 the ring of
-# stages wraps around and the last tile is partial.
-ASYNC_CONFIG = dict(kind="dmma", mma=(16, 4), copy="async", threads=64, BM=32, BN=16, BK=8, WM=16, WN=16,
+# stages wraps around and the last tile is partial; two mma rows and two K steps per tile,
+# so A blocks stream in behind the mmas and each step hands its fragments to the next.
+ASYNC_CONFIG = dict(kind="dmma", mma=(16, 4), copy="async", threads=64, BM=32, BN=32, BK=8, WM=32, WN=16,
                     stages=3)
 
 # The interior fast loop (unchecked copies between the mmas) as the shipped large float64 tile
-# runs it, scaled down: m16n8k16, four stages, blocks grouped two tile rows at a time.  With
-# K = 98 and BK = 16 an interior block runs three tiles through it, then the general loop.
-INTERIOR_CONFIG = dict(kind="dmma", mma=(16, 16), copy="async", threads=64, BM=32, BN=16, BK=16, WM=16, WN=16,
+# runs it, scaled down: m16n8k16, four stages, two mma rows per warp, blocks grouped two tile
+# rows at a time.  With K = 98 and BK = 16 an interior block runs three tiles through it, then
+# the general loop.
+INTERIOR_CONFIG = dict(kind="dmma", mma=(16, 16), copy="async", threads=64, BM=32, BN=32, BK=16, WM=32, WN=16,
                        stages=4, group_m=2)
 
 

@@ -401,7 +401,7 @@ if SIMULATOR:
     def cp_async_commit():
         """Simulator: nothing to close."""
 
-    cp_async_wait = {n: (lambda: None) for n in range(4)}
+    cp_async_wait = {n: (lambda: None) for n in range(6)}
 
     def make_cp_async(nbytes: int, itemsize: int) -> Callable:
         return _sim_cp_async(nbytes // itemsize)
@@ -450,7 +450,7 @@ else:
         return statement
 
     cp_async_commit = _asm_statement("cp.async.commit_group;")
-    cp_async_wait = {n: _asm_statement(f"cp.async.wait_group {n};") for n in range(4)}
+    cp_async_wait = {n: _asm_statement(f"cp.async.wait_group {n};") for n in range(6)}
 
 
 def make_tile_async_copier(dtype: np.dtype, layout: Layout, rows: int, cols: int, nthreads: int,
@@ -684,10 +684,10 @@ class Dmma(NamedTuple):
     ``load_a(tile, base, ld, lane, frag, i)`` / ``load_b(...)`` fill row ``i`` of a
     ``cuda.local.array((count, nvals), float64)`` fragment array with this lane's values of
     the block whose K-major corner is ``tile[base]``; ``mma(a_frag, i, b_frag, j, acc, lo,
-    hi, lane, a_tile, a_ld, b_tile, b_ld)`` adds A-block ``i`` times B-block ``j`` into the
-    accumulator pairs ``acc[lo], acc[lo + 1]`` (rows ``g``) and ``acc[hi], acc[hi + 1]``
-    (rows ``g + 8``; unused when M is 8).  The tile arguments are only read under the
-    simulator.
+    hi)`` adds A-block ``i`` times B-block ``j`` into the accumulator pairs ``acc[lo],
+    acc[lo + 1]`` (rows ``g``) and ``acc[hi], acc[hi + 1]`` (rows ``g + 8``; unused when M
+    is 8).  The multiply reads registers only: a fragment can be reloaded as soon as its
+    last mma has been issued.
     """
 
     m: int
@@ -725,28 +725,34 @@ def _make_dmma(M: int, K: int, a_kmajor: bool, b_kmajor: bool) -> Dmma:
     a_at = (lambda r, k: f"({k}) * ld + {r}") if a_kmajor else (lambda r, k: f"({r}) * ld + {k}")
     b_at = (lambda k, c: f"({k}) * ld + {c}") if b_kmajor else (lambda k, c: f"({c}) * ld + {k}")
     if SIMULATOR:
-        sim_a = a_at("g + 8 * vm", "kk").replace("ld", "a_ld")
-        sim_b0 = b_at("kk", "t2").replace("ld", "b_ld")
-        sim_b1 = b_at("kk", "t2 + 1").replace("ld", "b_ld")
+        # Each lane loads the whole rows of A and columns of B its accumulators need, so the
+        # values are read from shared memory when loaded, as on the GPU, not when multiplied.
+        sim_a = a_at("g + 8 * vm", "kk")
+        sim_b0 = b_at("kk", "t2")
+        sim_b1 = b_at("kk", "t2 + 1")
         src = f"""
 def load_a(tile, base, ld, lane, frag, i):
-    frag[i, 0] = float(base)
+    g = lane // 4
+    for vm in range({VM}):
+        for kk in range({K}):
+            frag[i, vm * {K} + kk] = tile[base + {sim_a}]
 
 def load_b(tile, base, ld, lane, frag, j):
-    frag[j, 0] = float(base)
+    t2 = (lane % 4) * 2
+    for kk in range({K}):
+        frag[j, 2 * kk] = tile[base + {sim_b0}]
+        frag[j, 2 * kk + 1] = tile[base + {sim_b1}]
 
-def mma(a_frag, i, b_frag, j, acc, lo, hi, lane, a_tile, a_ld, b_tile, b_ld):
-    ba, bb = int(a_frag[i, 0]), int(b_frag[j, 0])
-    g, t2 = lane // 4, (lane % 4) * 2
+def mma(a_frag, i, b_frag, j, acc, lo, hi):
     for vm in range({VM}):
         c = lo if vm == 0 else hi
         for kk in range({K}):
-            av = a_tile[ba + {sim_a}]
-            acc[c] = acc[c] + av * b_tile[bb + {sim_b0}]
-            acc[c + 1] = acc[c + 1] + av * b_tile[bb + {sim_b1}]
+            av = a_frag[i, vm * {K} + kk]
+            acc[c] = acc[c] + av * b_frag[j, 2 * kk]
+            acc[c + 1] = acc[c + 1] + av * b_frag[j, 2 * kk + 1]
 """
         exec(src, ns)
-        return Dmma(M, K, 1, 1, ns["load_a"], ns["load_b"], ns["mma"])
+        return Dmma(M, K, VM * K, 2 * K, ns["load_a"], ns["load_b"], ns["mma"])
 
     ns["asm"] = _dmma_intrinsic(M, K, NA, NB)
     # Value vm + VM vk of A is A[g + 8 vm, t + 4 vk]; value vk of B is B[t + 4 vk, g].
@@ -772,7 +778,7 @@ def load_b(tile, base, ld, lane, frag, j):
     t = lane & U(3)
 {b_loads}
 
-def mma(a_frag, i, b_frag, j, acc, lo, hi, lane, a_tile, a_ld, b_tile, b_ld):
+def mma(a_frag, i, b_frag, j, acc, lo, hi):
     {c_out} = asm(({a_args},), ({b_args},), ({c_in},))
 """
     exec(src, ns)

@@ -321,20 +321,26 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
         return tid, lane, w_row, w_col, row0, col0, um, un, uk, vec_a, vec_b, (uk + uBK - one) // uBK
 
     @cuda.jit(device=True, inline="always")
+    def a_base(a_off, w_row, i, s):
+        """Shared index of the corner of this warp's A block ``i`` in K step ``s`` of a tile."""
+        if A_KMAJOR:
+            return a_off + U(s) * uMMA_K * uALD + w_row + U(i) * uMMA_M
+        return a_off + (w_row + U(i) * uMMA_M) * uALD + U(s) * uMMA_K
+
+    @cuda.jit(device=True, inline="always")
+    def b_base(b_off, w_col, j, s):
+        """Shared index of the corner of this warp's B block ``j`` in K step ``s`` of a tile."""
+        if B_KMAJOR:
+            return b_off + U(s) * uMMA_K * uBLD + w_col + U(j) * u8
+        return b_off + (w_col + U(j) * u8) * uBLD + U(s) * uMMA_K
+
+    @cuda.jit(device=True, inline="always")
     def load_fragments(a_tile, a_off, b_tile, b_off, w_row, w_col, lane, a_frag, b_frag, s):
         """This warp's A and B fragments of K step ``s`` of a shared tile."""
         for i in range(MI):
-            if A_KMAJOR:
-                a_base = a_off + U(s) * uMMA_K * uALD + w_row + U(i) * uMMA_M
-            else:
-                a_base = a_off + (w_row + U(i) * uMMA_M) * uALD + U(s) * uMMA_K
-            load_a(a_tile, a_base, uALD, lane, a_frag, i)
+            load_a(a_tile, a_base(a_off, w_row, i, s), uALD, lane, a_frag, i)
         for j in range(NI):
-            if B_KMAJOR:
-                b_base = b_off + U(s) * uMMA_K * uBLD + w_col + U(j) * u8
-            else:
-                b_base = b_off + (w_col + U(j) * u8) * uBLD + U(s) * uMMA_K
-            load_b(b_tile, b_base, uBLD, lane, b_frag, j)
+            load_b(b_tile, b_base(b_off, w_col, j, s), uBLD, lane, b_frag, j)
 
     @cuda.jit(device=True, inline="always")
     def multiply_tile(a_tile, a_off, b_tile, b_off, w_row, w_col, lane, a_frag, b_frag, acc):
@@ -344,7 +350,7 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
             for i in range(MI):
                 for j in range(NI):
                     lo = 2 * ((i * HALVES) * NI + j)
-                    mma(a_frag, i, b_frag, j, acc, lo, lo + 2 * NI, lane, a_tile, uALD, b_tile, uBLD)
+                    mma(a_frag, i, b_frag, j, acc, lo, lo + 2 * NI)
 
     store_tile = _make_dmma_store(MI * HALVES, NI, store_run, epilogue, d_off, D_ROW, BM, BN)
 
@@ -354,16 +360,16 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
         stream_a = make_async_tile_stream(dt, spec.layout_a, BM, BK, threads, ALD, k_along_rows=False)
         stream_b = make_async_tile_stream(dt, spec.layout_b, BK, BN, threads, BLD, k_along_rows=True)
         A_IT, B_IT = stream_a.iters, stream_b.iters
-        N_MMA, N_COPY = KSTEPS * MI * NI, A_IT + B_IT
+        N_COPY = A_IT + B_IT
+        N_MMA = KSTEPS * MI * NI  # the mmas of a tile, which the copies of a later tile go between
         wait_oldest = cp_async_wait[NSTAGES - 2]
         uLAST = U(NSTAGES - 1)
+        A_PSTEP, B_PSTEP = stream_a.place_step, stream_b.place_step
 
         @cuda.jit(device=True, inline="always")
         def next_stage(stage):
             """The shared stage after ``stage`` in the ring of ``NSTAGES``."""
             return stage + one if stage < uLAST else U(0)
-
-        A_PSTEP, B_PSTEP = stream_a.place_step, stream_b.place_step
 
         @cuda.jit(device=True, inline="always")
         def issue_copy(c, a, a_tile, a_src, a_dk, a_dst, b, b_tile, b_src, b_dk, b_dst):
@@ -376,21 +382,80 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
                 stream_b.copy(b_tile, b_dst + U(c - A_IT) * B_PSTEP, b, b_src[c - A_IT] + b_dk)
 
         @cuda.jit(device=True, inline="always")
-        def multiply_tile_copying(a_tile, a_off, b_tile, b_off, w_row, w_col, lane, a_frag, b_frag, acc,
-                                  a, a_src, a_dk, a_dst, b, b_src, b_dk, b_dst):
-            """:func:`multiply_tile`, with this thread's copies of a later K tile spread evenly
-            between the mma instructions: one basic block, so ptxas can keep the tensor pipe
-            busy while the copies issue (issued all at once they left it idle ~25 % of a tile)."""
-            for s in range(KSTEPS):
-                load_fragments(a_tile, a_off, b_tile, b_off, w_row, w_col, lane, a_frag, b_frag, s)
+        def load_step_head(a_tile, a_off, b_tile, b_off, w_row, w_col, lane, a_frag, b_frag, s):
+            """What a K step's first row of mmas needs: all of its B blocks and A block 0."""
+            for j in range(NI):
+                load_b(b_tile, b_base(b_off, w_col, j, s), uBLD, lane, b_frag, j)
+            load_a(a_tile, a_base(a_off, w_row, 0, s), uALD, lane, a_frag, 0)
+
+        def make_step(s: int, copying: bool):
+            LAST = s == KSTEPS - 1
+
+            @cuda.jit(device=True, inline="always")
+            def multiply_step(a_tile, b_tile, a_off, b_off, w_row, w_col, lane, a_frag, b_frag, acc, a, a_src, a_dk,
+                              a_dst, b, b_src, b_dk, b_dst):
+                """K step ``s`` of the tile at ``a_off``/``b_off``, its B blocks and A block 0
+                already loaded; A block ``i + 1`` loads during row ``i``, and all but the last
+                step load the next step's B blocks and A block 0 as the last row frees them."""
                 for i in range(MI):
+                    if i + 1 < MI:
+                        load_a(a_tile, a_base(a_off, w_row, i + 1, s), uALD, lane, a_frag, i + 1)
                     for j in range(NI):
                         lo = 2 * ((i * HALVES) * NI + j)
-                        mma(a_frag, i, b_frag, j, acc, lo, lo + 2 * NI, lane, a_tile, uALD, b_tile, uBLD)
-                        q = (s * MI + i) * NI + j
-                        for c in range(N_COPY):
-                            if (c * N_MMA) // N_COPY == q:
-                                issue_copy(c, a, a_tile, a_src, a_dk, a_dst, b, b_tile, b_src, b_dk, b_dst)
+                        mma(a_frag, i, b_frag, j, acc, lo, lo + 2 * NI)
+                        if not LAST and i == MI - 1:
+                            load_b(b_tile, b_base(b_off, w_col, j, s + 1), uBLD, lane, b_frag, j)
+                        if copying:
+                            q = (s * MI + i) * NI + j
+                            for c in range(N_COPY):
+                                if (c * N_MMA) // N_COPY == q:
+                                    issue_copy(c, a, a_tile, a_src, a_dk, a_dst, b, b_tile, b_src, b_dk, b_dst)
+                if not LAST:
+                    load_a(a_tile, a_base(a_off, w_row, 0, s + 1), uALD, lane, a_frag, 0)
+
+            return multiply_step
+
+        if KSTEPS > 4:
+            raise ValueError(f"the cp.async DMMA warptile takes at most 4 mma steps per K tile, got BK={BK}")
+
+        def make_multiply(copying: bool):
+            # One device function per K step, called in sequence: a loop over the steps was
+            # left rolled by LLVM, and with it every index into the fragments dynamic.
+            steps = [make_step(s, copying) for s in range(KSTEPS)] + [None] * (4 - KSTEPS)
+            step0, step1, step2, step3 = steps
+            HAS1, HAS2, HAS3 = KSTEPS > 1, KSTEPS > 2, KSTEPS > 3
+
+            @cuda.jit(device=True, inline="always")
+            def multiply_tile_streaming(a_tile, b_tile, use, nxt, w_row, w_col, lane, a_frag, b_frag, acc, a, a_src,
+                                        a_dk, a_dst, b, b_src, b_dk, b_dst):
+                """``acc += `` this warp's part of the K tile in stage ``use``, whose first K
+                step's B blocks and A block 0 are already in ``b_frag``/``a_frag``; leaves in
+                them those of the tile in stage ``nxt``, after waiting for it.
+
+                A blocks stream: block ``i + 1`` is loaded while row ``i``'s mmas run, so the
+                tensor pipe never waits for a whole step's loads (cuBLAS's DGEMM interleaves the
+                same way); the next tile's B blocks and first A block are loaded after the
+                barrier for it.  ``copying``: this thread's unchecked copies of a later tile
+                (``issue_copy``) go between the mmas."""
+                a_off, b_off = use * uA_STAGE, use * uB_STAGE
+                step0(a_tile, b_tile, a_off, b_off, w_row, w_col, lane, a_frag, b_frag, acc, a, a_src, a_dk, a_dst,
+                      b, b_src, b_dk, b_dst)
+                if HAS1:
+                    step1(a_tile, b_tile, a_off, b_off, w_row, w_col, lane, a_frag, b_frag, acc, a, a_src, a_dk,
+                          a_dst, b, b_src, b_dk, b_dst)
+                if HAS2:
+                    step2(a_tile, b_tile, a_off, b_off, w_row, w_col, lane, a_frag, b_frag, acc, a, a_src, a_dk,
+                          a_dst, b, b_src, b_dk, b_dst)
+                if HAS3:
+                    step3(a_tile, b_tile, a_off, b_off, w_row, w_col, lane, a_frag, b_frag, acc, a, a_src, a_dk,
+                          a_dst, b, b_src, b_dk, b_dst)
+                wait_oldest()  # this thread's copies of the next tile have landed ...
+                cuda.syncthreads()  # ... everyone's, and nobody reads stage `use` any more
+                load_step_head(a_tile, nxt * uA_STAGE, b_tile, nxt * uB_STAGE, w_row, w_col, lane, a_frag, b_frag, 0)
+
+            return multiply_tile_streaming
+
+        multiply_copying, multiply_tile_streaming = make_multiply(True), make_multiply(False)
 
         def warptile_dmma_gemm(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args):
             smem = cuda.shared.array(0, smem_type)
@@ -405,12 +470,16 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
                 acc[i] = zero
             tid, lane, w_row, w_col, row0, col0, um, un, uk, vec_a, vec_b, n_tiles = place(m, n, k, flags)
             # The first NSTAGES - 1 tiles go out at once, one commit group each (empty groups
-            # past the last tile keep the count that the wait below relies on).
+            # past the last tile keep the count the waits rely on); tile t lives in stage
+            # t % NSTAGES, and iteration t refills the stage of tile t - 1 with tile t + NSTAGES - 1.
             for st in range(NSTAGES - 1):
                 if U(st) < n_tiles:
                     copy_a(a, U(lda), row0, U(st) * uBK, um, uk, a_tile[U(st) * uA_STAGE:], tid, vec_a)
                     copy_b(b, U(ldb), U(st) * uBK, col0, uk, un, b_tile[U(st) * uB_STAGE:], tid, vec_b)
                 cp_async_commit()
+            wait_oldest()
+            cuda.syncthreads()
+            load_step_head(a_tile, U(0), b_tile, U(0), w_row, w_col, lane, a_frag, b_frag, 0)
             use = U(0)  # the stage multiplied in this iteration
             fill = uLAST  # the stage the tile NSTAGES - 1 ahead goes to
             t = U(0)
@@ -429,26 +498,23 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
                 a_place, b_place = stream_a.place(tid), stream_b.place(tid)
                 full_tiles = uk // uBK
                 while t + uLAST < full_tiles:
-                    wait_oldest()  # this thread's copies of tile t have landed ...
-                    cuda.syncthreads()  # ... everyone's, and nobody still reads stage `fill`
                     dk = (t + uLAST) * uBK
-                    multiply_tile_copying(a_tile, use * uA_STAGE, b_tile, use * uB_STAGE, w_row, w_col, lane, a_frag,
-                                          b_frag, acc, a, a_src, dk * a_ks, fill * uA_STAGE + a_place, b, b_src,
-                                          dk * b_ks, fill * uB_STAGE + b_place)
+                    nxt = next_stage(use)
+                    multiply_copying(a_tile, b_tile, use, nxt, w_row, w_col, lane, a_frag, b_frag, acc, a, a_src,
+                                     dk * a_ks, fill * uA_STAGE + a_place, b, b_src, dk * b_ks, fill * uB_STAGE + b_place)
                     cp_async_commit()
-                    use, fill = next_stage(use), next_stage(fill)
+                    use, fill = nxt, next_stage(fill)
                     t += one
             while t < n_tiles:
-                wait_oldest()
-                cuda.syncthreads()
                 ahead = t + uLAST
                 if ahead < n_tiles:
                     copy_a(a, U(lda), row0, ahead * uBK, um, uk, a_tile[fill * uA_STAGE:], tid, vec_a)
                     copy_b(b, U(ldb), ahead * uBK, col0, uk, un, b_tile[fill * uB_STAGE:], tid, vec_b)
                 cp_async_commit()
-                multiply_tile(a_tile, use * uA_STAGE, b_tile, use * uB_STAGE, w_row, w_col, lane, a_frag, b_frag,
-                              acc)
-                use, fill = next_stage(use), next_stage(fill)
+                nxt = next_stage(use)
+                multiply_tile_streaming(a_tile, b_tile, use, nxt, w_row, w_col, lane, a_frag, b_frag, acc, a, a_src,
+                                        U(0), U(0), b, b_src, U(0), U(0))
+                use, fill = nxt, next_stage(fill)
                 t += one
             store_tile(d, U(ldd), um, un, row0, col0, w_row, w_col, lane, acc, epi_args)
 
