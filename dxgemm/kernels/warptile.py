@@ -155,6 +155,9 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     uWARP, u_lanes_across, warps_across = U(WARP), U(lanes_across), U(BN // WN)
     D_VEC = spec.layout_d == Layout.ROW and TN * dt.itemsize == 16  # one thread's row of D is 16 bytes
     store_run = _run_store(TN, epilogue, d_off, D_VEC)
+    runs = [(wm * TM + i, wm * WSUBM + i, wn * TN, wn * WSUBN) for wm in range(WMITER) for i in range(TM)
+            for wn in range(WNITER)]
+    store_tile = _make_straight_store(runs, N_REG, store_run)
     one, two = U(1), U(2)
 
     def warptile_gemm(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args):
@@ -214,13 +217,7 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
             cuda.syncthreads()
         # A thread's TN neighbours in a row of D go out in one 16-byte store where the
         # layout and the address allow (at short K the stores are most of the time).
-        for wm in range(WMITER):
-            for i in range(TM):
-                row = row0 + w_row + U(wm) * uWSUBM + l_row + U(i)
-                if row < um:
-                    for wn in range(WNITER):
-                        col = col0 + w_col + U(wn) * uWSUBN + l_col
-                        store_run(d, U(ldd), un, acc, (wm * TM + i) * N_REG + wn * TN, row, col, epi_args)
+        store_tile(d, U(ldd), um, un, row0 + w_row + l_row, col0 + w_col + l_col, acc, epi_args)
 
     return BuiltKernel(warptile_gemm, (threads,), BM, BN)
 
@@ -501,7 +498,8 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
                     dk = (t + uLAST) * uBK
                     nxt = next_stage(use)
                     multiply_copying(a_tile, b_tile, use, nxt, w_row, w_col, lane, a_frag, b_frag, acc, a, a_src,
-                                     dk * a_ks, fill * uA_STAGE + a_place, b, b_src, dk * b_ks, fill * uB_STAGE + b_place)
+                                     dk * a_ks, fill * uA_STAGE + a_place, b, b_src, dk * b_ks,
+                                     fill * uB_STAGE + b_place)
                     cp_async_commit()
                     use, fill = nxt, next_stage(fill)
                     t += one
@@ -561,6 +559,24 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
 
     return BuiltKernel(warptile_dmma_gemm, (threads,), BM, BN, dynamic_smem=(a_elems + b_elems) * dt.itemsize,
                        min_blocks=cfg.get("min_blocks", 0))
+
+
+def _make_straight_store(runs: list, row_len: int, store_run):
+    """``store_tile(d, ldd, um, un, r0, c0, acc, epi_args)``: the epilogue of a thread's
+    accumulators into D as straight-line code, for the SIMT tile: ``runs`` lists each run of
+    row neighbours (``store_run``'s width) as ``(acc row, row offset from r0, acc column, column offset
+    from c0)``, the accumulator being ``acc[acc_row * row_len + acc_col + e]``.  As in
+    :func:`_make_dmma_store`, constant indices keep the accumulator in registers whatever
+    the epilogue; every run is bounds-checked (``store_run``)."""
+    lines = []
+    for acc_row, dr, acc_col, dc in runs:
+        lines.append(f"    if r0 + U({dr}) < um:")
+        lines.append(f"        store_run(d, ldd, un, acc, {acc_row * row_len + acc_col}, r0 + U({dr}), c0 + U({dc}), "
+                     "epi_args)")
+    src = "def store_tile(d, ldd, um, un, r0, c0, acc, epi_args):\n" + "\n".join(lines) + "\n"
+    ns = {"U": U, "store_run": store_run}
+    exec(src, ns)
+    return cuda.jit(device=True, inline="always")(ns["store_tile"])
 
 
 def _make_dmma_store(blocks_m: int, blocks_n: int, store_run, epilogue, d_off, d_row: bool, BM: int, BN: int):
