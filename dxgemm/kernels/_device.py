@@ -17,6 +17,7 @@ Two Numba-specific habits run through the ladder (see ``shared/notes/numba-gemm.
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
@@ -387,21 +388,40 @@ else:
 # ``cp_async_commit()``, and ``cp_async_wait[n]()`` waits until at most ``n`` of its groups
 # are still in flight; a barrier then makes every thread's copies visible.  ``src_bytes``
 # below the copy size fills the rest of the destination with zeros (edges of the matrix).
-# The simulator copies at once and its commit and wait do nothing.
 # ---------------------------------------------------------------------------------------
 if SIMULATOR:
+    # The simulator holds each thread's copies back until a wait retires their group, as
+    # late as the hardware may land them: a read of a stage before its wait sees stale data.
+    _sim_copies = threading.local()
+
+    def _sim_state():
+        if not hasattr(_sim_copies, "groups"):
+            _sim_copies.groups, _sim_copies.open = [], []
+        return _sim_copies
 
     def _sim_cp_async(width):
         def cp_async(dst, dst_index, src, src_index, src_bytes):
             valid = int(src_bytes) // dst.dtype.itemsize
-            for v in range(width):
-                dst[dst_index + v] = src[src_index + v] if v < valid else 0
+            values = [src[src_index + v] if v < valid else 0 for v in range(width)]
+            _sim_state().open.append((dst, int(dst_index), values))
         return cp_async
 
     def cp_async_commit():
-        """Simulator: nothing to close."""
+        """Simulator: close this thread's open copies into a group."""
+        state = _sim_state()
+        state.groups.append(state.open)
+        state.open = []
 
-    cp_async_wait = {n: (lambda: None) for n in range(6)}
+    def _sim_wait(n):
+        def cp_async_wait_n():
+            state = _sim_state()
+            while len(state.groups) > n:
+                for dst, index, values in state.groups.pop(0):
+                    for v, x in enumerate(values):
+                        dst[index + v] = x
+        return cp_async_wait_n
+
+    cp_async_wait = {n: _sim_wait(n) for n in range(6)}
 
     def make_cp_async(nbytes: int, itemsize: int) -> Callable:
         return _sim_cp_async(nbytes // itemsize)

@@ -427,7 +427,8 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
                                         a_dk, a_dst, b, b_src, b_dk, b_dst):
                 """``acc += `` this warp's part of the K tile in stage ``use``, whose first K
                 step's B blocks and A block 0 are already in ``b_frag``/``a_frag``; leaves in
-                them those of the tile in stage ``nxt``, after waiting for it.
+                them those of the tile in stage ``nxt``, after waiting for it.  This thread's
+                copies issued since the last call, and those it issues here, close one group.
 
                 A blocks stream: block ``i + 1`` is loaded while row ``i``'s mmas run, so the
                 tensor pipe never waits for a whole step's loads (cuBLAS's DGEMM interleaves the
@@ -446,6 +447,7 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
                 if HAS3:
                     step3(a_tile, b_tile, a_off, b_off, w_row, w_col, lane, a_frag, b_frag, acc, a, a_src, a_dk,
                           a_dst, b, b_src, b_dk, b_dst)
+                cp_async_commit()  # this iteration's copies (possibly none) are one group
                 wait_oldest()  # this thread's copies of the next tile have landed ...
                 cuda.syncthreads()  # ... everyone's, and nobody reads stage `use` any more
                 load_step_head(a_tile, nxt * uA_STAGE, b_tile, nxt * uB_STAGE, w_row, w_col, lane, a_frag, b_frag, 0)
@@ -500,7 +502,6 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
                     multiply_copying(a_tile, b_tile, use, nxt, w_row, w_col, lane, a_frag, b_frag, acc, a, a_src,
                                      dk * a_ks, fill * uA_STAGE + a_place, b, b_src, dk * b_ks,
                                      fill * uB_STAGE + b_place)
-                    cp_async_commit()
                     use, fill = nxt, next_stage(fill)
                     t += one
             while t < n_tiles:
@@ -508,7 +509,6 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
                 if ahead < n_tiles:
                     copy_a(a, U(lda), row0, ahead * uBK, um, uk, a_tile[fill * uA_STAGE:], tid, vec_a)
                     copy_b(b, U(ldb), ahead * uBK, col0, uk, un, b_tile[fill * uB_STAGE:], tid, vec_b)
-                cp_async_commit()
                 nxt = next_stage(use)
                 multiply_tile_streaming(a_tile, b_tile, use, nxt, w_row, w_col, lane, a_frag, b_frag, acc, a, a_src,
                                         U(0), U(0), b, b_src, U(0), U(0))
