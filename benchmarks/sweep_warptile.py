@@ -97,6 +97,14 @@ CANDIDATES = {
         _cublas_shape(BN=64, WM=32, WN=32),
         _cublas_shape(threads=128, BM=64, BN=64, WM=32, WN=32),
         _cublas_shape(BM=64, BN=64, WM=32, WN=16),
+        # with the fragments streamed behind the mmas (session 16): stage depth, cuBLAS's 32x64
+        # warp shape, grouping (first the shipped tile)
+        _cublas_shape(),
+        _cublas_shape(stages=3),
+        _cublas_shape(stages=5),
+        _cublas_shape(WM=32, WN=64),
+        _cublas_shape(group_m=8),
+        _cublas_shape(group_m=0),
     ],
 }
 
