@@ -37,6 +37,14 @@ Four more things make this rung fast:
   operands and the last partial K tile take the checked copier.  Consecutive blocks walk
   16 tile rows column by column, so a wave shares B's column panels in L2 (+3 % at 8192^3).
   That took float64 from 0.72x to 0.83-0.84x at 4096^3 and 0.89x at 8192^3.
+* **Fragments streamed behind the mmas.**  Loading a K tile's 48 fragment values per lane
+  all at once after the barrier left the tensor pipe waiting on shared memory (MIO
+  throttle).  The mmas read registers only, so each fragment can be reloaded as soon as its
+  last mma has issued: A block ``i + 1`` loads while row ``i`` multiplies, the next K step's
+  B blocks as the last row frees them, and the next tile's B blocks and first A block right
+  after its barrier at the end of the tile — cuBLAS's DGEMM loop interleaves its loads the
+  same way.  No extra registers: 0.83-0.84x -> 0.89-0.97x at 4096^3 (median of five rounds
+  0.93x) and 0.89x -> 0.92-0.98x at 8192^3 (median 0.97x).
 * **16-byte stores.**  A thread's neighbours in a row of D (a lane's pair of the DMMA
   accumulator, a thread's four float32 columns) leave in one ``STG.E.128`` when D is
   row-major and aligned.  At short K the GEMM is bound by writing D, and one store per
@@ -50,13 +58,14 @@ larger K step (16) halves the barriers per multiply-add.
 
 Reached on the H100 (benchmarks/results/h100.json, 4096^3): 36.58 TFLOP/s float32 (0.708x
 cuBLAS, h100_bench_warptile_final.log; 0.716x before the 16-byte stores, which cost it 1.2 %
-here and gained 1.8-3x at short K), 49.80 TFLOP/s float64 (0.834x; 0.889x at 8192^3,
-h100_bench_warptile_f64_s15_r*.log); float32 in the sweeps (h100_run*_sweep*.log)
-0.695-0.716x; ncu (h100_ncu_warptile.log) shows the float32 kernel issuing an
-instruction on 80 % of scheduler cycles — it is issue-bound, and 75 % of its inner-loop
-instructions are FFMA.  The float64 kernel's busiest unit is the DMMA pipe
-(h100_ncu_warptile_f64_s15.log); the NOPs ptxas puts after each DMMA and the shared-memory
-fragment loads hold most of the remaining stall samples, with 2 warps per scheduler.
+here and gained 1.8-3x at short K), 56.48 TFLOP/s float64 (0.931x, the median of five
+rounds at 0.893-0.966x; 0.973x at 8192^3, 0.944x at 2048^3, h100_bench_warptile_f64_s16_r*.log);
+float32 in the sweeps (h100_run*_sweep*.log) 0.695-0.716x; ncu (h100_ncu_warptile.log)
+shows the float32 kernel issuing an instruction on 80 % of scheduler cycles — it is
+issue-bound, and 75 % of its inner-loop instructions are FFMA.  The float64 kernel keeps
+its SMs' compute 88 % busy (h100_ncu_warptile_f64_s16.log; 77 % before the fragments were
+streamed): the tensor pipe is the busiest place, and the NOPs ptxas puts after each DMMA
+wait on it.
 """
 
 from __future__ import annotations
@@ -78,8 +87,10 @@ WARP = 32
 # 0.716x; siboehm's 4-warp 64-accumulator layout reached 0.707x with 239 registers.
 # float64: cuBLAS's own sm_90 DGEMM shape (libcublasLt 13's sm90_xmma_gemm_f64f64 kernels):
 # 8 warps of 64x32 (4x4 m16n8k16 blocks), BK = 16, cp.async four stages deep, blocks 16 tile
-# rows a group, 224 registers: 0.834x at 4096^3, 0.889x at 8192^3
-# (h100_warptile_cublas_shape2_s15.log, h100_bench_warptile_f64_s15_r*.log).  The 16-warp
+# rows a group, fragments streamed behind the mmas, 249 registers: 0.931x at 4096^3, 0.973x
+# at 8192^3 (medians of five rounds, h100_bench_warptile_f64_s16_r*.log); around it 3 or 5
+# stages tie, cuBLAS's 32x64 warps lose (0.78x), no grouping loses 3 % at 8192^3
+# (h100_warptile_streamed_sweep_s16.log, h100_warptile_cublas_shape2_s15.log).  The 16-warp
 # 32x32 m16n8k4 tile it replaced, double-buffered through registers, reached 0.66-0.69x; in
 # that tile m16n8k4 beat the longer shapes.
 CONFIGS = {
@@ -241,7 +252,8 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
     * ``"async"``: ``cp.async`` straight into shared memory, ``cfg["stages"]`` deep: no
       staging registers, and ``stages - 1`` tiles in flight while one is multiplied.  A
       16-byte copy cannot transpose, so each shared tile keeps its operand's global layout
-      and the fragment loads index it accordingly.
+      and the fragment loads index it accordingly.  The fragments stream in behind the
+      mmas (``multiply_tile_streaming``), one barrier per K tile.
 
     Every shared line is padded by ``PAD`` doubles: a fragment load reads 4 lines of 8
     (or 8 lines of 4) doubles, and lines ``ld = 4 (mod 16)`` doubles apart put each
