@@ -105,6 +105,16 @@ CANDIDATES = {
         _cublas_shape(WM=32, WN=64),
         _cublas_shape(group_m=8),
         _cublas_shape(group_m=0),
+        # the small and tiny tiles with streamed fragments: longer mma shapes (one K step per
+        # tile), a 4-warp 64x64 tile of 32x32 warps (first the small and tiny tiles as shipped)
+        dict(kind="dmma", mma=(16, 4), copy="async", threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=4),
+        dict(kind="dmma", mma=(16, 8), copy="async", threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=4,
+             min_blocks=2),
+        dict(kind="dmma", mma=(16, 16), copy="async", threads=256, BM=128, BN=64, BK=16, WM=64, WN=16, stages=3,
+             min_blocks=2),
+        dict(kind="dmma", mma=(16, 4), copy="async", threads=256, BM=64, BN=64, BK=8, WM=32, WN=16, stages=4),
+        dict(kind="dmma", mma=(16, 16), copy="async", threads=256, BM=64, BN=64, BK=16, WM=32, WN=16, stages=4),
+        _cublas_shape(threads=128, BM=64, BN=64, WM=32, WN=32, group_m=0),
     ],
 }
 
