@@ -228,7 +228,7 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int) -> str:
     """The tile configuration of a handwritten rung (``KernelSpec.tile``).
 
     Only ``warptile`` has several (``warptile.TILE_CONFIGS``; float32's rule is in the code
-    below, with its log).  float64's large tile (16
+    below, with its log).  float64's large tile (8
     warps, 128x128x16) holds one block per SM and pads K to 16; the small one (8 warps,
     128x64x8, ``cp.async`` four stages deep) has twice the blocks and a quarter of the K
     padding; the tiny one (64x64x8) four times the blocks.  On the H100 the large tile won
