@@ -205,3 +205,32 @@ def test_warptile_tile_rule():
     assert choose_tile("warptile", f32, 1024, 1024, 1024) == "small"
     assert choose_tile("warptile", f32, 2048, 2048, 2048) == "large"
     assert choose_tile("vectorized", f64, 16, 16, 16) == "large"
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    (dict(mma=(16, 4), BK=32), "at most 4 mma steps per K tile"),
+    (dict(stages=6), "2 to 5 stages"),
+    (dict(WM=48), "inconsistent DMMA warptile configuration"),
+])
+def test_warptile_dmma_configuration_errors(changes, message):
+    """A float64 warptile configuration the kernel cannot run is refused when it is built, with the reason."""
+    from dxgemm.epilogues._base import AlphaBeta, EpilogueContext
+    from dxgemm.kernels import KernelSpec, Layout, warptile
+
+    f64 = np.dtype(np.float64)
+    bound = AlphaBeta(1.0, 0.0).bind(EpilogueContext(64, 64, f64, adapt=None))
+    spec = KernelSpec(f64, Layout.ROW, Layout.ROW, Layout.ROW, bound.key, bound.make())
+    with pytest.raises(ValueError, match=message):
+        warptile.build(spec, **changes)
+
+
+def test_warptile_simt_configuration_errors():
+    """float32: warp tiles that do not cover the block tile exactly are refused (96 of 128 rows here)."""
+    from dxgemm.epilogues._base import AlphaBeta, EpilogueContext
+    from dxgemm.kernels import KernelSpec, Layout, warptile
+
+    f32 = np.dtype(np.float32)
+    bound = AlphaBeta(1.0, 0.0).bind(EpilogueContext(64, 64, f32, adapt=None))
+    spec = KernelSpec(f32, Layout.ROW, Layout.ROW, Layout.ROW, bound.key, bound.make())
+    with pytest.raises(ValueError, match="cover the block tile exactly"):
+        warptile.build(spec, WM=48, WN=32, WNITER=2, TM=6, TN=4)

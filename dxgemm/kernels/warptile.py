@@ -142,8 +142,10 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     threads, BM, BN, BK = cfg["threads"], cfg["BM"], cfg["BN"], cfg["BK"]
     WM, WN, WNITER, TM, TN = cfg["WM"], cfg["WN"], cfg["WNITER"], cfg["TM"], cfg["TN"]
     WMITER = (WM * WN) // (WARP * TM * TN * WNITER)
-    if (BM // WM) * (BN // WN) * WARP != threads or WMITER < 1 or WMITER * WARP * TM * TN * WNITER != WM * WN:
-        raise ValueError(f"inconsistent warptile configuration {cfg}")
+    if (BM % WM or BN % WN or (BM // WM) * (BN // WN) * WARP != threads or WMITER < 1
+            or WMITER * WARP * TM * TN * WNITER != WM * WN):
+        raise ValueError(f"inconsistent warptile configuration {cfg}: the warp tiles must cover the block tile "
+                         "exactly, one warp each, and the thread tiles each warp tile")
     WSUBM, WSUBN = WM // WMITER, WN // WNITER
     lanes_across = WSUBN // TN
 
@@ -270,8 +272,9 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
     B_KMAJOR = not ASYNC or spec.layout_b == Layout.ROW  # shared B holds (k, j) at k * BLD + j
     shape = tuple(cfg["mma"]) if "mma" in cfg else _device_dmma_shape(cfg.get("mma_sm90"))
     dmma = make_dmma(shape, A_KMAJOR, B_KMAJOR)
-    if (BM // WM) * (BN // WN) * WARP != threads or WM % dmma.m or WN % 8 or BK % dmma.k:
-        raise ValueError(f"inconsistent DMMA warptile configuration {cfg} for the m{dmma.m}n8k{dmma.k} mma")
+    if BM % WM or BN % WN or (BM // WM) * (BN // WN) * WARP != threads or WM % dmma.m or WN % 8 or BK % dmma.k:
+        raise ValueError(f"inconsistent DMMA warptile configuration {cfg} for the m{dmma.m}n8k{dmma.k} mma: the "
+                         "warp tiles must cover the block tile exactly, one warp each, in whole mma blocks")
     MI, NI, KSTEPS = WM // dmma.m, WN // 8, BK // dmma.k
     HALVES = dmma.m // 8  # 8x8 accumulator blocks per mma block, stacked in M
     ALD = BM + PAD if A_KMAJOR else BK + PAD
