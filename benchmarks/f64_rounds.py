@@ -81,25 +81,21 @@ def main() -> None:
 
 def _variant(changes: dict, m: int, n: int, k: int):
     """``prepare(a, b, d) -> launch()``: dxgemm's float64 tile for the shape with ``changes``,
-    compiled as dxgemm compiles a rung.  ``prepare`` wraps the arrays once: Numba's
+    compiled as dxgemm compiles a rung (``compile_rung``).  ``prepare`` wraps the arrays once: Numba's
     ``as_cuda_array`` synchronises on the array's stream, which inside the timed loop would
     serialise the launches behind the timer's head start."""
     from numba import cuda, typeof
 
     from dxgemm._gemm import choose_tile
     from dxgemm.epilogues._base import AlphaBeta, EpilogueContext
-    from dxgemm.kernels import CompiledKernel, KernelSpec, Layout, kernel_signature, vector_flags, warptile
+    from dxgemm.kernels import KernelSpec, Layout, compile_rung, vector_flags
 
     dtype = np.dtype(np.float64)
     bound = AlphaBeta(1.0, 0.0).bind(EpilogueContext(m, n, dtype, adapt=None))
     tile = choose_tile("warptile", dtype, m, n, k)
     spec = KernelSpec(dtype, Layout.ROW, Layout.ROW, Layout.ROW, bound.key, bound.make(), tile=tile)
-    built = warptile.build(spec, **changes)
-    threads = built.block[0]
-    kernel = cuda.jit(kernel_signature(dtype, typeof(bound.args)),
-                      launch_bounds=(threads, built.min_blocks) if built.min_blocks else threads)(built.pyfunc)
-    compiled = CompiledKernel("warptile", built, kernel)
-    print(f"variant: the {tile} tile with {changes}, {kernel.get_regs_per_thread()} registers", flush=True)
+    compiled = compile_rung("warptile", spec, typeof(bound.args), **changes)
+    print(f"variant: the {tile} tile with {changes}, {compiled.kernel.get_regs_per_thread()} registers", flush=True)
 
     def prepare(a, b, d):
         stream = cuda.external_stream(cp.cuda.get_current_stream().ptr)

@@ -126,7 +126,7 @@ def main() -> None:
     import dxgemm
     from dxgemm.bench import time_ms
     from dxgemm.epilogues._base import AlphaBeta, EpilogueContext
-    from dxgemm.kernels import CompiledKernel, kernel_signature, vector_flags, warptile
+    from dxgemm.kernels import compile_rung, vector_flags
     from dxgemm.kernels._spec import KernelSpec, Layout
     from dxgemm.testing import check
 
@@ -152,14 +152,11 @@ def main() -> None:
         print(f"{dtype_name} {m}x{n}x{k} cuBLAS {base:.4f} ms {flop / base / 1e9:.2f} TFLOP/s", flush=True)
         bound = AlphaBeta(1.0, 0.0).bind(EpilogueContext(m, n, dtype, adapt=None))
         spec = KernelSpec(dtype, Layout.ROW, Layout.ROW, Layout.ROW, bound.key, bound.make())
-        sig = kernel_signature(dtype, typeof(bound.args))
         fa, fb, fd = (cuda.as_cuda_array(x.ravel()) for x in (a, b, d))
         for cfg in configs:
             try:
-                built = warptile.build(spec, **cfg)
-                bounds = (cfg["threads"], built.min_blocks) if built.min_blocks else cfg["threads"]
-                kernel = cuda.jit(sig, launch_bounds=bounds)(built.pyfunc)
-                compiled = CompiledKernel("warptile", built, kernel)
+                compiled = compile_rung("warptile", spec, typeof(bound.args), **cfg)
+                kernel = compiled.kernel
                 print(f"  compiled {cfg}", flush=True)
                 stream = cuda.external_stream(cupy.cuda.get_current_stream().ptr)
                 flags = vector_flags(a.data.ptr, k, b.data.ptr, n, dtype.itemsize)

@@ -6,8 +6,7 @@ import numpy as np
 from numba import cuda, typeof
 
 from dxgemm.epilogues._base import AlphaBeta, EpilogueContext
-from dxgemm.kernels import CompiledKernel, KernelSpec, Layout, kernel_signature, vector_flags, warptile
-from dxgemm.kernels._device import SIMULATOR
+from dxgemm.kernels import KernelSpec, Layout, compile_rung, vector_flags
 
 # One small tile per mma shape: two warps, each two mma blocks high and two wide, K tile
 # two mma steps deep, so the K loop, the stage switch and every fragment value are used.
@@ -31,6 +30,13 @@ INTERIOR_CONFIG = dict(kind="dmma", mma=(16, 16), copy="async", threads=64, BM=3
                        stages=4, group_m=2)
 
 
+def plain_spec(dtype: np.dtype, m: int, n: int, alpha: float = 1.0, layout_a: Layout = Layout.ROW,
+               layout_b: Layout = Layout.ROW) -> tuple[KernelSpec, object]:
+    """The spec of a plain ``alpha * a @ b`` into row-major D (``m x n``), and its bound epilogue."""
+    bound = AlphaBeta(alpha, 0.0).bind(EpilogueContext(m, n, np.dtype(dtype), adapt=None))
+    return KernelSpec(np.dtype(dtype), layout_a, layout_b, Layout.ROW, bound.key, bound.make()), bound
+
+
 def warptile_dmma(a: np.ndarray, b: np.ndarray, cfg: dict, alpha: float = 1.0, layout_a: str = "row",
                   layout_b: str = "row", aligned: bool = True) -> np.ndarray:
     """``alpha * a @ b`` (host float64 arrays) through ``warptile.build(spec, **cfg)``.
@@ -42,19 +48,14 @@ def warptile_dmma(a: np.ndarray, b: np.ndarray, cfg: dict, alpha: float = 1.0, l
     n = b.shape[1]
     dtype = np.dtype(np.float64)
     la, lb = Layout(layout_a), Layout(layout_b)
-    bound = AlphaBeta(alpha, 0.0).bind(EpilogueContext(m, n, dtype, adapt=None))
-    spec = KernelSpec(dtype, la, lb, Layout.ROW, bound.key, bound.make())
-    built = warptile.build(spec, **cfg)
-    threads = int(np.prod(built.block))
-    bounds = (threads, built.min_blocks) if built.min_blocks else threads
-    options = {} if SIMULATOR else {"launch_bounds": bounds}  # as dxgemm.kernels compiles a rung
-    kernel = cuda.jit(kernel_signature(dtype, typeof(bound.args)), **options)(built.pyfunc)
+    spec, bound = plain_spec(dtype, m, n, alpha, la, lb)
+    compiled = compile_rung("warptile", spec, typeof(bound.args), **cfg)
     flat_a = cuda.to_device(np.ascontiguousarray(a if la == Layout.ROW else a.T).ravel())
     flat_b = cuda.to_device(np.ascontiguousarray(b if lb == Layout.ROW else b.T).ravel())
     d = cuda.to_device(np.full(m * n, np.nan))
     lda = k if la == Layout.ROW else m
     ldb = n if lb == Layout.ROW else k
     flags = vector_flags(0, lda, 0, ldb, 8) if aligned else 0  # fresh allocations are 256-byte aligned
-    CompiledKernel("warptile", built, kernel).launch(0, flat_a, flat_b, d, m, n, k, lda, ldb, n, flags, bound.args)
+    compiled.launch(0, flat_a, flat_b, d, m, n, k, lda, ldb, n, flags, bound.args)
     cuda.synchronize()
     return d.copy_to_host().reshape(m, n)

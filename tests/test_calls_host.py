@@ -17,6 +17,8 @@ from dxgemm import epilogues as E
 from dxgemm.epilogues._base import BoundEpilogue, Span
 from dxgemm.pipelines import config
 
+from ._dmma import plain_spec
+
 
 class FakeArray:
     """Just the attributes ``matrix_signature`` reads from a CuPy array."""
@@ -214,23 +216,17 @@ def test_warptile_tile_rule():
 ])
 def test_warptile_dmma_configuration_errors(changes, message):
     """A float64 warptile configuration the kernel cannot run is refused when it is built, with the reason."""
-    from dxgemm.epilogues._base import AlphaBeta, EpilogueContext
-    from dxgemm.kernels import KernelSpec, Layout, warptile
+    from dxgemm.kernels import warptile
 
-    f64 = np.dtype(np.float64)
-    bound = AlphaBeta(1.0, 0.0).bind(EpilogueContext(64, 64, f64, adapt=None))
-    spec = KernelSpec(f64, Layout.ROW, Layout.ROW, Layout.ROW, bound.key, bound.make())
+    spec, _ = plain_spec(np.float64, 64, 64)
     with pytest.raises(ValueError, match=message):
         warptile.build(spec, **changes)
 
 
 def test_warptile_simt_configuration_errors():
     """float32: warp tiles that do not cover the block tile exactly are refused (96 of 128 rows here)."""
-    from dxgemm.epilogues._base import AlphaBeta, EpilogueContext
-    from dxgemm.kernels import KernelSpec, Layout, warptile
+    from dxgemm.kernels import warptile
 
-    f32 = np.dtype(np.float32)
-    bound = AlphaBeta(1.0, 0.0).bind(EpilogueContext(64, 64, f32, adapt=None))
-    spec = KernelSpec(f32, Layout.ROW, Layout.ROW, Layout.ROW, bound.key, bound.make())
+    spec, _ = plain_spec(np.float32, 64, 64)
     with pytest.raises(ValueError, match="cover the block tile exactly"):
         warptile.build(spec, WM=48, WN=32, WNITER=2, TM=6, TN=4)

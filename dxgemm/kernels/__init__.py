@@ -49,8 +49,8 @@ def vector_flags(a_ptr: int, a_ld: int, b_ptr: int, b_ld: int, itemsize: int) ->
     return ((FLAG_VEC_A if a_ptr % 16 == 0 and a_ld % width == 0 else 0)
             | (FLAG_VEC_B if b_ptr % 16 == 0 and b_ld % width == 0 else 0))
 
-__all__ = ["RUNGS", "KernelSpec", "Layout", "CompiledKernel", "get_kernel", "kernel_signature", "compile_count", "FLAG_VEC_A", "FLAG_VEC_B",
-           "vector_flags"]
+__all__ = ["RUNGS", "KernelSpec", "Layout", "CompiledKernel", "get_kernel", "kernel_signature", "compile_count",
+           "compile_rung", "FLAG_VEC_A", "FLAG_VEC_B", "vector_flags"]
 
 
 @dataclass(frozen=True)
@@ -126,10 +126,12 @@ def kernel_signature(dtype, epi_type) -> types.Type:
     return types.void(flat, flat, flat, i64, i64, i64, i64, i64, i64, i64, epi_type)
 
 
-def _compile(backend: str, spec: KernelSpec, epi_type) -> CompiledKernel:
+def compile_rung(backend: str, spec: KernelSpec, epi_type, **overrides) -> CompiledKernel:
+    """``backend``'s kernel for ``spec`` compiled with the one signature and its launch bounds,
+    not cached; ``overrides`` change its tile configuration (sweeps and tests try variants)."""
     global _compiles
     module = importlib.import_module(f".{backend}", __name__)
-    built: BuiltKernel = module.build(spec)
+    built: BuiltKernel = module.build(spec, **overrides)
     sig = kernel_signature(spec.dtype, epi_type)
     threads = 1
     for extent in built.block:
@@ -139,3 +141,7 @@ def _compile(backend: str, spec: KernelSpec, epi_type) -> CompiledKernel:
     kernel = cuda.jit(sig, **options)(built.pyfunc)
     _compiles += 1
     return CompiledKernel(backend, built, kernel)
+
+
+def _compile(backend: str, spec: KernelSpec, epi_type) -> CompiledKernel:
+    return compile_rung(backend, spec, epi_type)
