@@ -527,10 +527,11 @@ class AsyncTileStream(NamedTuple):
     The thread copies ``iters`` chunks, each as many tile lines after the last as the
     threads cover at once: chunk ``c`` of the tile at ``(row0, col0)`` starts at global
     offset ``origin(ld, row0, col0, tid) + c * step(ld)`` and lands at ``place(tid) + c *
-    place_step`` of a shared stage; moving the tile ``dk`` along K adds ``dk * k_stride(ld)``.  ``copy(s, dst, g, src)`` starts one
-    copy.  A kernel keeps each chunk's origin in a register and issues the copies between
-    its mma instructions: the bounds checks of :func:`make_tile_async_copier` cost more
-    issue slots than the copies themselves.
+    place_step`` of a shared stage; moving the tile ``dk`` along K adds ``dk *
+    k_stride(ld)``.  ``copy(s, dst, g, src)`` starts one copy.  A kernel keeps each chunk's
+    origin in a register and issues the copies between its mma instructions: the bounds
+    checks of :func:`make_tile_async_copier` cost more issue slots than the copies
+    themselves.
     """
 
     iters: int
