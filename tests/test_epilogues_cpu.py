@@ -493,3 +493,20 @@ def test_custom_function_numba_cannot_compile():
     assert "not_defined_anywhere" in undefined and "is not defined" in undefined
     assert "adds_a_string" in string and "No implementation of function" in string and "\\x1b" not in string
     assert "returns_a_pair" in pair and "must return a number" in pair and "UniTuple(float64 x 2)" in pair
+
+
+@pytest.mark.parametrize("layout_c", ["row", "col"])
+def test_float64_warptile_split_k(layout_c, rng):
+    """float64 warptile calls with few output tiles and deep K run as K slices into a workspace,
+    then one reduce that applies alpha, beta with C, and the epilogue (row/col-dependent: a
+    value sent to the wrong element shows).  130 x 70 x 768: two 128x128 tiles, three slices."""
+    from dxgemm._gemm import choose_split_k, choose_tile
+    from dxgemm.kernels import sm_count
+
+    m, n, k = 130, 70, 768
+    assert choose_split_k("warptile", np.dtype(np.float64), m, n, k, choose_tile("warptile", np.float64, m, n, k),
+                          sm_count()) == 3
+    a, b = _operands(rng, np.float64, m, n, k)
+    c = rng.standard_normal((m, n))
+    _run_and_check(_make("custom", rng, np.float64, m, n), a, b, np.float64, backend="warptile", alpha=0.75,
+                   beta=-1.5, c=c, layout_c=layout_c)
