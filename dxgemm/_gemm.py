@@ -271,7 +271,13 @@ def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: 
     """K slices for a float64 ``warptile`` call whose large tiles would fill at most half the
     GPU (1 when it runs unsplit).
 
-    EXPERIMENT (branch ``exp/f64-splitk``, not measured yet): such calls run on the small or
+    EXPERIMENT (branch ``exp/f64-splitk``).  Measured on the H100 (h100_splitk_ab_s16.log,
+    GPU ms, main / split): 2048x256x8192 0.337 / 0.164 (1.00x cuBLAS; the pipeline 0.210),
+    4096x64x4096 0.140 / 0.125, but 1000^3 0.072 / 0.071, 768^3 0.037 / 0.036 and 1024^3
+    0.049 / 0.057 (a loss): the split pays for deep K on skinny outputs, not for cubes,
+    where a slice's start-up is as long as the small tile's whole run.  Before it can ship:
+    restrict the rule to K >> m, n, and remember the split call (``dxgemm._calls``) — each
+    call now rebuilds its plan on the host, ~1 ms a call in a loop.  Such calls run on the small or
     tiny tile, whose 64x16 and 32x16 warp tiles run the DMMA pipe at about half the large
     tile's rate (1000^3: 0.60x cuBLAS).  Slicing K over ``gridDim.z`` gives the large tile's
     64x32 warps enough blocks instead; the slices' partial sums go to a workspace and
