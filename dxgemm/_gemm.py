@@ -127,7 +127,13 @@ def gemm(
     tile = choose_tile(backend, dtype, m, n, k)
     slices = choose_split_k(backend, dtype, m, n, k, tile, sm_count())
     if slices > 1:
-        _warptile_split_k(op_a, op_b, op_d, m, n, k, flags, bound, numba_stream(handle), slices)
+        part, reduce, plain = _warptile_split_k(op_a, op_b, op_d, m, n, k, flags, bound, numba_stream(handle), slices)
+        if key is not None and not SIMULATOR:
+            from .pipelines._launch import _values
+
+            call = _calls.SplitKernelCall(_calls.KernelCall.of(part, slices), _calls.KernelCall.of(reduce), slices,
+                                          _values(plain.args))
+            _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta, c is not None)
         return out
     spec = KernelSpec(dtype, op_a.layout, op_b.layout, op_d.layout, bound.key, None, tile=tile)
     compiled = get_kernel(backend, spec, bound.args, bound.make)
@@ -283,7 +289,7 @@ def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: 
     64x32 warps enough blocks instead; the slices' partial sums go to a workspace and
     :mod:`dxgemm.kernels.splitk_reduce` adds them and applies the epilogue.  Slices keep at
     least 16 K tiles each (a slice's start-up is ~10 K tiles' worth), at most 8 slices."""
-    if backend != "warptile" or np.dtype(dtype) != np.float64 or tile == "large" or k < 768:
+    if backend != "warptile" or np.dtype(dtype) != np.float64 or tile == "large" or k < 2048:
         return 1
     tiles = -(-m // SPLIT_TILE) * -(-n // SPLIT_TILE)
     if 2 * tiles > sms:
@@ -292,9 +298,10 @@ def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: 
 
 
 def _warptile_split_k(op_a: Operand, op_b: Operand, op_d: Operand, m: int, n: int, k: int, flags: int, bound: Any,
-                      stream: Any, slices: int) -> None:
+                      stream: Any, slices: int) -> tuple[Any, Any, Any]:
     """``D = epilogue(A @ B)`` as ``slices`` K slices of the float64 split tile into a
-    workspace laid out like D, then one reduce that sums them and applies the epilogue."""
+    workspace laid out like D, then one reduce that sums them and applies the epilogue.
+    Returns the two compiled kernels and the slices' bound plain epilogue (for a repeat call)."""
     from .kernels import Layout
 
     dtype = op_a.dtype
@@ -311,6 +318,7 @@ def _warptile_split_k(op_a: Operand, op_b: Operand, op_d: Operand, m: int, n: in
     reduce = get_kernel("splitk_reduce", reduce_spec, bound.args, bound.make)
     reduce.launch(stream, workspace.flat(), workspace.flat(), op_d.flat(), m, n, slices, ldw, m * n, op_d.ld, 0,
                   bound.args)
+    return part, reduce, plain
 
 
 def available_backends(device: int = 0) -> tuple[str, ...]:
