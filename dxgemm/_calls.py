@@ -147,7 +147,8 @@ class KernelCall:
     the split-K reduce kept in the on-disk cache).
     """
 
-    def __init__(self, function: Any, kinds: list, block: tuple, tile: tuple[int, int], smem: int = 0):
+    def __init__(self, function: Any, kinds: list, block: tuple, tile: tuple[int, int], smem: int = 0,
+                 slices: int = 1):
         import threading
         from types import SimpleNamespace
 
@@ -155,14 +156,15 @@ class KernelCall:
 
         self.launch = PackedLaunch(SimpleNamespace(handle=function), kinds)
         self.block, self.tile_m, self.tile_n, self.smem = tuple(block), int(tile[0]), int(tile[1]), int(smem)
+        self.slices = int(slices)  # K slices over gridDim.z (a split-K kernel)
         self._cu_stream = cu_stream
         self._lock = threading.Lock()
 
     @classmethod
-    def of(cls, compiled: Any) -> "KernelCall":
+    def of(cls, compiled: Any, slices: int = 1) -> "KernelCall":
         """The launcher of a :class:`dxgemm.kernels.CompiledKernel` (its one Numba overload)."""
         overload, kinds, block, tile, smem = launch_layout(compiled)
-        return cls(overload.library.get_cufunc().handle, kinds, block, tile, smem)
+        return cls(overload.library.get_cufunc().handle, kinds, block, tile, smem, slices)
 
     @classmethod
     def from_cubin(cls, cubin: bytes, entry: str, kinds: list, block: tuple, tile: tuple[int, int],
@@ -180,9 +182,37 @@ class KernelCall:
         flags = vector_flags(a.ptr, a.ld, b.ptr, b.ld, a.itemsize)
         values = [*a.vector_slots(), *b.vector_slots(), *d.vector_slots(), m, n, k, a.ld, b.ld, d.ld, flags,
                   *epi_args]
-        grid = (-(-n // self.tile_n), -(-m // self.tile_m))
+        grid = (-(-n // self.tile_n), -(-m // self.tile_m)) + ((self.slices,) if self.slices > 1 else ())
         with self._lock:
             self.launch(self._cu_stream(stream), grid, self.block, self.smem, values)
+
+
+class SplitKernelCall:
+    """A float64 ``warptile`` call split into K slices (``dxgemm._gemm._warptile_split_k``),
+    remembered like :class:`KernelCall`: the slices' kernel into a workspace kept per stream
+    (calls on one stream are ordered, so each reuses it), then the reduce with the caller's
+    epilogue arguments."""
+
+    def __init__(self, part: KernelCall, reduce: KernelCall, slices: int, plain_args: list):
+        self.part, self.reduce, self.slices, self.plain_args = part, reduce, slices, plain_args
+        self._workspaces: dict[int, Any] = {}
+
+    def __call__(self, a: Any, b: Any, d: Any, m: int, n: int, k: int, epi_args: list, stream: int) -> None:
+        import cupy
+
+        from .pipelines._launch import Matrix
+
+        rows = d.arrangement == "row_major"
+        ldw, size = (n if rows else m), self.slices * m * n
+        w = self._workspaces.get(stream)
+        if w is None or w.size < size:
+            w = self._workspaces[stream] = cupy.empty(size, np.dtype(f"f{d.itemsize}"))
+        stacked = (Matrix(w.data.ptr, self.slices * m, n, ldw, "row_major", d.itemsize) if rows
+                   else Matrix(w.data.ptr, m, self.slices * n, ldw, "col_major", d.itemsize))
+        self.part(a, b, stacked, m, n, k, self.plain_args, stream)
+        # the reduce learns the slices' stride from its "B" operand's ld (kernels/splitk_reduce)
+        stride_view = Matrix(w.data.ptr, 1, 1, m * n, "row_major", d.itemsize)
+        self.reduce(stacked, stride_view, d, m, n, self.slices, epi_args, stream)
 
 
 def launch_layout(compiled: Any) -> tuple[Any, list, tuple, tuple[int, int], int]:

@@ -11,7 +11,7 @@ from . import _arrays, _calls
 from ._arrays import Operand, as_operand
 from ._streams import numba_stream, stream_handle
 from .epilogues._base import AlphaBeta, Chain, Epilogue, EpilogueContext
-from .kernels import FLAG_VEC_A, FLAG_VEC_B, RUNGS, KernelSpec, get_kernel, vector_flags
+from .kernels import FLAG_VEC_A, FLAG_VEC_B, RUNGS, KernelSpec, get_kernel, sm_count, vector_flags
 from .kernels._device import SIMULATOR
 
 BACKENDS: tuple[str, ...] = RUNGS + ("pipeline",)
@@ -124,8 +124,18 @@ def gemm(
             call(mat_a, mat_b, mat_d, m, n, k, bound.args, handle)
             _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta, c is not None)
             return out
-    spec = KernelSpec(dtype, op_a.layout, op_b.layout, op_d.layout, bound.key, None,
-                      tile=choose_tile(backend, dtype, m, n, k))
+    tile = choose_tile(backend, dtype, m, n, k)
+    slices = choose_split_k(backend, dtype, m, n, k, tile, sm_count())
+    if slices > 1:
+        part, reduce, plain = _warptile_split_k(op_a, op_b, op_d, m, n, k, flags, bound, numba_stream(handle), slices)
+        if key is not None and not SIMULATOR:
+            from .pipelines._launch import _values
+
+            call = _calls.SplitKernelCall(_calls.KernelCall.of(part, slices), _calls.KernelCall.of(reduce), slices,
+                                          _values(plain.args))
+            _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta, c is not None)
+        return out
+    spec = KernelSpec(dtype, op_a.layout, op_b.layout, op_d.layout, bound.key, None, tile=tile)
     compiled = get_kernel(backend, spec, bound.args, bound.make)
     compiled.launch(
         numba_stream(handle), op_a.flat(), op_b.flat(), op_d.flat(),
@@ -257,6 +267,58 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int) -> str:
     if k < 1024 or m * n < 2**22:
         return "small"
     return "large"
+
+
+SPLIT_TILE = 128
+"""The float64 split-K tile's output side (``warptile.TILE_CONFIGS["float64"]["split"]``)."""
+
+
+def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: str, sms: int) -> int:
+    """K slices for a float64 ``warptile`` call whose large tiles would fill at most half the
+    GPU (1 when it runs unsplit).
+
+    EXPERIMENT (branch ``exp/f64-splitk``).  Measured on the H100 (h100_splitk_ab_s16.log,
+    GPU ms, main / split): 2048x256x8192 0.337 / 0.164 (1.00x cuBLAS; the pipeline 0.210),
+    4096x64x4096 0.140 / 0.125, but 1000^3 0.072 / 0.071, 768^3 0.037 / 0.036 and 1024^3
+    0.049 / 0.057 (a loss): the split pays for deep K on skinny outputs, not for cubes,
+    where a slice's start-up is as long as the small tile's whole run.  Before it can ship:
+    restrict the rule to K >> m, n, and remember the split call (``dxgemm._calls``) — each
+    call now rebuilds its plan on the host, ~1 ms a call in a loop.  Such calls run on the small or
+    tiny tile, whose 64x16 and 32x16 warp tiles run the DMMA pipe at about half the large
+    tile's rate (1000^3: 0.60x cuBLAS).  Slicing K over ``gridDim.z`` gives the large tile's
+    64x32 warps enough blocks instead; the slices' partial sums go to a workspace and
+    :mod:`dxgemm.kernels.splitk_reduce` adds them and applies the epilogue.  Slices keep at
+    least 16 K tiles each (a slice's start-up is ~10 K tiles' worth), at most 8 slices."""
+    if backend != "warptile" or np.dtype(dtype) != np.float64 or tile == "large" or k < 2048:
+        return 1
+    tiles = -(-m // SPLIT_TILE) * -(-n // SPLIT_TILE)
+    if 2 * tiles > sms:
+        return 1
+    return max(1, min(sms // tiles, -(-k // 16) // 16, 8))
+
+
+def _warptile_split_k(op_a: Operand, op_b: Operand, op_d: Operand, m: int, n: int, k: int, flags: int, bound: Any,
+                      stream: Any, slices: int) -> tuple[Any, Any, Any]:
+    """``D = epilogue(A @ B)`` as ``slices`` K slices of the float64 split tile into a
+    workspace laid out like D, then one reduce that sums them and applies the epilogue.
+    Returns the two compiled kernels and the slices' bound plain epilogue (for a repeat call)."""
+    from .kernels import Layout
+
+    dtype = op_a.dtype
+    rows = op_d.layout == Layout.ROW
+    workspace = as_operand(_arrays.empty_like_library(op_a, (slices * m, n) if rows else (slices * n, m)),
+                           "workspace", output=True)
+    ldw = n if rows else m
+    plain = Chain((AlphaBeta(1.0, 0.0),)).bind(EpilogueContext(m, n, dtype, adapt=None))
+    spec = KernelSpec(dtype, op_a.layout, op_b.layout, op_d.layout, plain.key, None, tile="split")
+    part = get_kernel("warptile", spec, plain.args, plain.make)
+    part.launch(stream, op_a.flat(), op_b.flat(), workspace.flat(), m, n, k, op_a.ld, op_b.ld, ldw, flags,
+                plain.args, slices=slices)
+    reduce_spec = KernelSpec(dtype, op_d.layout, op_d.layout, op_d.layout, bound.key, None)
+    reduce = get_kernel("splitk_reduce", reduce_spec, bound.args, bound.make)
+    reduce.launch(stream, workspace.flat(), workspace.flat(), op_d.flat(), m, n, slices, ldw, m * n, op_d.ld, 0,
+                  bound.args)
+    return part, reduce, plain
 
 
 def available_backends(device: int = 0) -> tuple[str, ...]:

@@ -37,12 +37,19 @@ def plain_spec(dtype: np.dtype, m: int, n: int, alpha: float = 1.0, layout_a: La
     return KernelSpec(np.dtype(dtype), layout_a, layout_b, Layout.ROW, bound.key, bound.make()), bound
 
 
+# The interior tile over K slices: with K = 98 and three slices of 3, 3 and 1 K tiles (the
+# last partial), interior blocks run the unchecked loop in the first two only.
+SPLIT_CONFIG = dict(INTERIOR_CONFIG, split_k=True, group_m=0)
+
+
 def warptile_dmma(a: np.ndarray, b: np.ndarray, cfg: dict, alpha: float = 1.0, layout_a: str = "row",
-                  layout_b: str = "row", aligned: bool = True) -> np.ndarray:
+                  layout_b: str = "row", aligned: bool = True, slices: int = 1) -> np.ndarray:
     """``alpha * a @ b`` (host float64 arrays) through ``warptile.build(spec, **cfg)``.
 
     ``layout_a`` / ``layout_b``: "row" or "col", how the operand is stored on the device;
     ``aligned=False`` passes flags that forbid 16-byte accesses (the one-element path).
+    ``slices > 1``: a split-K configuration over that many K slices; the slices' partial
+    products (each poisoned first) are summed here.
     """
     m, k = a.shape
     n = b.shape[1]
@@ -52,10 +59,10 @@ def warptile_dmma(a: np.ndarray, b: np.ndarray, cfg: dict, alpha: float = 1.0, l
     compiled = compile_rung("warptile", spec, typeof(bound.args), **cfg)
     flat_a = cuda.to_device(np.ascontiguousarray(a if la == Layout.ROW else a.T).ravel())
     flat_b = cuda.to_device(np.ascontiguousarray(b if lb == Layout.ROW else b.T).ravel())
-    d = cuda.to_device(np.full(m * n, np.nan))
+    d = cuda.to_device(np.full(slices * m * n, np.nan))
     lda = k if la == Layout.ROW else m
     ldb = n if lb == Layout.ROW else k
     flags = vector_flags(0, lda, 0, ldb, 8) if aligned else 0  # fresh allocations are 256-byte aligned
-    compiled.launch(0, flat_a, flat_b, d, m, n, k, lda, ldb, n, flags, bound.args)
+    compiled.launch(0, flat_a, flat_b, d, m, n, k, lda, ldb, n, flags, bound.args, slices=slices)
     cuda.synchronize()
-    return d.copy_to_host().reshape(m, n)
+    return d.copy_to_host().reshape(slices, m, n).sum(axis=0)

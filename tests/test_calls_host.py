@@ -230,3 +230,23 @@ def test_warptile_simt_configuration_errors():
     spec, _ = plain_spec(np.float32, 64, 64)
     with pytest.raises(ValueError, match="cover the block tile exactly"):
         warptile.build(spec, WM=48, WN=32, WNITER=2, TM=6, TN=4)
+
+
+def test_float64_split_k_rule():
+    """float64 warptile splits K only where its large tiles would fill at most half the SMs and K >= 2048."""
+    from dxgemm._gemm import choose_split_k, choose_tile
+
+    f64, f32 = np.dtype(np.float64), np.dtype(np.float32)
+
+    def split(m, n, k, dtype=f64, backend="warptile"):
+        return choose_split_k(backend, dtype, m, n, k, choose_tile(backend, dtype, m, n, k), 132)
+
+    assert split(1000, 1000, 1000) == 1  # 64 large tiles, but K too short to pay (h100_splitk_ab_s16.log)
+    assert split(1024, 1024, 4096) == 2
+    assert split(4096, 64, 4096) == 4
+    assert split(2048, 256, 8192) == 4
+    assert split(4096, 4096, 256) == 1  # 1024 tiles: no split
+    assert split(4096, 4096, 4096) == 1  # the large tile itself
+    assert split(512, 512, 512) == 1  # K too short
+    assert split(1000, 1000, 1000, dtype=f32) == 1
+    assert split(1000, 1000, 1000, backend="blocktile2d") == 1

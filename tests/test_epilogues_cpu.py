@@ -493,3 +493,21 @@ def test_custom_function_numba_cannot_compile():
     assert "not_defined_anywhere" in undefined and "is not defined" in undefined
     assert "adds_a_string" in string and "No implementation of function" in string and "\\x1b" not in string
     assert "returns_a_pair" in pair and "must return a number" in pair and "UniTuple(float64 x 2)" in pair
+
+
+def test_float64_warptile_split_k(monkeypatch, rng):
+    """float64 warptile calls whose large tiles would fill at most half the SMs, with K >= 2048,
+    run as K slices into a workspace, then one reduce that applies alpha, beta with C, and
+    the epilogue (row/col-dependent: a value sent to the wrong element shows), here into
+    column-major D (the kernel-level tests store row-major).  The simulator is told of 2 SMs:
+    one 128x128 tile, two slices."""
+    import dxgemm._gemm as gemm_module
+
+    monkeypatch.setattr(gemm_module, "sm_count", lambda: 2)
+    m, n, k = 70, 46, 2048
+    assert gemm_module.choose_split_k("warptile", np.dtype(np.float64), m, n, k,
+                                      gemm_module.choose_tile("warptile", np.float64, m, n, k), 2) == 2
+    a, b = _operands(rng, np.float64, m, n, k)
+    c = rng.standard_normal((m, n))
+    _run_and_check(_make("custom", rng, np.float64, m, n), a, b, np.float64, backend="warptile", alpha=0.75,
+                   beta=-1.5, c=c, layout_c="col")

@@ -12,7 +12,7 @@ import dxgemm
 from dxgemm.kernels import RUNGS  # the handwritten ladder; the pipeline has its own tests
 from dxgemm.testing import assert_close
 
-from ._dmma import ASYNC_CONFIG, INTERIOR_CONFIG, SMALL_CONFIGS, warptile_dmma
+from ._dmma import ASYNC_CONFIG, INTERIOR_CONFIG, SMALL_CONFIGS, SPLIT_CONFIG, warptile_dmma
 from ._sim import device_matrix, poisoned
 
 M, N, K = 33, 47, 29  # odd, and not a multiple of any tile
@@ -169,3 +169,16 @@ def test_warptile_fp64_interior_loop(layouts, n, rng):
     b = rng.standard_normal((k, n))
     out = warptile_dmma(a, b, INTERIOR_CONFIG, alpha=1.5, layout_a=layouts[0], layout_b=layouts[1])
     assert_close(out, a, b, np.dtype(np.float64), alpha=1.5)
+
+
+@pytest.mark.parametrize("layouts", [("row", "row"), ("col", "col")], ids=lambda t: "-".join(t))
+@pytest.mark.parametrize("slices", [2, 3, 5])
+def test_warptile_fp64_split_k_slices(layouts, slices, rng):
+    """Split-K float64 tile: slice z covers its own K tiles (an empty last slice with five:
+    7 K tiles make slices of 2, 2, 2, 1, 0) and writes the z-th m x n matrix of the workspace;
+    the slices sum to the product."""
+    m, n, k = 5 * 32 - 4, 46, 98
+    a = rng.standard_normal((m, k))
+    b = rng.standard_normal((k, n))
+    out = warptile_dmma(a, b, SPLIT_CONFIG, layout_a=layouts[0], layout_b=layouts[1], slices=slices)
+    assert_close(out, a, b, np.dtype(np.float64))

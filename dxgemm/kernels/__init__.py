@@ -50,7 +50,7 @@ def vector_flags(a_ptr: int, a_ld: int, b_ptr: int, b_ld: int, itemsize: int) ->
             | (FLAG_VEC_B if b_ptr % 16 == 0 and b_ld % width == 0 else 0))
 
 __all__ = ["RUNGS", "KernelSpec", "Layout", "CompiledKernel", "get_kernel", "kernel_signature", "compile_count",
-           "compile_rung", "FLAG_VEC_A", "FLAG_VEC_B", "vector_flags"]
+           "compile_rung", "sm_count", "FLAG_VEC_A", "FLAG_VEC_B", "vector_flags"]
 
 
 @dataclass(frozen=True)
@@ -61,13 +61,26 @@ class CompiledKernel:
     built: BuiltKernel
     kernel: object  # numba.cuda dispatcher with exactly one signature
 
-    def launch(self, stream, a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args) -> None:
-        grid = self.built.grid(m, n)
+    def launch(self, stream, a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args, slices: int = 1) -> None:
+        grid = self.built.grid(m, n) + ((slices,) if slices > 1 else ())
         smem = self.built.dynamic_smem
         if smem > STATIC_SMEM_LIMIT:
             _raise_smem_limit(self.kernel, smem)
         self.kernel[grid, self.built.block, stream, smem](a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args)
 
+
+def sm_count() -> int:
+    """SMs of the current device (the simulator's: 132, an H100's, so host rules see real figures)."""
+    if SIMULATOR:
+        return 132
+    device = cuda.get_current_device()
+    count = _sm_counts.get(device.id)
+    if count is None:
+        count = _sm_counts[device.id] = device.MULTIPROCESSOR_COUNT
+    return count
+
+
+_sm_counts: dict[int, int] = {}
 
 STATIC_SMEM_LIMIT = 48 * 1024
 """Shared memory a block may use without opting in (static arrays can never exceed it)."""

@@ -107,6 +107,8 @@ TILE_CONFIGS = {
     "float64": {
         "small": dict(kind="dmma", copy="async", threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=4),
         "tiny": dict(kind="dmma", copy="async", threads=256, BM=64, BN=64, BK=8, WM=32, WN=16, stages=4),
+        # the large tile over K slices (blockIdx.z) into a workspace: dxgemm._gemm.choose_split_k
+        "split": dict(CONFIGS["float64"], split_k=True, group_m=0),
     },
 }
 """Other tiles by ``spec.tile`` (``dxgemm._gemm.choose_tile`` decides); a dtype or name without
@@ -298,6 +300,10 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
     one, two, three = U(1), U(2), U(3)
 
     GROUP_M = cfg.get("group_m", 0)
+    SPLIT = bool(cfg.get("split_k", False))  # K sliced over gridDim.z, partial sums into a workspace
+    if SPLIT and not ASYNC:
+        raise ValueError("a split-K DMMA warptile needs copy='async'")
+    D_ROWS = spec.layout_d == Layout.ROW
     uGROUP = U(max(GROUP_M, 1))
 
     @cuda.jit(device=True, inline="always")
@@ -483,13 +489,20 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
             for i in range(acc_elems):
                 acc[i] = zero
             tid, lane, w_row, w_col, row0, col0, um, un, uk, vec_a, vec_b, n_tiles = place(m, n, k, flags)
+            if SPLIT:  # K slice blockIdx.z of gridDim.z, whole K tiles each but the last
+                per = (n_tiles + U(cuda.gridDim.z) - one) // U(cuda.gridDim.z) * uBK
+                kb = min(U(cuda.blockIdx.z) * per, uk)
+                ke = min(kb + per, uk)
+                n_tiles = (ke - kb + uBK - one) // uBK
+            else:
+                kb, ke = U(0), uk
             # The first NSTAGES - 1 tiles go out at once, one commit group each (empty groups
             # past the last tile keep the count the waits rely on); tile t lives in stage
             # t % NSTAGES, and iteration t refills the stage of tile t - 1 with tile t + NSTAGES - 1.
             for st in range(NSTAGES - 1):
                 if U(st) < n_tiles:
-                    copy_a(a, U(lda), row0, U(st) * uBK, um, uk, a_tile[U(st) * uA_STAGE:], tid, vec_a)
-                    copy_b(b, U(ldb), U(st) * uBK, col0, uk, un, b_tile[U(st) * uB_STAGE:], tid, vec_b)
+                    copy_a(a, U(lda), row0, kb + U(st) * uBK, um, ke, a_tile[U(st) * uA_STAGE:], tid, vec_a)
+                    copy_b(b, U(ldb), kb + U(st) * uBK, col0, ke, un, b_tile[U(st) * uB_STAGE:], tid, vec_b)
                 cp_async_commit()
             wait_oldest()
             cuda.syncthreads()
@@ -502,15 +515,15 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
             if vec_a and vec_b and row0 + uBM <= um and col0 + uBN <= un:
                 # Per-copy origins in registers: one add per copy in the loop, where a multiply
                 # by the copy's line step cost 4 % at 4096^3 (h100_warptile_cublas_shape2_s15.log).
-                a_origin, a_step = stream_a.origin(U(lda), row0, U(0), tid), stream_a.step(U(lda))
-                b_origin, b_step = stream_b.origin(U(ldb), U(0), col0, tid), stream_b.step(U(ldb))
+                a_origin, a_step = stream_a.origin(U(lda), row0, kb, tid), stream_a.step(U(lda))
+                b_origin, b_step = stream_b.origin(U(ldb), kb, col0, tid), stream_b.step(U(ldb))
                 for c in range(A_IT):
                     a_src[c] = a_origin + U(c) * a_step
                 for c in range(B_IT):
                     b_src[c] = b_origin + U(c) * b_step
                 a_ks, b_ks = stream_a.k_stride(U(lda)), stream_b.k_stride(U(ldb))
                 a_place, b_place = stream_a.place(tid), stream_b.place(tid)
-                full_tiles = uk // uBK
+                full_tiles = (ke - kb) // uBK
                 while t + uLAST < full_tiles:
                     dk = (t + uLAST) * uBK
                     nxt = next_stage(use)
@@ -522,14 +535,18 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
             while t < n_tiles:
                 ahead = t + uLAST
                 if ahead < n_tiles:
-                    copy_a(a, U(lda), row0, ahead * uBK, um, uk, a_tile[fill * uA_STAGE:], tid, vec_a)
-                    copy_b(b, U(ldb), ahead * uBK, col0, uk, un, b_tile[fill * uB_STAGE:], tid, vec_b)
+                    copy_a(a, U(lda), row0, kb + ahead * uBK, um, ke, a_tile[fill * uA_STAGE:], tid, vec_a)
+                    copy_b(b, U(ldb), kb + ahead * uBK, col0, ke, un, b_tile[fill * uB_STAGE:], tid, vec_b)
                 nxt = next_stage(use)
                 multiply_tile_streaming(a_tile, b_tile, use, nxt, w_row, w_col, lane, a_frag, b_frag, acc, a, a_src,
                                         U(0), U(0), b, b_src, U(0), U(0))
                 use, fill = nxt, next_stage(fill)
                 t += one
-            store_tile(d, U(ldd), um, un, row0, col0, w_row, w_col, lane, acc, epi_args)
+            if SPLIT:  # slice z of a workspace laid out like D, one m x n matrix after another
+                store_tile(d[U(cuda.blockIdx.z) * (um if D_ROWS else un) * U(ldd):], U(ldd), um, un, row0, col0, w_row,
+                           w_col, lane, acc, epi_args)
+            else:
+                store_tile(d, U(ldd), um, un, row0, col0, w_row, w_col, lane, acc, epi_args)
 
     else:
         stage_a = make_tile_stager(dt, spec.layout_a, BM, BK, Layout.COL, threads, smem_ld=ALD)
