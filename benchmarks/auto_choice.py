@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 
 import dxgemm  # noqa: E402
 from dxgemm._gemm import choose_backend  # noqa: E402
-from dxgemm.kernels import FLAG_VEC_A, FLAG_VEC_B, vector_flags  # noqa: E402
+from dxgemm.kernels import FLAG_VEC_A, FLAG_VEC_B, sm_count, vector_flags  # noqa: E402
 from dxgemm.bench import time_ms  # noqa: E402
 from dxgemm.testing import check  # noqa: E402
 
@@ -73,7 +73,7 @@ def main() -> None:
             d_ref = cp.empty((m, n), dtype)
             t_blas = time_ms(lambda: cp.matmul(a, b, out=d_ref), warmup=3, reps=args.reps)
             aligned = vector_flags(a.data.ptr, k, b.data.ptr, n, dtype.itemsize) == FLAG_VEC_A | FLAG_VEC_B
-            auto = choose_backend(dtype, m, n, k, pipeline=True, aligned=aligned)
+            auto = choose_backend(dtype, m, n, k, pipeline=True, aligned=aligned, sms=sm_count())
             faster = min(loops, key=loops.get)
             print(f"{name:8s} {shape:>16s} {times['pipeline']:9.4f} {times['warptile']:9.4f} {t_blas:8.4f}  "
                   f"{t_blas / times['pipeline']:11.2f} {t_blas / times['warptile']:11.2f}  "

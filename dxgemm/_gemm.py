@@ -107,7 +107,8 @@ def gemm(
     flags = vector_flags(op_a.ptr, op_a.ld, op_b.ptr, op_b.ld, dtype.itemsize)
     if backend == "auto":
         backend = choose_backend(dtype, m, n, k, pipeline=_pipeline_reason(device) is None,
-                                 aligned=flags == FLAG_VEC_A | FLAG_VEC_B, fused=bool(epilogue and epilogue.stages))
+                                 aligned=flags == FLAG_VEC_A | FLAG_VEC_B, fused=bool(epilogue and epilogue.stages),
+                                 sms=sm_count())
     if backend == "pipeline":
         from .pipelines._dispatch import PipelineUnavailable, matrix_of, prepare
 
@@ -148,10 +149,19 @@ def gemm(
 
 
 def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = False, aligned: bool = True,
-                   fused: bool = False) -> str:
+                   fused: bool = False, sms: int = 132) -> str:
     """The backend ``"auto"`` runs (``pipeline``: whether the pipeline can run on this device;
     ``aligned``: whether both operands take 16-byte accesses, :func:`~.kernels.vector_flags`;
-    ``fused``: whether the call has an epilogue beyond alpha/beta).
+    ``fused``: whether the call has an epilogue beyond alpha/beta; ``sms``: the device's SMs).
+
+    float64 skinny outputs with deep K (both sides at least 128, few output tiles,
+    :func:`choose_split_k`) run ``warptile`` split over K: its large tile then has blocks
+    for every SM, and beat the pipeline's own split-K at every such shape measured
+    (``h100_splitk_ab_s17.log``, GPU ms, warptile split / unsplit / pipeline): 2048x256x8192
+    0.163 / 0.339 / 0.208 (1.00x cuBLAS), 4096x128x4096 0.092 / 0.173 / 0.118,
+    1024x256x8192 0.090 / 0.244 / 0.111, 512x512x8192 0.089 / 0.240 / 0.110, 1024x512x16384
+    0.305 / 0.666 / 0.416; but at 4096x64x4096, half the large tile's columns idle, 0.124
+    against the pipeline's 0.075.
 
     float64 runs ``warptile`` wherever its unchecked interior loop can run (both operands
     16-byte aligned) on outputs of more than 256 rows and columns: with it, and its large
@@ -162,8 +172,8 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     call in a loop; below K = 1024 the small tile (``choose_tile``) is the faster one,
     ``h100_warptile_f64_tiles_s15.log``: 4096^2 x 256 0.197 ms against the pipeline's 0.228,
     8192^2 x 512 1.426 against 1.549, 4096^2 x 128 0.114 against 0.122.  The pipeline keeps
-    unaligned operands (4097^3: 1.03x / 0.77x cuBLAS, warptile's checked copies) and skinny
-    outputs (split-K: 2048 x 256 x 8192 0.21 / 0.42 ms), and below K = 1024 calls with a
+    unaligned operands (4097^3: 1.03x / 0.77x cuBLAS, warptile's checked copies), skinny
+    outputs that warptile does not split over K (below), and below K = 1024 calls with a
     fused epilogue, which the pipeline applies with more warps per SM to hide the FP64
     pipe's latency: ``bias | gelu`` 4096^2 x 256 0.260 ms against warptile's 0.269, 8192^2 x
     512 1.813 against 1.918, while from K = 1024 warptile's large tile leads, 8192^2 x 1024
@@ -225,6 +235,9 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     if dt == np.float64:
         if k < 128 or m * n * k < 2**28 or (aligned and min(m, n) > 256 and (k >= 1024 or not fused)):
             return "warptile"
+        tile = choose_tile("warptile", dt, m, n, k)
+        if aligned and min(m, n) >= 128 and choose_split_k("warptile", dt, m, n, k, tile, sms) > 1:
+            return "warptile"
         return "pipeline"
     if dt == np.float32 and k >= 64 and m * n * k >= 2**30:
         from .pipelines.config import SIMT_FLOAT32_MAX_SIDE, uses_tf32x3
@@ -277,18 +290,18 @@ def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: 
     """K slices for a float64 ``warptile`` call whose large tiles would fill at most half the
     GPU (1 when it runs unsplit).
 
-    EXPERIMENT (branch ``exp/f64-splitk``).  Measured on the H100 (h100_splitk_ab_s16.log,
-    GPU ms, main / split): 2048x256x8192 0.337 / 0.164 (1.00x cuBLAS; the pipeline 0.210),
-    4096x64x4096 0.140 / 0.125, but 1000^3 0.072 / 0.071, 768^3 0.037 / 0.036 and 1024^3
-    0.049 / 0.057 (a loss): the split pays for deep K on skinny outputs, not for cubes,
-    where a slice's start-up is as long as the small tile's whole run.  Before it can ship:
-    restrict the rule to K >> m, n, and remember the split call (``dxgemm._calls``) — each
-    call now rebuilds its plan on the host, ~1 ms a call in a loop.  Such calls run on the small or
-    tiny tile, whose 64x16 and 32x16 warp tiles run the DMMA pipe at about half the large
-    tile's rate (1000^3: 0.60x cuBLAS).  Slicing K over ``gridDim.z`` gives the large tile's
-    64x32 warps enough blocks instead; the slices' partial sums go to a workspace and
-    :mod:`dxgemm.kernels.splitk_reduce` adds them and applies the epilogue.  Slices keep at
-    least 16 K tiles each (a slice's start-up is ~10 K tiles' worth), at most 8 slices."""
+    Such calls run on the small or tiny tile, whose 64x16 and 32x16 warp tiles run the DMMA
+    pipe at about half the large tile's rate, and on few blocks.  Slicing K over
+    ``gridDim.z`` gives the large tile's 64x32 warps enough blocks instead; the slices'
+    partial sums go to a workspace laid out like D (kept per stream by the remembered call,
+    ``dxgemm._calls.SplitKernelCall``), and :mod:`dxgemm.kernels.splitk_reduce` adds them and
+    applies alpha, beta, C and the epilogue.  Slices keep at least 16 K tiles each (a
+    slice's start-up is ~10 K tiles' worth), at most 8 slices, and K is at least 2048: the
+    split pays for deep K on skinny outputs, not for cubes.  Measured on the H100, GPU ms,
+    split / unsplit (``h100_splitk_ab_s17.log``): 2048x256x8192 0.163 / 0.339 (1.00x
+    cuBLAS), 512x512x8192 0.089 / 0.240 (1.00x), 1024x1024x4096 0.163 / 0.173,
+    4096x64x4096 0.124 / 0.144; ``h100_splitk_ab_s16.log``: 1024^3 0.057 split against 0.049
+    whole, hence the K bound; 1000x1000x4000 0.176 ms, 0.89x (``h100_f64_rounds_edges_s17.log``)."""
     if backend != "warptile" or np.dtype(dtype) != np.float64 or tile == "large" or k < 2048:
         return 1
     tiles = -(-m // SPLIT_TILE) * -(-n // SPLIT_TILE)

@@ -43,13 +43,14 @@ SPLIT_CONFIG = dict(INTERIOR_CONFIG, split_k=True, group_m=0)
 
 
 def warptile_dmma(a: np.ndarray, b: np.ndarray, cfg: dict, alpha: float = 1.0, layout_a: str = "row",
-                  layout_b: str = "row", aligned: bool = True, slices: int = 1) -> np.ndarray:
+                  layout_b: str = "row", aligned: bool = True, slices: int = 1, line_align: int = 1) -> np.ndarray:
     """``alpha * a @ b`` (host float64 arrays) through ``warptile.build(spec, **cfg)``.
 
     ``layout_a`` / ``layout_b``: "row" or "col", how the operand is stored on the device;
     ``aligned=False`` passes flags that forbid 16-byte accesses (the one-element path).
     ``slices > 1``: a split-K configuration over that many K slices; the slices' partial
-    products (each poisoned first) are summed here.
+    products (each poisoned first) are summed here.  ``line_align``: each operand's
+    lines padded with NaN to a multiple of that many elements.
     """
     m, k = a.shape
     n = b.shape[1]
@@ -57,12 +58,20 @@ def warptile_dmma(a: np.ndarray, b: np.ndarray, cfg: dict, alpha: float = 1.0, l
     la, lb = Layout(layout_a), Layout(layout_b)
     spec, bound = plain_spec(dtype, m, n, alpha, la, lb)
     compiled = compile_rung("warptile", spec, typeof(bound.args), **cfg)
-    flat_a = cuda.to_device(np.ascontiguousarray(a if la == Layout.ROW else a.T).ravel())
-    flat_b = cuda.to_device(np.ascontiguousarray(b if lb == Layout.ROW else b.T).ravel())
+    flat_a, lda = _padded(a if la == Layout.ROW else a.T, line_align)
+    flat_b, ldb = _padded(b if lb == Layout.ROW else b.T, line_align)
     d = cuda.to_device(np.full(slices * m * n, np.nan))
-    lda = k if la == Layout.ROW else m
-    ldb = n if lb == Layout.ROW else k
     flags = vector_flags(0, lda, 0, ldb, 8) if aligned else 0  # fresh allocations are 256-byte aligned
     compiled.launch(0, flat_a, flat_b, d, m, n, k, lda, ldb, n, flags, bound.args, slices=slices)
     cuda.synchronize()
     return d.copy_to_host().reshape(slices, m, n).sum(axis=0)
+
+
+def _padded(stored: np.ndarray, line_align: int) -> tuple[object, int]:
+    """``stored`` (its lines along the last axis) on the device, each line padded with NaN to
+    a multiple of ``line_align`` elements, and the leading dimension."""
+    lines, extent = stored.shape
+    ld = -(-extent // line_align) * line_align
+    full = np.full((lines, ld), np.nan)
+    full[:, :extent] = stored
+    return cuda.to_device(full.ravel()), ld

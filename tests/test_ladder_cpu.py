@@ -157,18 +157,34 @@ def test_warptile_fp64_async_copies(layouts, aligned, rng):
 
 @pytest.mark.parametrize("layouts", [("row", "row"), ("col", "col"), ("row", "col"), ("col", "row")],
                          ids=lambda t: "-".join(t))
+@pytest.mark.parametrize("m", [156, 155], ids=["m_even", "m_odd"])
 @pytest.mark.parametrize("n", [46, 47], ids=["even", "odd"])
-def test_warptile_fp64_interior_loop(layouts, n, rng):
-    """Interior blocks' unchecked copies between the mmas, then the checked loop for the K tail;
-    edge blocks all the way through the checked loop; blocks in grouped order (5 tile rows:
-    a last group of one); interior blocks' straight-line store, 16 bytes a run (even n) or
-    an element at a time (odd n, where row-major B also keeps every block on the checked
-    copies).  Even m and k: A's lines start 16-byte aligned, as the interior loop requires."""
-    m, k = 5 * 32 - 4, 98
+def test_warptile_fp64_interior_loop(layouts, m, n, rng):
+    """The unchecked copies between the mmas, then the checked loop for the K tail; blocks in
+    grouped order (5 tile rows: a last group of one); interior blocks' straight-line store,
+    16 bytes a run (even n) or an element at a time (odd n).  Edge blocks (28 or 27 rows, 14
+    or 15 columns) copy unchecked too, re-reading the last row or column inside in place of
+    those past the edge, except where a 16-byte chunk would straddle it: odd n with row-major
+    B keeps every block on the checked copies, and odd m with column-major A has no 16-byte
+    lines at all.  Even k: A's lines start 16-byte aligned, as the unchecked copies require."""
+    k = 98
     a = rng.standard_normal((m, k))
     b = rng.standard_normal((k, n))
     out = warptile_dmma(a, b, INTERIOR_CONFIG, alpha=1.5, layout_a=layouts[0], layout_b=layouts[1])
     assert_close(out, a, b, np.dtype(np.float64), alpha=1.5)
+
+
+@pytest.mark.parametrize("layouts", [("row", "row"), ("col", "col")], ids=lambda t: "-".join(t))
+def test_warptile_fp64_edge_straddling_chunks(layouts, rng):
+    """Lines padded to even lengths with NaN around an odd m and n: every operand takes
+    16-byte copies, but on the edge the contiguous dimension ends inside a chunk (column-major
+    A at m = 155, row-major B at n = 47), so those edge blocks must stay on the checked copies;
+    moving their chunk back to end at the edge would misplace a row or column."""
+    m, n, k = 155, 47, 98
+    a = rng.standard_normal((m, k))
+    b = rng.standard_normal((k, n))
+    out = warptile_dmma(a, b, INTERIOR_CONFIG, layout_a=layouts[0], layout_b=layouts[1], line_align=2)
+    assert_close(out, a, b, np.dtype(np.float64))
 
 
 @pytest.mark.parametrize("layouts", [("row", "row"), ("col", "col")], ids=lambda t: "-".join(t))

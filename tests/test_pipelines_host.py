@@ -582,7 +582,11 @@ def test_choose_backend():
     # float64: warptile where aligned and not skinny (h100_auto_choice_f64_s15.log, h100_warptile_f64_tiles_s15.log)
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 4096, pipeline=True) == "warptile"
     assert choose_backend(np.dtype(np.float64), 4097, 4097, 4097, pipeline=True, aligned=False) == "pipeline"
-    assert choose_backend(np.dtype(np.float64), 2048, 256, 8192, pipeline=True) == "pipeline"  # skinny: split-K
+    # skinny, deep K: warptile split over K (h100_splitk_ab_s17.log), but not below 128 columns
+    assert choose_backend(np.dtype(np.float64), 2048, 256, 8192, pipeline=True) == "warptile"
+    assert choose_backend(np.dtype(np.float64), 4096, 128, 4096, pipeline=True) == "warptile"
+    assert choose_backend(np.dtype(np.float64), 2048, 256, 8192, pipeline=True, aligned=False) == "pipeline"
+    assert choose_backend(np.dtype(np.float64), 2048, 256, 1024, pipeline=True) == "pipeline"  # K < 2048: no split
     assert choose_backend(np.dtype(np.float64), 8192, 8192, 512, pipeline=True) == "warptile"  # the small tile
     assert choose_backend(np.dtype(np.float64), 8192, 8192, 512, pipeline=True, fused=True) == "pipeline"
     assert choose_backend(np.dtype(np.float64), 8192, 8192, 1024, pipeline=True, fused=True) == "warptile"

@@ -521,8 +521,8 @@ def make_tile_async_copier(dtype: np.dtype, layout: Layout, rows: int, cols: int
 
 
 class AsyncTileStream(NamedTuple):
-    """One thread's share of a tile copied with unchecked 16-byte ``cp.async``, for tiles
-    known to lie wholly inside the matrix with 16-byte aligned lines.
+    """One thread's share of a tile copied with unchecked 16-byte ``cp.async``, for operands
+    with 16-byte aligned lines and tiles wholly inside the matrix along K.
 
     The thread copies ``iters`` chunks, each as many tile lines after the last as the
     threads cover at once: chunk ``c`` of the tile at ``(row0, col0)`` starts at global
@@ -532,12 +532,22 @@ class AsyncTileStream(NamedTuple):
     origin in a register and issues the copies between its mma instructions: the bounds
     checks of :func:`make_tile_async_copier` cost more issue slots than the copies
     themselves.
+
+    A tile that crosses the matrix's edge across K (``limit``: A's rows, B's columns) is
+    copied unchecked too, chunk ``c`` from ``edge_origin(ld, row0, col0, tid, c, limit)``: a
+    chunk past the edge re-reads the last line (or chunk) inside, filling rows or columns of
+    the tile that are never stored.  That needs every chunk wholly inside or wholly outside,
+    which ``edge_ok(start, limit)`` tells for the tile starting at ``start`` across K.
+    Without it a float64 1000^3 spent its time in the edge blocks' checked copies: one wave
+    of 128 blocks waits for its slowest.
     """
 
     iters: int
     place_step: Any
     origin: Callable
     step: Callable
+    edge_origin: Callable
+    edge_ok: Callable
     k_stride: Callable
     place: Callable
     copy: Callable
@@ -562,6 +572,12 @@ def make_async_tile_stream(dtype: np.dtype, layout: Layout, rows: int, cols: int
     # Moving K by one moves along the contiguous dimension (stride 1) or across it (stride ld).
     k_contiguous = k_along_rows != along_cols
 
+    # Across K the tile spans the contiguous dimension (A column-major, B row-major), where
+    # a chunk is W elements, or the strided one, where it is one line.
+    across_contiguous = k_along_rows == along_cols
+    EXTENT, W = U(cols if k_along_rows else rows), U(width)
+    EDGE_STEP = W if across_contiguous else U(1)
+
     @cuda.jit(device=True, inline="always")
     def origin(ld, row0, col0, tid):
         line, pos = chunk(tid, 0)
@@ -572,6 +588,20 @@ def make_async_tile_stream(dtype: np.dtype, layout: Layout, rows: int, cols: int
     @cuda.jit(device=True, inline="always")
     def step(ld):
         return LINES * ld
+
+    @cuda.jit(device=True, inline="always")
+    def edge_origin(ld, row0, col0, tid, c, limit):
+        line, pos = chunk(tid, c)
+        row, col = (row0 + line, col0 + pos) if along_cols else (row0 + pos, col0 + line)
+        if k_along_rows:
+            col = min(col, limit - EDGE_STEP)
+        else:
+            row = min(row, limit - EDGE_STEP)
+        return g_off(row, col, ld)
+
+    @cuda.jit(device=True, inline="always")
+    def edge_ok(start, limit):
+        return start + EXTENT <= limit or not across_contiguous or limit % W == U(0)
 
     @cuda.jit(device=True, inline="always")
     def k_stride(ld):
@@ -586,7 +616,7 @@ def make_async_tile_stream(dtype: np.dtype, layout: Layout, rows: int, cols: int
     def copy(s, dst, g, src):
         copy16(s, dst, g, src, full)
 
-    return AsyncTileStream(plan.iters, LINES * LD, origin, step, k_stride, place, copy)
+    return AsyncTileStream(plan.iters, LINES * LD, origin, step, edge_origin, edge_ok, k_stride, place, copy)
 
 
 class TileStager(NamedTuple):

@@ -33,8 +33,8 @@ Four more things make this rung fast:
   after the barrier they left the tensor pipe idle.  A block wholly inside D with aligned
   operands now copies every full K tile unchecked (:func:`~._device.make_async_tile_stream`:
   one origin per copy in registers, one add to move it along K), spread between the mmas
-  of the tile being multiplied so ptxas can schedule them together; edges, unaligned
-  operands and the last partial K tile take the checked copier.  Consecutive blocks walk
+  of the tile being multiplied so ptxas can schedule them together; unaligned operands
+  and the last partial K tile take the checked copier.  Consecutive blocks walk
   16 tile rows column by column, so a wave shares B's column panels in L2 (+3 % at 8192^3).
   That took float64 from 0.72x to 0.83-0.84x at 4096^3 and 0.89x at 8192^3.
 * **Fragments streamed behind the mmas.**  Loading a K tile's 48 fragment values per lane
@@ -45,6 +45,14 @@ Four more things make this rung fast:
   after its barrier at the end of the tile — cuBLAS's DGEMM loop interleaves its loads the
   same way.  No extra registers: 0.83-0.84x -> 0.89-0.97x at 4096^3 (median of five rounds
   0.93x) and 0.89x -> 0.92-0.98x at 8192^3 (median 0.97x).
+* **Edge blocks on the same copies.**  A block on D's edge copies unchecked too, each
+  copy origin past the edge moved back to the last row (column, or 16-byte chunk) inside:
+  the rows and columns it then fills are never stored.  At 1000^3 the 128 blocks of the
+  small tile are one wave, which lasts as long as its slowest block, and 23 of them had
+  been on the checked copier: 0.60x -> 0.85x cuBLAS; 4000^3 0.81x -> 0.88x, 2000^3 0.73x
+  -> 0.78x, 4096^3 unchanged (h100_f64_rounds_edges_s17.log).  cuBLAS's own kernel at
+  1000^3, 128x64x32 with 8 warps of 32x32 (h100_ncu_cublas_f64_1000_s17.log), was no
+  faster here than the small tile (h100_f64_rounds_cublas_tile_s17.log).
 * **16-byte stores.**  A thread's neighbours in a row of D (a lane's pair of the DMMA
   accumulator, a thread's four float32 columns) leave in one ``STG.E.128`` when D is
   row-major and aligned.  At short K the GEMM is bound by writing D, and one store per
@@ -477,6 +485,24 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
 
         multiply_copying, multiply_tile_streaming = make_multiply(True), make_multiply(False)
 
+        @cuda.jit(device=True, inline="always")
+        def unchecked_tiles(a_tile, b_tile, w_row, w_col, lane, a_frag, b_frag, acc, a, a_src, lda, b, b_src, ldb, tid,
+                            full_tiles):
+            """Multiply K tiles from the first while copying, unchecked from the origins in
+            ``a_src``/``b_src``, the full tile ``NSTAGES - 1`` ahead; returns the next tile, the
+            stage it is in and the stage to fill next."""
+            a_ks, b_ks = stream_a.k_stride(lda), stream_b.k_stride(ldb)
+            a_place, b_place = stream_a.place(tid), stream_b.place(tid)
+            use, fill, t = U(0), uLAST, U(0)
+            while t + uLAST < full_tiles:
+                dk = (t + uLAST) * uBK
+                nxt = next_stage(use)
+                multiply_copying(a_tile, b_tile, use, nxt, w_row, w_col, lane, a_frag, b_frag, acc, a, a_src,
+                                 dk * a_ks, fill * uA_STAGE + a_place, b, b_src, dk * b_ks, fill * uB_STAGE + b_place)
+                use, fill = nxt, next_stage(fill)
+                t += one
+            return t, use, fill
+
         def warptile_dmma_gemm(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args):
             smem = cuda.shared.array(0, smem_type)
             a_tile = smem[:a_elems]  # NSTAGES x A tile, A's global layout, lines ALD apart
@@ -510,28 +536,31 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
             use = U(0)  # the stage multiplied in this iteration
             fill = uLAST  # the stage the tile NSTAGES - 1 ahead goes to
             t = U(0)
-            # A block wholly inside D with 16-byte operands copies every tile but a partial
-            # last one unchecked, from origins kept in registers, between its mmas.
-            if vec_a and vec_b and row0 + uBM <= um and col0 + uBN <= un:
-                # Per-copy origins in registers: one add per copy in the loop, where a multiply
-                # by the copy's line step cost 4 % at 4096^3 (h100_warptile_cublas_shape2_s15.log).
-                a_origin, a_step = stream_a.origin(U(lda), row0, kb, tid), stream_a.step(U(lda))
-                b_origin, b_step = stream_b.origin(U(ldb), kb, col0, tid), stream_b.step(U(ldb))
-                for c in range(A_IT):
-                    a_src[c] = a_origin + U(c) * a_step
-                for c in range(B_IT):
-                    b_src[c] = b_origin + U(c) * b_step
-                a_ks, b_ks = stream_a.k_stride(U(lda)), stream_b.k_stride(U(ldb))
-                a_place, b_place = stream_a.place(tid), stream_b.place(tid)
-                full_tiles = (ke - kb) // uBK
-                while t + uLAST < full_tiles:
-                    dk = (t + uLAST) * uBK
-                    nxt = next_stage(use)
-                    multiply_copying(a_tile, b_tile, use, nxt, w_row, w_col, lane, a_frag, b_frag, acc, a, a_src,
-                                     dk * a_ks, fill * uA_STAGE + a_place, b, b_src, dk * b_ks,
-                                     fill * uB_STAGE + b_place)
-                    use, fill = nxt, next_stage(fill)
-                    t += one
+            # With 16-byte operands every tile but a partial last one is copied unchecked, from
+            # origins kept in registers, between the mmas.  A block wholly inside D keeps its
+            # origins a line step apart; one on D's edge clamps them where that is safe
+            # (``edge_ok``).  The loop is inlined once for each: with the clamped origins in
+            # the same loop the compiler could no longer tell the copies' addresses a fixed step
+            # apart, and interior blocks paid 19 more instructions a K tile.
+            if vec_a and vec_b:
+                if row0 + uBM <= um and col0 + uBN <= un:
+                    # One add per copy in the loop, where a multiply by the copy's line step
+                    # cost 4 % at 4096^3 (h100_warptile_cublas_shape2_s15.log).
+                    a_origin, a_step = stream_a.origin(U(lda), row0, kb, tid), stream_a.step(U(lda))
+                    b_origin, b_step = stream_b.origin(U(ldb), kb, col0, tid), stream_b.step(U(ldb))
+                    for c in range(A_IT):
+                        a_src[c] = a_origin + U(c) * a_step
+                    for c in range(B_IT):
+                        b_src[c] = b_origin + U(c) * b_step
+                    t, use, fill = unchecked_tiles(a_tile, b_tile, w_row, w_col, lane, a_frag, b_frag, acc, a, a_src,
+                                                   U(lda), b, b_src, U(ldb), tid, (ke - kb) // uBK)
+                elif stream_a.edge_ok(row0, um) and stream_b.edge_ok(col0, un):
+                    for c in range(A_IT):
+                        a_src[c] = stream_a.edge_origin(U(lda), row0, kb, tid, c, um)
+                    for c in range(B_IT):
+                        b_src[c] = stream_b.edge_origin(U(ldb), kb, col0, tid, c, un)
+                    t, use, fill = unchecked_tiles(a_tile, b_tile, w_row, w_col, lane, a_frag, b_frag, acc, a, a_src,
+                                                   U(lda), b, b_src, U(ldb), tid, (ke - kb) // uBK)
             while t < n_tiles:
                 ahead = t + uLAST
                 if ahead < n_tiles:
