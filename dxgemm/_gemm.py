@@ -154,14 +154,15 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     ``aligned``: whether both operands take 16-byte accesses, :func:`~.kernels.vector_flags`;
     ``fused``: whether the call has an epilogue beyond alpha/beta; ``sms``: the device's SMs).
 
-    float64 skinny outputs with deep K (both sides at least 128, few output tiles,
-    :func:`choose_split_k`) run ``warptile`` split over K: its large tile then has blocks
+    float64 skinny outputs with deep K (at least 128 rows and 64 columns, few output tiles,
+    :func:`choose_split_k`) run ``warptile`` split over K: its split tiles then have blocks
     for every SM, and beat the pipeline's own split-K at every such shape measured
     (``h100_splitk_ab_s17.log``, GPU ms, warptile split / unsplit / pipeline): 2048x256x8192
     0.163 / 0.339 / 0.208 (1.00x cuBLAS), 4096x128x4096 0.092 / 0.173 / 0.118,
     1024x256x8192 0.090 / 0.244 / 0.111, 512x512x8192 0.089 / 0.240 / 0.110, 1024x512x16384
-    0.305 / 0.666 / 0.416; but at 4096x64x4096, half the large tile's columns idle, 0.124
-    against the pipeline's 0.075.
+    0.305 / 0.666 / 0.416; 4096x64x4096 on the 128x64 split tile 0.064 against the
+    pipeline's 0.075 (``h100_splitk_narrow_s17.log``).  Fewer than 128 rows would leave most
+    of a split tile idle: those stay on the pipeline.
 
     float64 runs ``warptile`` wherever its unchecked interior loop can run (both operands
     16-byte aligned) on outputs of more than 256 rows and columns: with it, and its large
@@ -236,7 +237,7 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
         if k < 128 or m * n * k < 2**28 or (aligned and min(m, n) > 256 and (k >= 1024 or not fused)):
             return "warptile"
         tile = choose_tile("warptile", dt, m, n, k)
-        if aligned and min(m, n) >= 128 and choose_split_k("warptile", dt, m, n, k, tile, sms) > 1:
+        if aligned and m >= 128 and n >= 64 and choose_split_k("warptile", dt, m, n, k, tile, sms) > 1:
             return "warptile"
         return "pipeline"
     if dt == np.float32 and k >= 64 and m * n * k >= 2**30:
@@ -282,13 +283,23 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int) -> str:
     return "large"
 
 
-SPLIT_TILE = 128
-"""The float64 split-K tile's output side (``warptile.TILE_CONFIGS["float64"]["split"]``)."""
+def choose_split_tile(n: int) -> str:
+    """The float64 split-K tile (``warptile.TILE_CONFIGS["float64"]``) for an output ``n`` wide:
+    128x64 up to 64 columns, where the 128x128 tile would leave half its columns idle
+    (4096x64x4096: 0.064 against 0.101 ms, ``h100_splitk_narrow_s17.log``), else 128x128."""
+    return "split_narrow" if n <= 64 else "split"
+
+
+def _split_tile_shape(tile: str) -> tuple[int, int]:
+    from .kernels.warptile import TILE_CONFIGS
+
+    cfg = TILE_CONFIGS["float64"][tile]
+    return cfg["BM"], cfg["BN"]
 
 
 def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: str, sms: int) -> int:
-    """K slices for a float64 ``warptile`` call whose large tiles would fill at most half the
-    GPU (1 when it runs unsplit).
+    """K slices for a float64 ``warptile`` call whose split tiles (:func:`choose_split_tile`)
+    would fill at most half the GPU (1 when it runs unsplit).
 
     Such calls run on the small or tiny tile, whose 64x16 and 32x16 warp tiles run the DMMA
     pipe at about half the large tile's rate, and on few blocks.  Slicing K over
@@ -304,7 +315,8 @@ def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: 
     whole, hence the K bound; 1000x1000x4000 0.176 ms, 0.89x (``h100_f64_rounds_edges_s17.log``)."""
     if backend != "warptile" or np.dtype(dtype) != np.float64 or tile == "large" or k < 2048:
         return 1
-    tiles = -(-m // SPLIT_TILE) * -(-n // SPLIT_TILE)
+    bm, bn = _split_tile_shape(choose_split_tile(n))
+    tiles = -(-m // bm) * -(-n // bn)
     if 2 * tiles > sms:
         return 1
     return max(1, min(sms // tiles, -(-k // 16) // 16, 8))
@@ -323,7 +335,7 @@ def _warptile_split_k(op_a: Operand, op_b: Operand, op_d: Operand, m: int, n: in
                            "workspace", output=True)
     ldw = n if rows else m
     plain = Chain((AlphaBeta(1.0, 0.0),)).bind(EpilogueContext(m, n, dtype, adapt=None))
-    spec = KernelSpec(dtype, op_a.layout, op_b.layout, op_d.layout, plain.key, None, tile="split")
+    spec = KernelSpec(dtype, op_a.layout, op_b.layout, op_d.layout, plain.key, None, tile=choose_split_tile(n))
     part = get_kernel("warptile", spec, plain.args, plain.make)
     part.launch(stream, op_a.flat(), op_b.flat(), workspace.flat(), m, n, k, op_a.ld, op_b.ld, ldw, flags,
                 plain.args, slices=slices)

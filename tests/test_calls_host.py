@@ -243,7 +243,9 @@ def test_float64_split_k_rule():
 
     assert split(1000, 1000, 1000) == 1  # 64 large tiles, but K too short to pay (h100_splitk_ab_s16.log)
     assert split(1024, 1024, 4096) == 2
-    assert split(4096, 64, 4096) == 4
+    assert split(4096, 64, 4096) == 4  # 32 tiles of 128x64 (choose_split_tile)
+    assert split(8192, 64, 4096) == 2
+    assert split(4096, 128, 4096) == 4  # 32 tiles of 128x128
     assert split(2048, 256, 8192) == 4
     assert split(4096, 4096, 256) == 1  # 1024 tiles: no split
     assert split(4096, 4096, 4096) == 1  # the large tile itself

@@ -495,16 +495,18 @@ def test_custom_function_numba_cannot_compile():
     assert "returns_a_pair" in pair and "must return a number" in pair and "UniTuple(float64 x 2)" in pair
 
 
-def test_float64_warptile_split_k(monkeypatch, rng):
-    """float64 warptile calls whose large tiles would fill at most half the SMs, with K >= 2048,
+@pytest.mark.parametrize("m, n, tile", [(70, 46, "split_narrow"), (46, 70, "split")])
+def test_float64_warptile_split_k(monkeypatch, rng, m, n, tile):
+    """float64 warptile calls whose split tiles would fill at most half the SMs, with K >= 2048,
     run as K slices into a workspace, then one reduce that applies alpha, beta with C, and
     the epilogue (row/col-dependent: a value sent to the wrong element shows), here into
     column-major D (the kernel-level tests store row-major).  The simulator is told of 2 SMs:
-    one 128x128 tile, two slices."""
+    one tile (128x64 for 46 columns, 128x128 for 70), two slices."""
     import dxgemm._gemm as gemm_module
 
     monkeypatch.setattr(gemm_module, "sm_count", lambda: 2)
-    m, n, k = 70, 46, 2048
+    k = 2048
+    assert gemm_module.choose_split_tile(n) == tile
     assert gemm_module.choose_split_k("warptile", np.dtype(np.float64), m, n, k,
                                       gemm_module.choose_tile("warptile", np.float64, m, n, k), 2) == 2
     a, b = _operands(rng, np.float64, m, n, k)

@@ -582,7 +582,7 @@ def test_choose_backend():
     # float64: warptile where aligned and not skinny (h100_auto_choice_f64_s15.log, h100_warptile_f64_tiles_s15.log)
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 4096, pipeline=True) == "warptile"
     assert choose_backend(np.dtype(np.float64), 4097, 4097, 4097, pipeline=True, aligned=False) == "pipeline"
-    # skinny, deep K: warptile split over K (h100_splitk_ab_s17.log), but not below 128 columns
+    # skinny, deep K: warptile split over K (h100_splitk_ab_s17.log), at least 128 rows and 64 columns
     assert choose_backend(np.dtype(np.float64), 2048, 256, 8192, pipeline=True) == "warptile"
     assert choose_backend(np.dtype(np.float64), 4096, 128, 4096, pipeline=True) == "warptile"
     assert choose_backend(np.dtype(np.float64), 2048, 256, 8192, pipeline=True, aligned=False) == "pipeline"
@@ -597,7 +597,9 @@ def test_choose_backend():
     assert choose_backend(np.dtype(np.float32), 4096, 4096, 40, pipeline=True) == "warptile"
     assert choose_backend(np.dtype(np.float64), 1024, 1024, 1024, pipeline=True) == "warptile"
     assert choose_backend(np.dtype(np.float64), 1024, 1024, 1024, pipeline=True, aligned=False) == "pipeline"
-    assert choose_backend(np.dtype(np.float64), 4096, 64, 4096, pipeline=True) == "pipeline"  # split-K
+    assert choose_backend(np.dtype(np.float64), 4096, 64, 4096, pipeline=True) == "warptile"  # the 128x64 split tile
+    assert choose_backend(np.dtype(np.float64), 4096, 32, 4096, pipeline=True) == "pipeline"
+    assert choose_backend(np.dtype(np.float64), 64, 4096, 4096, pipeline=True) == "pipeline"
     assert choose_backend(np.dtype(np.float64), 512, 512, 512, pipeline=True) == "warptile"
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 64, pipeline=True) == "warptile"  # K < 128
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 128, pipeline=True) == "warptile"
