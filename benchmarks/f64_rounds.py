@@ -88,11 +88,11 @@ def _variant(changes: dict, m: int, n: int, k: int):
 
     from dxgemm._gemm import choose_tile
     from dxgemm.epilogues._base import AlphaBeta, EpilogueContext
-    from dxgemm.kernels import KernelSpec, Layout, compile_rung, vector_flags
+    from dxgemm.kernels import KernelSpec, Layout, compile_rung, sm_count, vector_flags
 
     dtype = np.dtype(np.float64)
     bound = AlphaBeta(1.0, 0.0).bind(EpilogueContext(m, n, dtype, adapt=None))
-    tile = choose_tile("warptile", dtype, m, n, k)
+    tile = choose_tile("warptile", dtype, m, n, k, sm_count())
     spec = KernelSpec(dtype, Layout.ROW, Layout.ROW, Layout.ROW, bound.key, bound.make(), tile=tile)
     compiled = compile_rung("warptile", spec, typeof(bound.args), **changes)
     print(f"variant: the {tile} tile with {changes}, {compiled.kernel.get_regs_per_thread()} registers", flush=True)

@@ -58,7 +58,8 @@ def main() -> None:
     rng = cp.random.default_rng(0)
     for shape in args.shapes.split(","):
         m, n, k = (int(x) for x in shape.split("x"))
-        slices = shipped("warptile", dtype, m, n, k, _gemm.choose_tile("warptile", dtype, m, n, k), sm_count())
+        sms = sm_count()
+        slices = shipped("warptile", dtype, m, n, k, _gemm.choose_tile("warptile", dtype, m, n, k, sms), sms)
         a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
         ref = cp.empty((m, n))
         contenders = {

@@ -23,6 +23,7 @@ import numpy as np  # noqa: E402
 import dxgemm  # noqa: E402
 from dxgemm import _calls, _gemm  # noqa: E402
 from dxgemm.bench import time_ms  # noqa: E402
+from dxgemm.kernels import sm_count  # noqa: E402
 from dxgemm.testing import check  # noqa: E402
 
 SHAPES = ["512x512x512", "768x768x768", "1024x1024x1024", "1536x1536x1536", "2048x2048x2048", "4096x4096x4096",
@@ -62,7 +63,7 @@ def main() -> None:
         faster = min(times, key=times.get)
         print(f"{shape:>16s} " + " ".join(f"{times[t]:9.4f}" for t in tiles) + f" {t_blas:8.4f}  "
               + " ".join(f"{t_blas / times[t]:12.2f}" for t in tiles)
-              + f"  {faster:6s}  {rule('warptile', dtype, m, n, k)}", flush=True)
+              + f"  {faster:6s}  {rule('warptile', dtype, m, n, k, sm_count())}", flush=True)
 
 
 if __name__ == "__main__":

@@ -125,8 +125,9 @@ def gemm(
             call(mat_a, mat_b, mat_d, m, n, k, bound.args, handle)
             _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta, c is not None)
             return out
-    tile = choose_tile(backend, dtype, m, n, k)
-    slices = choose_split_k(backend, dtype, m, n, k, tile, sm_count())
+    sms = sm_count()
+    tile = choose_tile(backend, dtype, m, n, k, sms)
+    slices = choose_split_k(backend, dtype, m, n, k, tile, sms)
     if slices > 1:
         part, reduce, plain = _warptile_split_k(op_a, op_b, op_d, m, n, k, flags, bound, numba_stream(handle), slices)
         if key is not None and not SIMULATOR:
@@ -236,7 +237,7 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     if dt == np.float64:
         if k < 128 or m * n * k < 2**28 or (aligned and min(m, n) > 256 and (k >= 1024 or not fused)):
             return "warptile"
-        tile = choose_tile("warptile", dt, m, n, k)
+        tile = choose_tile("warptile", dt, m, n, k, sms)
         if aligned and m >= 128 and n >= 64 and choose_split_k("warptile", dt, m, n, k, tile, sms) > 1:
             return "warptile"
         return "pipeline"
@@ -248,7 +249,7 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     return "warptile"
 
 
-def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int) -> str:
+def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int = 132) -> str:
     """The tile configuration of a handwritten rung (``KernelSpec.tile``).
 
     Only ``warptile`` has several (``warptile.TILE_CONFIGS``; float32's rule is in the code
@@ -261,12 +262,24 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int) -> str:
     and at K up to 100 (``h100_warptile_small_async.log``: 8192^2 x 32 0.206 against 0.214
     ms); the tiny one wherever the output has fewer than 2^19 elements, 640^3 and below,
     4096 x 64 x 4096 (0.210 against 0.303 ms) and 64 x 4096 x 4096
-    (``h100_warptile_tiny.log``).  So: tiny below ``m * n = 2**19``; large from
-    ``m * n = 2**22`` (2048^2) with ``k >= 1024``; small between.  The K bound was 256 until
-    both tiles ran unchecked copies in their interior blocks and the large tile took
-    cuBLAS's shape (``h100_warptile_f64_tiles_s15.log``, small / large ms): 4096^2 x 128
-    0.114 / 0.135, 4096^2 x 256 0.197 / 0.218, 8192^2 x 512 1.426 / 1.482, but 2048^3
-    0.359 / 0.347.
+    (``h100_warptile_tiny.log``).  So: tiny below ``m * n = 2**19``, small below ``k =
+    1024``.  The K bound was 256 until both tiles ran unchecked copies in their interior
+    blocks and the large tile took cuBLAS's shape (``h100_warptile_f64_tiles_s15.log``,
+    small / large ms): 4096^2 x 128 0.114 / 0.135, 4096^2 x 256 0.197 / 0.218, 8192^2 x 512
+    1.426 / 1.482, but 2048^3 0.359 / 0.347.
+
+    From ``k = 1024`` the choice is wave quantization over ``sms`` SMs.  The large tile
+    runs one block per SM, in ``ceil(tiles / sms)`` waves of one large tile's time; the
+    small one two blocks per SM, each half a large tile's work at 1.15x its cost per
+    multiply-add, so a block takes ``SMALL_TILE_COST`` = 0.575 of that time and its blocks
+    fill the SMs in finer steps (2000^3, both tiles at 97 % of their last wave: 0.367 against
+    0.319 ms).  The large tile is taken where ``ceil(large tiles / sms) <= 0.575 *
+    ceil(small tiles / sms)``.  Measured on the H100 (``h100_f64_rounds_small_vs_large_s17.log``,
+    small / large ms): 2000^3 0.367 / 0.319, 1920^2 x 2048 0.349 / 0.307, 1280^3 0.114 /
+    0.100, 2000^2 x 1024 0.196 / 0.173 (large: 2, 2, 1 and 2 waves against 2.3, 2.3, 1.15 and
+    2.3), but 1792^3 0.235 / 0.271, 1536^3 0.202 / 0.237 (small: 1.7 against 2).  Under the
+    old rule (large from ``m * n = 2**22``) the first four ran on the small tile at
+    0.76-0.80x cuBLAS.
     """
     if backend != "warptile":
         return "large"
@@ -278,9 +291,15 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int) -> str:
         return "large"
     if m * n < 2**19:
         return "tiny"
-    if k < 1024 or m * n < 2**22:
+    if k < 1024:
         return "small"
-    return "large"
+    large_waves = -(-(-(-m // 128) * -(-n // 128)) // sms)
+    small_waves = -(-(-(-m // 128) * -(-n // 64)) // sms)
+    return "large" if large_waves <= SMALL_TILE_COST * small_waves else "small"
+
+
+SMALL_TILE_COST = 0.575
+"""A float64 small-tile block's time in large-tile block times (:func:`choose_tile`)."""
 
 
 def choose_split_tile(n: int) -> str:

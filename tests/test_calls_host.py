@@ -198,7 +198,14 @@ def test_warptile_tile_rule():
     assert choose_tile("warptile", f64, 2048, 2048, 1023) == "small"
     assert choose_tile("warptile", f64, 8192, 8192, 512) == "small"  # h100_warptile_f64_tiles_s15.log
     assert choose_tile("warptile", f64, 8192, 8192, 32) == "small"
-    assert choose_tile("warptile", f64, 1536, 1536, 1536) == "small"
+    assert choose_tile("warptile", f64, 1536, 1536, 1536) == "small"  # 2 large waves against 1.7 (3 x 0.575)
+    # wave quantization from K = 1024 (h100_f64_rounds_small_vs_large_s17.log)
+    assert choose_tile("warptile", f64, 2000, 2000, 2000) == "large"  # 2 large waves against 2.3
+    assert choose_tile("warptile", f64, 1920, 1920, 2048) == "large"
+    assert choose_tile("warptile", f64, 1280, 1280, 1280) == "large"  # 1 against 1.15
+    assert choose_tile("warptile", f64, 1792, 1792, 1792) == "small"
+    assert choose_tile("warptile", f64, 1280, 1280, 1280, sms=264) == "small"  # twice the SMs: 1 against 0.575
+    assert choose_tile("warptile", f64, 2000, 2000, 1000) == "small"  # K below 1024
     assert choose_tile("warptile", f64, 1024, 1024, 4096) == "small"
     assert choose_tile("warptile", f64, 768, 768, 768) == "small"
     assert choose_tile("warptile", f64, 640, 640, 640) == "tiny"
