@@ -217,7 +217,6 @@ def test_warptile_tile_rule():
 
 
 @pytest.mark.parametrize(("changes", "message"), [
-    (dict(mma=(16, 4), BK=32), "at most 4 mma steps per K tile"),
     (dict(stages=6), "2 to 5 stages"),
     (dict(WM=48), "inconsistent DMMA warptile configuration"),
 ])

@@ -174,6 +174,17 @@ def test_warptile_fp64_interior_loop(layouts, m, n, rng):
     assert_close(out, a, b, np.dtype(np.float64), alpha=1.5)
 
 
+def test_warptile_fp64_eight_k_steps(rng):
+    """A K tile of eight mma steps (m16n8k4, BK = 32): the steps chain through one device
+    function each, every fragment handed from step to step, in the unchecked loop (six full
+    K tiles, four stages) and the checked one (the tail of 8)."""
+    m, n, k = 156, 46, 200
+    a = rng.standard_normal((m, k))
+    b = rng.standard_normal((k, n))
+    out = warptile_dmma(a, b, dict(INTERIOR_CONFIG, mma=(16, 4), BK=32))
+    assert_close(out, a, b, np.dtype(np.float64))
+
+
 @pytest.mark.parametrize("layouts", [("row", "row"), ("col", "col")], ids=lambda t: "-".join(t))
 def test_warptile_fp64_edge_straddling_chunks(layouts, rng):
     """Lines padded to even lengths with NaN around an odd m and n: every operand takes

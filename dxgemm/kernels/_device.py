@@ -237,6 +237,20 @@ def _chunk_position(plan: _TilePlan) -> Callable:
     return chunk
 
 
+def _chunk_element(plan: _TilePlan) -> Callable:
+    """``element(row0, col0, line, pos) -> (row, col)``: the matrix element a chunk at ``(line,
+    pos)`` (:func:`_chunk_position`) of the tile at ``(row0, col0)`` starts at."""
+    along_cols = plan.along_cols
+
+    @cuda.jit(device=True, inline="always")
+    def element(row0, col0, line, pos):
+        if along_cols:  # row-major: a line is a row, chunks run along it
+            return row0 + line, col0 + pos
+        return row0 + pos, col0 + line
+
+    return element
+
+
 def make_tile_loader(
     dtype: np.dtype,
     layout: Layout,
@@ -487,7 +501,7 @@ def make_tile_async_copier(dtype: np.dtype, layout: Layout, rows: int, cols: int
     width = vec_width(dtype)
     plan = _tile_plan(dtype, layout, rows, cols, layout, nthreads, width, smem_ld)
     iters, along_cols, W, g_off, LD = plan.iters, plan.along_cols, plan.W, plan.g_off, U(smem_ld)
-    chunk = _chunk_position(plan)
+    chunk, element = _chunk_position(plan), _chunk_element(plan)
     itemsize = np.dtype(dtype).itemsize
     copy_vec, copy_one = make_cp_async(16, itemsize), make_cp_async(itemsize, itemsize)
     uI = U(itemsize)
@@ -497,12 +511,11 @@ def make_tile_async_copier(dtype: np.dtype, layout: Layout, rows: int, cols: int
         for it in range(iters):
             line, pos = chunk(tid, it)
             dst = line * LD + pos
-            if along_cols:  # row-major: a line is a row, chunks run along it
-                gr, gc, line_end, other_ok = row0 + line, col0 + pos, ncols, row0 + line < nrows
-                start = gc
+            gr, gc = element(row0, col0, line, pos)
+            if along_cols:
+                line_end, other_ok, start = ncols, gr < nrows, gc
             else:
-                gr, gc, line_end, other_ok = row0 + pos, col0 + line, nrows, col0 + line < ncols
-                start = gr
+                line_end, other_ok, start = nrows, gc < ncols, gr
             if vec_ok:
                 valid = U(0)
                 if other_ok and start < line_end:
@@ -566,7 +579,7 @@ def make_async_tile_stream(dtype: np.dtype, layout: Layout, rows: int, cols: int
                          f"({per_line} chunks a line)")
     along_cols, g_off, LD = plan.along_cols, plan.g_off, U(smem_ld)
     LINES = U(NT // per_line)
-    chunk = _chunk_position(plan)
+    chunk, element = _chunk_position(plan), _chunk_element(plan)
     copy16 = make_cp_async(16, np.dtype(dtype).itemsize)
     full = U(16)
     # Moving K by one moves along the contiguous dimension (stride 1) or across it (stride ld).
@@ -581,9 +594,8 @@ def make_async_tile_stream(dtype: np.dtype, layout: Layout, rows: int, cols: int
     @cuda.jit(device=True, inline="always")
     def origin(ld, row0, col0, tid):
         line, pos = chunk(tid, 0)
-        if along_cols:
-            return g_off(row0 + line, col0 + pos, ld)
-        return g_off(row0 + pos, col0 + line, ld)
+        row, col = element(row0, col0, line, pos)
+        return g_off(row, col, ld)
 
     @cuda.jit(device=True, inline="always")
     def step(ld):
@@ -592,7 +604,7 @@ def make_async_tile_stream(dtype: np.dtype, layout: Layout, rows: int, cols: int
     @cuda.jit(device=True, inline="always")
     def edge_origin(ld, row0, col0, tid, c, limit):
         line, pos = chunk(tid, c)
-        row, col = (row0 + line, col0 + pos) if along_cols else (row0 + pos, col0 + line)
+        row, col = element(row0, col0, line, pos)
         if k_along_rows:
             col = min(col, limit - EDGE_STEP)
         else:

@@ -445,15 +445,25 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
 
             return multiply_step
 
-        if KSTEPS > 4:
-            raise ValueError(f"the cp.async DMMA warptile takes at most 4 mma steps per K tile, got BK={BK}")
+        def then(first, rest):
+            """One device function running K step ``first``, then ``rest`` (the later steps)."""
+
+            @cuda.jit(device=True, inline="always")
+            def steps(a_tile, b_tile, a_off, b_off, w_row, w_col, lane, a_frag, b_frag, acc, a, a_src, a_dk, a_dst, b,
+                      b_src, b_dk, b_dst):
+                first(a_tile, b_tile, a_off, b_off, w_row, w_col, lane, a_frag, b_frag, acc, a, a_src, a_dk, a_dst, b,
+                      b_src, b_dk, b_dst)
+                rest(a_tile, b_tile, a_off, b_off, w_row, w_col, lane, a_frag, b_frag, acc, a, a_src, a_dk, a_dst, b,
+                     b_src, b_dk, b_dst)
+
+            return steps
 
         def make_multiply(copying: bool):
-            # One device function per K step, called in sequence: a loop over the steps was
+            # One device function per K step, chained in sequence: a loop over the steps was
             # left rolled by LLVM, and with it every index into the fragments dynamic.
-            steps = [make_step(s, copying) for s in range(KSTEPS)] + [None] * (4 - KSTEPS)
-            step0, step1, step2, step3 = steps
-            HAS1, HAS2, HAS3 = KSTEPS > 1, KSTEPS > 2, KSTEPS > 3
+            all_steps = make_step(KSTEPS - 1, copying)
+            for s in range(KSTEPS - 2, -1, -1):
+                all_steps = then(make_step(s, copying), all_steps)
 
             @cuda.jit(device=True, inline="always")
             def multiply_tile_streaming(a_tile, b_tile, use, nxt, w_row, w_col, lane, a_frag, b_frag, acc, a, a_src,
@@ -469,17 +479,8 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
                 barrier for it.  ``copying``: this thread's unchecked copies of a later tile
                 (``issue_copy``) go between the mmas."""
                 a_off, b_off = use * uA_STAGE, use * uB_STAGE
-                step0(a_tile, b_tile, a_off, b_off, w_row, w_col, lane, a_frag, b_frag, acc, a, a_src, a_dk, a_dst,
-                      b, b_src, b_dk, b_dst)
-                if HAS1:
-                    step1(a_tile, b_tile, a_off, b_off, w_row, w_col, lane, a_frag, b_frag, acc, a, a_src, a_dk,
-                          a_dst, b, b_src, b_dk, b_dst)
-                if HAS2:
-                    step2(a_tile, b_tile, a_off, b_off, w_row, w_col, lane, a_frag, b_frag, acc, a, a_src, a_dk,
-                          a_dst, b, b_src, b_dk, b_dst)
-                if HAS3:
-                    step3(a_tile, b_tile, a_off, b_off, w_row, w_col, lane, a_frag, b_frag, acc, a, a_src, a_dk,
-                          a_dst, b, b_src, b_dk, b_dst)
+                all_steps(a_tile, b_tile, a_off, b_off, w_row, w_col, lane, a_frag, b_frag, acc, a, a_src, a_dk, a_dst,
+                          b, b_src, b_dk, b_dst)
                 cp_async_commit()  # this iteration's copies (possibly none) are one group
                 wait_oldest()  # this thread's copies of the next tile have landed ...
                 cuda.syncthreads()  # ... everyone's, and nobody reads stage `use` any more
