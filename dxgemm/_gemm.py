@@ -293,8 +293,7 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int 
         return "tiny"
     if k < 1024:
         return "small"
-    large_waves = -(-(-(-m // 128) * -(-n // 128)) // sms)
-    small_waves = -(-(-(-m // 128) * -(-n // 64)) // sms)
+    large_waves, small_waves = (-(-_f64_tiles(name, m, n) // sms) for name in ("large", "small"))
     return "large" if large_waves <= SMALL_TILE_COST * small_waves else "small"
 
 
@@ -309,11 +308,12 @@ def choose_split_tile(n: int) -> str:
     return "split_narrow" if n <= 64 else "split"
 
 
-def _split_tile_shape(tile: str) -> tuple[int, int]:
-    from .kernels.warptile import TILE_CONFIGS
+def _f64_tiles(tile: str, m: int, n: int) -> int:
+    """How many blocks float64 ``warptile``'s ``tile`` covers an ``m x n`` output with."""
+    from .kernels.warptile import CONFIGS, TILE_CONFIGS
 
-    cfg = TILE_CONFIGS["float64"][tile]
-    return cfg["BM"], cfg["BN"]
+    cfg = TILE_CONFIGS["float64"].get(tile, CONFIGS["float64"])
+    return -(-m // cfg["BM"]) * -(-n // cfg["BN"])
 
 
 def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: str, sms: int) -> int:
@@ -329,13 +329,13 @@ def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: 
     slice's start-up is ~10 K tiles' worth), at most 8 slices, and K is at least 2048: the
     split pays for deep K on skinny outputs, not for cubes.  Measured on the H100, GPU ms,
     split / unsplit (``h100_splitk_ab_s17.log``): 2048x256x8192 0.163 / 0.339 (1.00x
-    cuBLAS), 512x512x8192 0.089 / 0.240 (1.00x), 1024x1024x4096 0.163 / 0.173,
-    4096x64x4096 0.124 / 0.144; ``h100_splitk_ab_s16.log``: 1024^3 0.057 split against 0.049
+    cuBLAS), 512x512x8192 0.089 / 0.240 (1.00x), 1024x1024x4096 0.163 / 0.173;
+    ``h100_splitk_ab_narrow_s17.log``, on the 128x64 split tile: 4096x64x4096 0.064 / 0.141
+    (0.89x), 2048x64x8192 0.064 / 0.258; ``h100_splitk_ab_s16.log``: 1024^3 0.057 split against 0.049
     whole, hence the K bound; 1000x1000x4000 0.176 ms, 0.89x (``h100_f64_rounds_edges_s17.log``)."""
     if backend != "warptile" or np.dtype(dtype) != np.float64 or tile == "large" or k < 2048:
         return 1
-    bm, bn = _split_tile_shape(choose_split_tile(n))
-    tiles = -(-m // bm) * -(-n // bn)
+    tiles = _f64_tiles(choose_split_tile(n), m, n)
     if 2 * tiles > sms:
         return 1
     return max(1, min(sms // tiles, -(-k // 16) // 16, 8))
