@@ -9,7 +9,7 @@ the register footprint per thread is chosen independently of the block tile; and
 mapping mirrors the hardware hierarchy (block -> SM, warp -> scheduler, thread -> lane)
 that tensor-core kernels use as well.
 
-Four more things make this rung fast:
+What else makes this rung fast:
 
 * **Double buffering.**  The next K tile's global loads are issued into registers
   (:class:`~._device.TileStager`) before the current tile is multiplied and stored into
@@ -53,6 +53,12 @@ Four more things make this rung fast:
   -> 0.78x, 4096^3 unchanged (h100_f64_rounds_edges_s17.log).  cuBLAS's own kernel at
   1000^3, 128x64x32 with 8 warps of 32x32 (h100_ncu_cublas_f64_1000_s17.log), was no
   faster here than the small tile (h100_f64_rounds_cublas_tile_s17.log).
+* **K split over the grid for few output tiles** (float64).  A skinny output with deep K
+  has too few tiles to fill the SMs; its K slices run as the grid's z, each into a
+  workspace laid out like D, and :mod:`~.splitk_reduce` adds them and applies the
+  epilogue (``TILE_CONFIGS["float64"]["split"]`` and ``"split_narrow"``,
+  ``dxgemm._gemm.choose_split_k``): 2048x256x8192 0.48x -> 1.00x cuBLAS, 4096x64x4096
+  0.41x -> 0.89x (h100_splitk_ab_s17.log, h100_splitk_ab_narrow_s17.log).
 * **16-byte stores.**  A thread's neighbours in a row of D (a lane's pair of the DMMA
   accumulator, a thread's four float32 columns) leave in one ``STG.E.128`` when D is
   row-major and aligned.  At short K the GEMM is bound by writing D, and one store per
