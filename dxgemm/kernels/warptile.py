@@ -403,6 +403,13 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
         A_PSTEP, B_PSTEP = stream_a.place_step, stream_b.place_step
 
         @cuda.jit(device=True, inline="always")
+        def copy_tile_pair(a, lda, b, ldb, row0, col0, k0, um, un, ke, a_tile, b_tile, stage, tid, vec_a, vec_b):
+            """This thread's checked copies of the A and B tiles at K offset ``k0`` into ``stage``
+            (K ends at ``ke``: the whole of K, or this block's K slice)."""
+            copy_a(a, lda, row0, k0, um, ke, a_tile[stage * uA_STAGE:], tid, vec_a)
+            copy_b(b, ldb, k0, col0, ke, un, b_tile[stage * uB_STAGE:], tid, vec_b)
+
+        @cuda.jit(device=True, inline="always")
         def next_stage(stage):
             """The shared stage after ``stage`` in the ring of ``NSTAGES``."""
             return stage + one if stage < uLAST else U(0)
@@ -538,8 +545,8 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
             # t % NSTAGES, and iteration t refills the stage of tile t - 1 with tile t + NSTAGES - 1.
             for st in range(NSTAGES - 1):
                 if U(st) < n_tiles:
-                    copy_a(a, U(lda), row0, kb + U(st) * uBK, um, ke, a_tile[U(st) * uA_STAGE:], tid, vec_a)
-                    copy_b(b, U(ldb), kb + U(st) * uBK, col0, ke, un, b_tile[U(st) * uB_STAGE:], tid, vec_b)
+                    copy_tile_pair(a, U(lda), b, U(ldb), row0, col0, kb + U(st) * uBK, um, un, ke, a_tile, b_tile,
+                                   U(st), tid, vec_a, vec_b)
                 cp_async_commit()
             wait_oldest()
             cuda.syncthreads()
@@ -575,8 +582,8 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
             while t < n_tiles:
                 ahead = t + uLAST
                 if ahead < n_tiles:
-                    copy_a(a, U(lda), row0, kb + ahead * uBK, um, ke, a_tile[fill * uA_STAGE:], tid, vec_a)
-                    copy_b(b, U(ldb), kb + ahead * uBK, col0, ke, un, b_tile[fill * uB_STAGE:], tid, vec_b)
+                    copy_tile_pair(a, U(lda), b, U(ldb), row0, col0, kb + ahead * uBK, um, un, ke, a_tile, b_tile,
+                                   fill, tid, vec_a, vec_b)
                 nxt = next_stage(use)
                 multiply_tile_streaming(a_tile, b_tile, use, nxt, w_row, w_col, lane, a_frag, b_frag, acc, a, a_src,
                                         U(0), U(0), b, b_src, U(0), U(0))
