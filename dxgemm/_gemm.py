@@ -105,11 +105,10 @@ def gemm(
     if m == 1 and backend in ("auto", "pipeline"):
         backend = "gemv"  # one output row: no reuse to tile for (dxgemm.kernels.gemv)
     flags = vector_flags(op_a.ptr, op_a.ld, op_b.ptr, op_b.ld, dtype.itemsize)
-    sms = sm_count()
     if backend == "auto":
         backend = choose_backend(dtype, m, n, k, pipeline=_pipeline_reason(device) is None,
                                  aligned=flags == FLAG_VEC_A | FLAG_VEC_B, fused=bool(epilogue and epilogue.stages),
-                                 sms=sms)
+                                 sms=sm_count())
     if backend == "pipeline":
         from .pipelines._dispatch import PipelineUnavailable, matrix_of, prepare
 
@@ -126,6 +125,7 @@ def gemm(
             call(mat_a, mat_b, mat_d, m, n, k, bound.args, handle)
             _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta, c is not None)
             return out
+    sms = sm_count()
     tile = choose_tile(backend, dtype, m, n, k, sms)
     slices = choose_split_k(backend, dtype, m, n, k, tile, sms)
     if slices > 1:
