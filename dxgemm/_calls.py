@@ -189,29 +189,34 @@ class KernelCall:
 
 class SplitKernelCall:
     """A float64 ``warptile`` call split into K slices (``dxgemm._gemm._warptile_split_k``),
-    remembered like :class:`KernelCall`: the slices' kernel into a workspace kept per stream
-    (calls on one stream are ordered, so each reuses it), then the reduce with the caller's
-    epilogue arguments."""
+    remembered like :class:`KernelCall`: the slices' kernel into a workspace, then the reduce
+    with the caller's epilogue arguments.
 
-    def __init__(self, part: KernelCall, reduce: KernelCall, slices: int, plain_args: list):
+    The workspace is the one the pipeline's split calls keep per device and stream
+    (:func:`dxgemm.pipelines._splitk.workspace`): calls on one stream are ordered, so every
+    split call there, of any signature, reuses one buffer, grown in stream order when a
+    larger one needs it.  (Each remembered call had kept its own ``slices x m x n``
+    workspace, for as long as it was remembered.)"""
+
+    def __init__(self, part: KernelCall, reduce: KernelCall, slices: int, plain_args: list, device: int):
+        from cuda.core import Device
+
         self.part, self.reduce, self.slices, self.plain_args = part, reduce, slices, plain_args
-        self._workspaces: dict[int, Any] = {}
+        self.device, self._core_device = device, Device(device)
 
     def __call__(self, a: Any, b: Any, d: Any, m: int, n: int, k: int, epi_args: list, stream: int) -> None:
-        import cupy
-
-        from .pipelines._launch import Matrix
+        from .pipelines._launch import Matrix, core_stream
+        from .pipelines._splitk import workspace
 
         rows = d.arrangement == "row_major"
-        ldw, size = (n if rows else m), self.slices * m * n
-        w = self._workspaces.get(stream)
-        if w is None or w.size < size:
-            w = self._workspaces[stream] = cupy.empty(size, np.dtype(f"f{d.itemsize}"))
-        stacked = (Matrix(w.data.ptr, self.slices * m, n, ldw, "row_major", d.itemsize) if rows
-                   else Matrix(w.data.ptr, m, self.slices * n, ldw, "col_major", d.itemsize))
+        ldw = n if rows else m
+        w = workspace(self.device, self._core_device, stream, core_stream(self._core_device, stream),
+                      self.slices * m * n * d.itemsize)
+        stacked = (Matrix(w, self.slices * m, n, ldw, "row_major", d.itemsize) if rows
+                   else Matrix(w, m, self.slices * n, ldw, "col_major", d.itemsize))
         self.part(a, b, stacked, m, n, k, self.plain_args, stream)
         # the reduce learns the slices' stride from its "B" operand's ld (kernels/splitk_reduce)
-        stride_view = Matrix(w.data.ptr, 1, 1, m * n, "row_major", d.itemsize)
+        stride_view = Matrix(w, 1, 1, m * n, "row_major", d.itemsize)
         self.reduce(stacked, stride_view, d, m, n, self.slices, epi_args, stream)
 
 

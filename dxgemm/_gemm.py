@@ -134,7 +134,7 @@ def gemm(
             from .pipelines._launch import _values
 
             call = _calls.SplitKernelCall(_calls.KernelCall.of(part, slices), _calls.KernelCall.of(reduce), slices,
-                                          _values(plain.args))
+                                          _values(plain.args), device)
             _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta, c is not None)
         return out
     spec = KernelSpec(dtype, op_a.layout, op_b.layout, op_d.layout, bound.key, None, tile=tile)
@@ -323,7 +323,7 @@ def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: 
     Such calls run on the small or tiny tile, whose 64x16 and 32x16 warp tiles run the DMMA
     pipe at about half the large tile's rate, and on few blocks.  Slicing K over
     ``gridDim.z`` gives the large tile's 64x32 warps enough blocks instead; the slices'
-    partial sums go to a workspace laid out like D (kept per stream by the remembered call,
+    partial sums go to a workspace laid out like D (on repeat calls the one kept per stream,
     ``dxgemm._calls.SplitKernelCall``), and :mod:`dxgemm.kernels.splitk_reduce` adds them and
     applies alpha, beta, C and the epilogue.  Slices keep at least 16 K tiles each (a
     slice's start-up is ~10 K tiles' worth), at most 8 slices, and K is at least 2048: the

@@ -120,6 +120,41 @@ def test_no_recompilation_across_sizes(cp):
     assert compile_count() == before
 
 
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_warptile_split_k_repeat_calls(cp, order):
+    """float64 ``warptile`` split over K (few output tiles, deep K) on a non-default stream: the
+    first call of each shape and its remembered repeats (``dxgemm._calls.SplitKernelCall``), new
+    operand values and alpha each time; the repeats take their workspace from the
+    one buffer kept for the stream (``dxgemm.pipelines._splitk.workspace``)."""
+    from dxgemm import _calls, epilogues
+    from dxgemm._gemm import choose_split_k, choose_tile
+    from dxgemm.kernels import sm_count
+    from dxgemm.pipelines import _splitk
+
+    stream = cp.cuda.Stream(non_blocking=True)
+    _calls.clear()
+    largest = 0
+    with stream:
+        for m, n, k in [(2048, 256, 8192), (4096, 64, 4096), (200, 300, 4000)]:
+            slices = choose_split_k("warptile", np.float64, m, n, k, choose_tile("warptile", np.float64, m, n, k),
+                                    sm_count())
+            assert slices > 1, (m, n, k)
+            largest = max(largest, slices * m * n * 8)
+            a, b = _operands(cp, m, n, k, np.float64, seed=m)
+            c0 = cp.random.default_rng(n).standard_normal((m, n))
+            for call, alpha in enumerate((0.5, 2.0, -4.0)):  # one signature: alpha's value is not part of it
+                a[:] = cp.random.default_rng(call).standard_normal((m, k))
+                d = cp.array(c0, order=order)  # a copy in either order
+                dxgemm.gemm(a, b, d, alpha=alpha, beta=-2.0, epilogue=epilogues.scale(0.5), backend="warptile")
+                # scale(0.5) is exact: the reference scales alpha and beta instead
+                assert_close(d, a, b, np.dtype(np.float64), alpha=0.5 * alpha, beta=-1.0, c=c0)
+    stream.synchronize()
+    remembered = [e.call for e in _calls._entries.values() if isinstance(e.call, _calls.SplitKernelCall)]
+    assert len(remembered) == 3
+    kept = [buf for (device, handle), buf in _splitk._workspaces._buffers.items() if handle == stream.ptr]
+    assert len(kept) == 1 and kept[0].size >= largest
+
+
 def test_devices_must_match(cp):
     if cp.cuda.runtime.getDeviceCount() < 2:
         pytest.skip("needs two GPUs")

@@ -177,6 +177,23 @@ def cu_stream(handle: int) -> Any:
     return stream
 
 
+_core_streams: dict[tuple[int, int], Any] = {}
+
+
+def core_stream(device: Any, handle: int) -> Any:
+    """The cuda.core ``Stream`` for an integer handle on ``device`` (a cuda.core ``Device``; handle 0 is
+    its legacy default stream), made once per handle: what ``KeptBuffers`` allocates and frees on."""
+    key = (device.device_id, handle)
+    stream = _core_streams.get(key)
+    if stream is None:
+        from cuda.core import Stream
+
+        if len(_core_streams) > 256:
+            _core_streams.clear()
+        stream = _core_streams[key] = device.default_stream if handle == 0 else Stream.from_handle(handle)
+    return stream
+
+
 class PackedLaunch:
     """One kernel launched with ``cuLaunchKernel`` from parameters packed by one ``struct`` call.
 
@@ -543,7 +560,6 @@ class PipelineKernel:
         init = self.meta.get("init_launch", {"grid": 1, "block": 4})
         import threading
 
-        self._streams: dict[int, tuple[Any, Any]] = {}
         self._storage_buffers = KeptBuffers()
         self._initialized: dict[tuple[int, int], tuple | None] = {}  # per (stream, K slice): what its storage holds
         self._plans: dict[tuple, Plan] = {}
@@ -645,15 +661,7 @@ class PipelineKernel:
 
     def _stream(self, handle: int) -> tuple[Any, Any]:
         """``(cuda.core Stream, driver.CUstream)`` for an integer handle, made once per handle (0: legacy default)."""
-        hit = self._streams.get(handle)
-        if hit is None:
-            from cuda.core import Stream
-
-            stream = self.device.default_stream if handle == 0 else Stream.from_handle(handle)
-            if len(self._streams) > 256:
-                self._streams.clear()
-            hit = self._streams[handle] = (stream, cu_stream(handle))
-        return hit
+        return core_stream(self.device, handle), cu_stream(handle)
 
     def _storage(self, handle: int, stream: Any, slices: int = 1) -> int:
         """The pipelines' storage for calls on this stream: four per K slice, kept (a few KiB at most).
