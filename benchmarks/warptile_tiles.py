@@ -24,7 +24,8 @@ import dxgemm  # noqa: E402
 from dxgemm import _calls, _gemm  # noqa: E402
 from dxgemm.bench import time_ms  # noqa: E402
 from dxgemm.kernels import sm_count  # noqa: E402
-from dxgemm.testing import check  # noqa: E402
+from dxgemm import epilogues as E  # noqa: E402
+from dxgemm.epilogues.reference import check  # noqa: E402
 
 SHAPES = ["512x512x512", "768x768x768", "1024x1024x1024", "1536x1536x1536", "2048x2048x2048", "4096x4096x4096",
           "1000x1000x1000", "4096x64x4096", "4096x4096x8", "4096x4096x40", "4096x4096x64", "4096x4096x100",
@@ -36,6 +37,7 @@ def main() -> None:
     parser.add_argument("--shapes", default=",".join(SHAPES))
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--tiles", default="small,large")
+    parser.add_argument("--gelu", action="store_true", help="time bias | gelu fused (cuBLAS column: the GEMM alone)")
     args = parser.parse_args()
     rule = _gemm.choose_tile
     dtype = np.dtype(np.float64)
@@ -48,12 +50,14 @@ def main() -> None:
         a = rng.standard_normal((m, k), dtype=np.float64)
         b = rng.standard_normal((k, n), dtype=np.float64)
         times = {}
+        epilogue = E.bias(rng.standard_normal(n, dtype=np.float64)) | E.gelu() if args.gelu else None
         for tile in tiles:
             _gemm.choose_tile = lambda *_, tile=tile: tile
             _calls.clear()  # a kept call would reuse the other tile's kernel
             d = cp.full((m, n), cp.nan, dtype)
-            times[tile] = time_ms(lambda: dxgemm.gemm(a, b, d, backend="warptile"), warmup=3, reps=args.reps)
-            err = check(d, a, b, dtype)
+            times[tile] = time_ms(lambda: dxgemm.gemm(a, b, d, epilogue=epilogue, backend="warptile"), warmup=3,
+                                  reps=args.reps)
+            err = check(d, epilogue, a, b, dtype)
             if not err <= 1.0:
                 raise SystemExit(f"{tile} {shape}: error {err:.3g} x the bound")
         _gemm.choose_tile = rule

@@ -126,7 +126,7 @@ def gemm(
             _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta, c is not None)
             return out
     sms = sm_count()
-    tile = choose_tile(backend, dtype, m, n, k, sms)
+    tile = choose_tile(backend, dtype, m, n, k, sms, fused=bool(epilogue and epilogue.stages))
     slices = choose_split_k(backend, dtype, m, n, k, tile, sms)
     if slices > 1:
         part, reduce, plain = _warptile_split_k(op_a, op_b, op_d, m, n, k, flags, bound, numba_stream(handle), slices)
@@ -171,7 +171,8 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     cuBLASDx's pipeline there.  ``benchmarks/results/h100_auto_choice_f64_s15.log`` (GPU ms,
     pipeline / warptile): 1024^3 0.057 / 0.054, 2048^3 0.382 / 0.347, 4096^3 2.960 / 2.836,
     8192^3 25.99 / 23.50 (0.81x / 0.90x cuBLAS); 1000^3 0.083 / 0.088, but 0.148 / 0.086 a
-    call in a loop; below K = 1024 the small tile (``choose_tile``) is the faster one,
+    call in a loop; below K = 1024 the small tile (``choose_tile``; since session 18 the
+    medium one for calls without an epilogue, faster still) is the faster one,
     ``h100_warptile_f64_tiles_s15.log``: 4096^2 x 256 0.197 ms against the pipeline's 0.228,
     8192^2 x 512 1.426 against 1.549, 4096^2 x 128 0.114 against 0.122.  The pipeline keeps
     unaligned operands (4097^3: 1.03x / 0.77x cuBLAS, warptile's checked copies), skinny
@@ -237,7 +238,7 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     if dt == np.float64:
         if k < 128 or m * n * k < 2**28 or (aligned and min(m, n) > 256 and (k >= 1024 or not fused)):
             return "warptile"
-        tile = choose_tile("warptile", dt, m, n, k, sms)
+        tile = choose_tile("warptile", dt, m, n, k, sms, fused)
         if aligned and m >= 128 and n >= 64 and choose_split_k("warptile", dt, m, n, k, tile, sms) > 1:
             return "warptile"
         return "pipeline"
@@ -249,7 +250,7 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     return "warptile"
 
 
-def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int = 132) -> str:
+def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int = 132, fused: bool = False) -> str:
     """The tile configuration of a handwritten rung (``KernelSpec.tile``).
 
     Only ``warptile`` has several (``warptile.TILE_CONFIGS``; float32's rule is in the code
@@ -280,6 +281,20 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int 
     2.3), but 1792^3 0.235 / 0.271, 1536^3 0.202 / 0.237 (small: 1.7 against 2).  Under the
     old rule (large from ``m * n = 2**22``) the first four ran on the small tile at
     0.76-0.80x cuBLAS.
+
+    Where that leaves the small tile, a call without an epilogue whose 128x64 tiles give
+    every SM at least two blocks, with K from 64, takes the ``medium`` tile instead:
+    cuBLAS's own kernel shape at 4096^2 x 256 (``h100_ncu_shallow_s18.log``: 128x64x16,
+    4 warps of 64x32 on m16n8k8, 3 stages, two blocks per SM).  Its warps hold 64x32 of D
+    where the small tile's hold 64x16, so it issues half the instructions per multiply-add
+    (ncu: issue slots 41 % busy on the small tile, 20 % on cuBLAS's).  Two passes of
+    ``h100_warptile_tiles_medium_s18.log``, small / medium ms: 4096^2 x 256 0.197 / 0.184,
+    4096^2 x 512 0.365 / 0.334, 8192^2 x 256 0.765 / 0.706, 3000^2 x 512 0.232 / 0.207,
+    1536^3 0.203 / 0.193, 4096^2 x 128 0.114 / 0.110; 4096^2 x 64 ties.  With one block
+    per SM its 4 warps are too few (1024^3, 128 tiles: 0.052 / 0.055).  With an epilogue
+    the small tile stays: its 16 warps per SM hide more of an FP64 epilogue's latency than
+    the medium tile's 8 (``bias | gelu`` at 4096^2 x 256 0.257 / 0.284 ms, 8192^2 x 512
+    1.671 / 1.761).
     """
     if backend != "warptile":
         return "large"
@@ -291,10 +306,13 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int 
         return "large"
     if m * n < 2**19:
         return "tiny"
-    if k < 1024:
-        return "small"
-    large_waves, small_waves = (-(-_f64_tiles(name, m, n) // sms) for name in ("large", "small"))
-    return "large" if large_waves <= SMALL_TILE_COST * small_waves else "small"
+    if k >= 1024:
+        large_waves, small_waves = (-(-_f64_tiles(name, m, n) // sms) for name in ("large", "small"))
+        if large_waves <= SMALL_TILE_COST * small_waves:
+            return "large"
+    if not fused and k >= 64 and _f64_tiles("medium", m, n) >= 2 * sms:
+        return "medium"
+    return "small"
 
 
 SMALL_TILE_COST = 0.575

@@ -189,23 +189,31 @@ def test_copied_inputs_and_mismatched_arguments_are_not_kept():
 
 
 def test_warptile_tile_rule():
-    """float64 warptile: tiny tile for few outputs, small at short K and middling sizes, large otherwise."""
+    """float64 warptile: tiny tile for few outputs; at short K and middling sizes medium (no epilogue,
+    two blocks per SM) or small; large otherwise."""
     from dxgemm._gemm import choose_tile
 
     f64, f32 = np.dtype(np.float64), np.dtype(np.float32)
     assert choose_tile("warptile", f64, 4096, 4096, 4096) == "large"
     assert choose_tile("warptile", f64, 2048, 2048, 1024) == "large"
-    assert choose_tile("warptile", f64, 2048, 2048, 1023) == "small"
-    assert choose_tile("warptile", f64, 8192, 8192, 512) == "small"  # h100_warptile_f64_tiles_s15.log
+    assert choose_tile("warptile", f64, 2048, 2048, 1023) == "medium"
+    assert choose_tile("warptile", f64, 2048, 2048, 1023, fused=True) == "small"
+    assert choose_tile("warptile", f64, 8192, 8192, 512) == "medium"  # h100_warptile_tiles_medium_s18.log
+    assert choose_tile("warptile", f64, 8192, 8192, 512, fused=True) == "small"  # h100_warptile_f64_tiles_s15.log
     assert choose_tile("warptile", f64, 8192, 8192, 32) == "small"
-    assert choose_tile("warptile", f64, 1536, 1536, 1536) == "small"  # 2 large waves against 1.7 (3 x 0.575)
+    assert choose_tile("warptile", f64, 1536, 1536, 1536, fused=True) == "small"  # 2 large waves against 1.7
+    assert choose_tile("warptile", f64, 1536, 1536, 1536) == "medium"  # 288 tiles: two blocks per SM
     # wave quantization from K = 1024 (h100_f64_rounds_small_vs_large_s17.log)
     assert choose_tile("warptile", f64, 2000, 2000, 2000) == "large"  # 2 large waves against 2.3
     assert choose_tile("warptile", f64, 1920, 1920, 2048) == "large"
     assert choose_tile("warptile", f64, 1280, 1280, 1280) == "large"  # 1 against 1.15
-    assert choose_tile("warptile", f64, 1792, 1792, 1792) == "small"
-    assert choose_tile("warptile", f64, 1280, 1280, 1280, sms=264) == "small"  # twice the SMs: 1 against 0.575
-    assert choose_tile("warptile", f64, 2000, 2000, 1000) == "small"  # K below 1024
+    assert choose_tile("warptile", f64, 1792, 1792, 1792) == "medium"
+    assert choose_tile("warptile", f64, 1280, 1280, 1280, sms=264) == "small"  # twice the SMs: 1 against 0.575;
+    # 200 tiles, fewer than two per SM
+    assert choose_tile("warptile", f64, 2000, 2000, 1000) == "medium"  # K below 1024, 512 tiles
+    assert choose_tile("warptile", f64, 2000, 2000, 1000, fused=True) == "small"
+    assert choose_tile("warptile", f64, 4096, 4096, 40) == "small"  # K below 64
+    assert choose_tile("warptile", f64, 1024, 1024, 512) == "small"  # 128 tiles: one block per SM
     assert choose_tile("warptile", f64, 1024, 1024, 4096) == "small"
     assert choose_tile("warptile", f64, 768, 768, 768) == "small"
     assert choose_tile("warptile", f64, 640, 640, 640) == "tiny"

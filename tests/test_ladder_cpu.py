@@ -209,3 +209,18 @@ def test_warptile_fp64_split_k_slices(layouts, slices, rng):
     b = rng.standard_normal((k, n))
     out = warptile_dmma(a, b, SPLIT_CONFIG, layout_a=layouts[0], layout_b=layouts[1], slices=slices)
     assert_close(out, a, b, np.dtype(np.float64))
+
+
+@pytest.mark.parametrize("layouts", [("row", "row"), ("col", "col")], ids=lambda t: "-".join(t))
+def test_warptile_fp64_medium_tile(layouts, rng):
+    """The shipped float64 ``"medium"`` tile as it is (128x64x16, four warps of 64x32 on m16n8k8,
+    three stages): one interior block through the unchecked loop and three edge blocks, with
+    K = 50 leaving a partial last K tile."""
+    from dxgemm.kernels.warptile import TILE_CONFIGS
+
+    m, n, k = 150, 70, 50
+    a = rng.standard_normal((m, k))
+    b = rng.standard_normal((k, n))
+    out = warptile_dmma(a, b, TILE_CONFIGS["float64"]["medium"], alpha=-1.25, layout_a=layouts[0],
+                        layout_b=layouts[1])
+    assert_close(out, a, b, np.dtype(np.float64), alpha=-1.25)

@@ -121,6 +121,10 @@ TILE_CONFIGS = {
     "float64": {
         "small": dict(kind="dmma", copy="async", threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=4),
         "tiny": dict(kind="dmma", copy="async", threads=256, BM=64, BN=64, BK=8, WM=32, WN=16, stages=4),
+        # cuBLAS's own kernel shape at 4096x4096x256 (h100_ncu_shallow_s18.log): 128x64x16, 4 warps of
+        # 64x32 on m16n8k8, 3 stages, two blocks per SM
+        "medium": dict(kind="dmma", copy="async", mma_sm90=(16, 8), threads=128, BM=128, BN=64, BK=16, WM=64, WN=32,
+                       stages=3, min_blocks=2),
         # the large tile over K slices (blockIdx.z) into a workspace: dxgemm._gemm.choose_split_k
         "split": dict(CONFIGS["float64"], split_k=True, group_m=0),
         # outputs at most 64 columns wide: cuBLAS's 1000^3 shape (128x64x32, 8 warps of 32x32, 3
@@ -137,7 +141,11 @@ four stages deep.  Against the same tile double-buffered through registers it to
 4096x4096x40 from 0.071 to 0.063 ms (0.97x cuBLAS), 8192x8192x32 from 0.235 to 0.206,
 1024^3 from 0.086 to 0.079 (``benchmarks/results/h100_warptile_small_async.log``); for the
 large tile the copy path made no difference (``h100_warptile_async.log``).  ``"tiny"``
-halves it to 64x64 for the smallest outputs (512^3: 0.030 ms against 0.042).
+halves it to 64x64 for the smallest outputs (512^3: 0.030 ms against 0.042).  ``"medium"``,
+cuBLAS's own shallow-K kernel shape, has the small tile's 128x64 blocks as 4 warps of 64x32
+on m16n8k8, half the instructions per multiply-add: without an epilogue, where its blocks
+fill every SM twice, it beats the small tile by 3-12 % (4096^2 x 256: 0.89x cuBLAS against
+0.84x; ``h100_warptile_tiles_medium_s18.log``, ``dxgemm._gemm.choose_tile``).
 
 float32 ``"small"`` (64x128, 8 warps of 32x32) and ``"tiny"`` (64x64, 8 warps of 32x16)
 give small and skinny problems the blocks the 128x128 tile leaves idle
