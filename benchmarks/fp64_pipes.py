@@ -30,7 +30,8 @@ def run(lo, hi, reps=7):
         ts.append(cp.cuda.get_elapsed_time(s, e))
     return statistics.median(ts)
 print(f"# {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}, {sms} blocks of 8 warps (one per SM); "
-      f"warps 0-3 run 'lo', warps 4-7 'hi'; DMMA {N1} x 8 m16n8k16 per warp, DFMA {N2} x 8 per lane, erf {N3} x 4 per lane")
+      f"warps 0-3 run 'lo', warps 4-7 'hi'; DMMA {N1} x 8 m16n8k16 per warp, DFMA {N2} x 8 per lane, "
+      f"erf {N3} x 4 per lane")
 res = {}
 for lo, hi in [(1, 0), (0, 2), (1, 2), (0, 3), (1, 3), (1, 1), (2, 2), (3, 3), (2, 0), (3, 0)]:
     res[lo, hi] = t = run(lo, hi)
