@@ -6,7 +6,8 @@ For each shape: ``dxgemm.gemm(..., backend="warptile")`` with the tile forced to
 ``--tiles`` (``warptile.TILE_CONFIGS`` and ``"large"``, ``warptile.CONFIGS``), and cuBLAS
 through CuPy, each the CUDA-event median of ``dxgemm.bench.time_ms``; every output
 checked against the float64 reference.  The last columns give the faster tile and the
-one ``dxgemm._gemm.choose_tile`` picks.
+one ``dxgemm._gemm.choose_tile`` picks.  ``--epilogue`` fuses a chain into every call (session 18's first
+log, h100_warptile_tiles_medium_s18.log, called it ``--gelu``: ``bias|gelu``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ def main() -> None:
     parser.add_argument("--shapes", default=",".join(SHAPES))
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--tiles", default="small,large")
-    parser.add_argument("--gelu", action="store_true", help="time bias | gelu fused (cuBLAS column: the GEMM alone)")
+    parser.add_argument("--epilogue", default="", help="stages fused into every call, '|'-separated, e.g. "
+                        "'bias|gelu' or 'bias|relu' (from bias, relu, gelu, silu, sigmoid, tanh; the cuBLAS column "
+                        "stays the GEMM alone)")
     args = parser.parse_args()
     rule = _gemm.choose_tile
     dtype = np.dtype(np.float64)
@@ -50,9 +53,12 @@ def main() -> None:
         a = rng.standard_normal((m, k), dtype=np.float64)
         b = rng.standard_normal((k, n), dtype=np.float64)
         times = {}
-        epilogue = E.bias(rng.standard_normal(n, dtype=np.float64)) | E.gelu() if args.gelu else None
+        epilogue = None
+        for name in filter(None, args.epilogue.split("|")):
+            stage = E.bias(rng.standard_normal(n, dtype=np.float64)) if name == "bias" else getattr(E, name)()
+            epilogue = stage if epilogue is None else epilogue | stage
         for tile in tiles:
-            _gemm.choose_tile = lambda *_, tile=tile: tile
+            _gemm.choose_tile = lambda *_, tile=tile, **__: tile
             _calls.clear()  # a kept call would reuse the other tile's kernel
             d = cp.full((m, n), cp.nan, dtype)
             times[tile] = time_ms(lambda: dxgemm.gemm(a, b, d, epilogue=epilogue, backend="warptile"), warmup=3,
@@ -67,7 +73,7 @@ def main() -> None:
         faster = min(times, key=times.get)
         print(f"{shape:>16s} " + " ".join(f"{times[t]:9.4f}" for t in tiles) + f" {t_blas:8.4f}  "
               + " ".join(f"{t_blas / times[t]:12.2f}" for t in tiles)
-              + f"  {faster:6s}  {rule('warptile', dtype, m, n, k, sm_count())}", flush=True)
+              + f"  {faster:6s}  {rule('warptile', dtype, m, n, k, sm_count(), epilogue is not None)}", flush=True)
 
 
 if __name__ == "__main__":

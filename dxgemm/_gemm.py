@@ -126,7 +126,8 @@ def gemm(
             _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta, c is not None)
             return out
     sms = sm_count()
-    tile = choose_tile(backend, dtype, m, n, k, sms, fused=bool(epilogue and epilogue.stages))
+    transcendental = bool(epilogue) and any(stage.transcendental for stage in epilogue.stages)
+    tile = choose_tile(backend, dtype, m, n, k, sms, transcendental)
     slices = choose_split_k(backend, dtype, m, n, k, tile, sms)
     if slices > 1:
         part, reduce, plain = _warptile_split_k(op_a, op_b, op_d, m, n, k, flags, bound, numba_stream(handle), slices)
@@ -238,7 +239,7 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     if dt == np.float64:
         if k < 128 or m * n * k < 2**28 or (aligned and min(m, n) > 256 and (k >= 1024 or not fused)):
             return "warptile"
-        tile = choose_tile("warptile", dt, m, n, k, sms, fused)
+        tile = choose_tile("warptile", dt, m, n, k, sms)  # medium or small: the same split count
         if aligned and m >= 128 and n >= 64 and choose_split_k("warptile", dt, m, n, k, tile, sms) > 1:
             return "warptile"
         return "pipeline"
@@ -250,8 +251,11 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     return "warptile"
 
 
-def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int = 132, fused: bool = False) -> str:
-    """The tile configuration of a handwritten rung (``KernelSpec.tile``).
+def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int = 132,
+                transcendental: bool = False) -> str:
+    """The tile configuration of a handwritten rung (``KernelSpec.tile``); ``transcendental``:
+    the call's epilogue has a stage that evaluates ``exp``, ``erf`` or ``tanh`` per element
+    (:attr:`dxgemm.epilogues.Epilogue.transcendental`).
 
     Only ``warptile`` has several (``warptile.TILE_CONFIGS``; float32's rule is in the code
     below, with its log).  float64's large tile (8
@@ -282,8 +286,9 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int 
     old rule (large from ``m * n = 2**22``) the first four ran on the small tile at
     0.76-0.80x cuBLAS.
 
-    Where that leaves the small tile, a call without an epilogue whose 128x64 tiles give
-    every SM at least two blocks, with K from 64, takes the ``medium`` tile instead:
+    Where that leaves the small tile, a call whose 128x64 tiles give every SM at least two
+    blocks, with K from 64, takes the ``medium`` tile instead unless its epilogue is
+    ``transcendental``:
     cuBLAS's own kernel shape at 4096^2 x 256 (``h100_ncu_shallow_s18.log``: 128x64x16,
     4 warps of 64x32 on m16n8k8, 3 stages, two blocks per SM).  Its warps hold 64x32 of D
     where the small tile's hold 64x16, so it issues half the instructions per multiply-add
@@ -291,10 +296,13 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int 
     ``h100_warptile_tiles_medium_s18.log``, small / medium ms: 4096^2 x 256 0.197 / 0.184,
     4096^2 x 512 0.365 / 0.334, 8192^2 x 256 0.765 / 0.706, 3000^2 x 512 0.232 / 0.207,
     1536^3 0.203 / 0.193, 4096^2 x 128 0.114 / 0.110; 4096^2 x 64 ties.  With one block
-    per SM its 4 warps are too few (1024^3, 128 tiles: 0.052 / 0.055).  With an epilogue
-    the small tile stays: its 16 warps per SM hide more of an FP64 epilogue's latency than
-    the medium tile's 8 (``bias | gelu`` at 4096^2 x 256 0.257 / 0.284 ms, 8192^2 x 512
-    1.671 / 1.761).
+    per SM its 4 warps are too few (1024^3, 128 tiles: 0.052 / 0.055).  Light epilogues
+    keep its lead (``h100_warptile_tiles_epilogues_s18.log``: ``bias | relu`` at 4096^2 x 256
+    0.199 / 0.189, 8192^2 x 512 1.48-1.49 / 1.37-1.40, 6144^2 x 512 0.82-0.85 / 0.75-0.81;
+    ``bias`` alone alike), but with an ``exp`` or ``erf`` per element the small tile's 16
+    warps per SM hide more of the FP64 epilogue's latency than the medium tile's 8:
+    ``bias | gelu`` at 4096^2 x 256 0.257 / 0.284 ms, 8192^2 x 512 1.671 / 1.761
+    (``h100_warptile_tiles_medium_s18.log``), ``bias | silu`` 0.255 / 0.298 and 1.642 / 1.931.
     """
     if backend != "warptile":
         return "large"
@@ -310,7 +318,7 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int 
         large_waves, small_waves = (-(-_f64_tiles(name, m, n) // sms) for name in ("large", "small"))
         if large_waves <= SMALL_TILE_COST * small_waves:
             return "large"
-    if not fused and k >= 64 and _f64_tiles("medium", m, n) >= 2 * sms:
+    if not transcendental and k >= 64 and _f64_tiles("medium", m, n) >= 2 * sms:
         return "medium"
     return "small"
 

@@ -189,19 +189,19 @@ def test_copied_inputs_and_mismatched_arguments_are_not_kept():
 
 
 def test_warptile_tile_rule():
-    """float64 warptile: tiny tile for few outputs; at short K and middling sizes medium (no epilogue,
-    two blocks per SM) or small; large otherwise."""
+    """float64 warptile: tiny tile for few outputs; at short K and middling sizes medium (two blocks
+    per SM, no transcendental epilogue) or small; large otherwise."""
     from dxgemm._gemm import choose_tile
 
     f64, f32 = np.dtype(np.float64), np.dtype(np.float32)
     assert choose_tile("warptile", f64, 4096, 4096, 4096) == "large"
     assert choose_tile("warptile", f64, 2048, 2048, 1024) == "large"
     assert choose_tile("warptile", f64, 2048, 2048, 1023) == "medium"
-    assert choose_tile("warptile", f64, 2048, 2048, 1023, fused=True) == "small"
+    assert choose_tile("warptile", f64, 2048, 2048, 1023, transcendental=True) == "small"
     assert choose_tile("warptile", f64, 8192, 8192, 512) == "medium"  # h100_warptile_tiles_medium_s18.log
-    assert choose_tile("warptile", f64, 8192, 8192, 512, fused=True) == "small"  # h100_warptile_f64_tiles_s15.log
+    assert choose_tile("warptile", f64, 8192, 8192, 512, transcendental=True) == "small"  # h100_warptile_f64_tiles_s15
     assert choose_tile("warptile", f64, 8192, 8192, 32) == "small"
-    assert choose_tile("warptile", f64, 1536, 1536, 1536, fused=True) == "small"  # 2 large waves against 1.7
+    assert choose_tile("warptile", f64, 1536, 1536, 1536, transcendental=True) == "small"  # 2 large waves against 1.7
     assert choose_tile("warptile", f64, 1536, 1536, 1536) == "medium"  # 288 tiles: two blocks per SM
     # wave quantization from K = 1024 (h100_f64_rounds_small_vs_large_s17.log)
     assert choose_tile("warptile", f64, 2000, 2000, 2000) == "large"  # 2 large waves against 2.3
@@ -211,7 +211,7 @@ def test_warptile_tile_rule():
     assert choose_tile("warptile", f64, 1280, 1280, 1280, sms=264) == "small"  # twice the SMs: 1 against 0.575;
     # 200 tiles, fewer than two per SM
     assert choose_tile("warptile", f64, 2000, 2000, 1000) == "medium"  # K below 1024, 512 tiles
-    assert choose_tile("warptile", f64, 2000, 2000, 1000, fused=True) == "small"
+    assert choose_tile("warptile", f64, 2000, 2000, 1000, transcendental=True) == "small"
     assert choose_tile("warptile", f64, 4096, 4096, 40) == "small"  # K below 64
     assert choose_tile("warptile", f64, 1024, 1024, 512) == "small"  # 128 tiles: one block per SM
     assert choose_tile("warptile", f64, 1024, 1024, 4096) == "small"
@@ -222,6 +222,19 @@ def test_warptile_tile_rule():
     assert choose_tile("warptile", f32, 1024, 1024, 1024) == "small"
     assert choose_tile("warptile", f32, 2048, 2048, 2048) == "large"
     assert choose_tile("vectorized", f64, 16, 16, 16) == "large"
+
+
+def test_transcendental_stages():
+    """Which stages count as transcendental for the float64 tile choice: those with an exp, erf
+    or tanh per element, and custom functions (unknown)."""
+    from dxgemm import epilogues as E
+
+    light = E.bias(np.ones(3)) | E.relu() | E.leaky_relu() | E.clamp(0, 1) | E.scale(2) | E.store(np.ones((2, 3)))
+    assert not any(stage.transcendental for stage in light.stages)
+    for heavy in (E.gelu(), E.gelu(approximate="tanh"), E.silu(), E.sigmoid(), E.tanh(),
+                  E.custom(lambda x, row, col: x)):
+        assert heavy.transcendental, heavy
+        assert any(stage.transcendental for stage in (light | heavy).stages)
 
 
 @pytest.mark.parametrize(("changes", "message"), [

@@ -83,6 +83,13 @@ class BoundEpilogue:
 class Epilogue(abc.ABC):
     """Base class of every epilogue stage and chain.  See the module docstring."""
 
+    transcendental: bool = True
+    """Whether the stage evaluates a transcendental function (``exp``, ``erf``, ``tanh``) per
+    element: a few dozen FP64 instructions each, on the pipe the FP64 tensor cores use.  The
+    float64 ``warptile`` keeps more warps per SM for chains with such a stage
+    (``dxgemm._gemm.choose_tile``).  True unless a stage says otherwise: a ``custom``
+    function may do anything."""
+
     @abc.abstractmethod
     def bind(self, ctx: EpilogueContext) -> BoundEpilogue:
         """Validate against the problem and split into key, arguments and builder."""
@@ -241,6 +248,8 @@ class AlphaBeta(Epilogue):
     With ``beta == 0`` the kernel is built without a read of C (a separate key), so NaN or
     Inf in an uninitialised C never reaches the result, as BLAS requires.
     """
+
+    transcendental = False
 
     def __init__(self, alpha: float, beta: float, c: Any = None):
         self.alpha = alpha

@@ -34,6 +34,8 @@ def bias_orientation(shape: tuple[int, ...], m: int, n: int) -> str | None:
 class Bias(Epilogue):
     """Adds a vector along the rows or the columns of the result.  See :func:`bias`."""
 
+    transcendental = False
+
     def __init__(self, v: Any):
         self.v = v
 
@@ -88,6 +90,8 @@ def _bias_device(orientation: str):
 
 class Store(Epilogue):
     """Writes the value at this point of the chain into an extra matrix.  See :func:`store`."""
+
+    transcendental = False
 
     def __init__(self, out: Any):
         self.out = out

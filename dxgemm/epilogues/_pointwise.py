@@ -98,6 +98,7 @@ class ReLU(Pointwise):
     """``max(x, 0)``."""
 
     stage_name = "relu"
+    transcendental = False
 
     @staticmethod
     def _device(t):
@@ -117,6 +118,7 @@ class LeakyReLU(Pointwise):
     """``x`` for ``x >= 0``, ``slope * x`` below."""
 
     stage_name = "leaky_relu"
+    transcendental = False
 
     def __init__(self, slope: float):
         self.params = {"slope": real_parameter(slope, "slope", "leaky_relu")}
@@ -365,6 +367,7 @@ class Clamp(Pointwise):
     """``min(max(x, lo), hi)``."""
 
     stage_name = "clamp"
+    transcendental = False
 
     def __init__(self, lo: float, hi: float):
         lo = real_parameter(lo, "lo", "clamp")
@@ -393,6 +396,7 @@ class Scale(Pointwise):
     """``s * x``."""
 
     stage_name = "scale"
+    transcendental = False
 
     def __init__(self, s: float):
         self.params = {"s": real_parameter(s, "s", "scale")}

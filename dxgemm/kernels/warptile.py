@@ -143,9 +143,9 @@ four stages deep.  Against the same tile double-buffered through registers it to
 large tile the copy path made no difference (``h100_warptile_async.log``).  ``"tiny"``
 halves it to 64x64 for the smallest outputs (512^3: 0.030 ms against 0.042).  ``"medium"``,
 cuBLAS's own shallow-K kernel shape, has the small tile's 128x64 blocks as 4 warps of 64x32
-on m16n8k8, half the instructions per multiply-add: without an epilogue, where its blocks
-fill every SM twice, it beats the small tile by 3-12 % (4096^2 x 256: 0.89x cuBLAS against
-0.84x; ``h100_warptile_tiles_medium_s18.log``, ``dxgemm._gemm.choose_tile``).
+on m16n8k8, half the instructions per multiply-add: where its blocks fill every SM twice and
+the epilogue has no ``exp``/``erf``, it beats the small tile by 3-12 % (4096^2 x 256: 0.89x
+cuBLAS against 0.84x; ``h100_warptile_tiles_medium_s18.log``, ``dxgemm._gemm.choose_tile``).
 
 float32 ``"small"`` (64x128, 8 warps of 32x32) and ``"tiny"`` (64x64, 8 warps of 32x16)
 give small and skinny problems the blocks the 128x128 tile leaves idle
