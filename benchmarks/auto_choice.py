@@ -26,8 +26,8 @@ import numpy as np  # noqa: E402
 import dxgemm  # noqa: E402
 from dxgemm._gemm import choose_backend  # noqa: E402
 from dxgemm.kernels import FLAG_VEC_A, FLAG_VEC_B, sm_count, vector_flags  # noqa: E402
-from dxgemm.bench import time_ms  # noqa: E402
-from dxgemm.testing import check  # noqa: E402
+from dxgemm.bench import chain_from_text, time_ms  # noqa: E402
+from dxgemm.epilogues.reference import check  # noqa: E402
 
 SHAPES = ["256x256x256", "512x512x512", "640x640x640", "768x768x768", "896x896x896", "1024x1024x1024",
           "4096x4096x8", "4096x4096x16", "4096x4096x40", "4096x4096x64", "4096x4096x100",
@@ -50,6 +50,8 @@ def main() -> None:
     parser.add_argument("--dtypes", default="float64,float32")
     parser.add_argument("--shapes", default=",".join(SHAPES))
     parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--epilogue", default="", help="a chain fused into every call, e.g. 'bias|relu' "
+                        "(dxgemm.bench.chain_from_text; the cuBLAS column stays the GEMM alone)")
     args = parser.parse_args()
     print(f"{'dtype':8s} {'m x n x k':>16s} {'pipeline':>9s} {'warptile':>9s} {'cuBLAS':>8s}  "
           f"{'pipe/cuBLAS':>11s} {'warp/cuBLAS':>11s}  {'pipe loop':>9s} {'warp loop':>9s}  auto      faster")
@@ -61,19 +63,23 @@ def main() -> None:
             rng = cp.random.default_rng(0)
             a = rng.standard_normal((m, k), dtype=np.float64).astype(dtype)
             b = rng.standard_normal((k, n), dtype=np.float64).astype(dtype)
+            epilogue = chain_from_text(args.epilogue, n, rng)
             times, loops = {}, {}
             for backend in ("pipeline", "warptile"):
                 d = cp.full((m, n), cp.nan, dtype)
-                times[backend] = time_ms(lambda: dxgemm.gemm(a, b, d, backend=backend), warmup=3, reps=args.reps)
-                loops[backend] = loop_ms(lambda: dxgemm.gemm(a, b, d, backend=backend))
-                err = check(d, a.astype(np.float64), b.astype(np.float64), dtype,
+                times[backend] = time_ms(lambda: dxgemm.gemm(a, b, d, epilogue=epilogue, backend=backend), warmup=3,
+                                         reps=args.reps)
+                loops[backend] = loop_ms(lambda: dxgemm.gemm(a, b, d, epilogue=epilogue, backend=backend))
+                err = check(d, epilogue, a.astype(np.float64), b.astype(np.float64), dtype,
                             split=split if backend == "pipeline" else 1)
                 if not err <= 1.0:
                     raise SystemExit(f"{backend} {name} {shape}: error {err:.3g} x the bound")
             d_ref = cp.empty((m, n), dtype)
             t_blas = time_ms(lambda: cp.matmul(a, b, out=d_ref), warmup=3, reps=args.reps)
             aligned = vector_flags(a.data.ptr, k, b.data.ptr, n, dtype.itemsize) == FLAG_VEC_A | FLAG_VEC_B
-            auto = choose_backend(dtype, m, n, k, pipeline=True, aligned=aligned, sms=sm_count())
+            heavy = epilogue is not None and any(stage.transcendental for stage in epilogue.stages)
+            auto = choose_backend(dtype, m, n, k, pipeline=True, aligned=aligned, transcendental=heavy,
+                                  sms=sm_count())
             faster = min(loops, key=loops.get)
             print(f"{name:8s} {shape:>16s} {times['pipeline']:9.4f} {times['warptile']:9.4f} {t_blas:8.4f}  "
                   f"{t_blas / times['pipeline']:11.2f} {t_blas / times['warptile']:11.2f}  "

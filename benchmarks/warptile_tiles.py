@@ -23,9 +23,8 @@ import numpy as np  # noqa: E402
 
 import dxgemm  # noqa: E402
 from dxgemm import _calls, _gemm  # noqa: E402
-from dxgemm.bench import time_ms  # noqa: E402
+from dxgemm.bench import chain_from_text, time_ms  # noqa: E402
 from dxgemm.kernels import sm_count  # noqa: E402
-from dxgemm import epilogues as E  # noqa: E402
 from dxgemm.epilogues.reference import check  # noqa: E402
 
 SHAPES = ["512x512x512", "768x768x768", "1024x1024x1024", "1536x1536x1536", "2048x2048x2048", "4096x4096x4096",
@@ -39,8 +38,8 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--tiles", default="small,large")
     parser.add_argument("--epilogue", default="", help="stages fused into every call, '|'-separated, e.g. "
-                        "'bias|gelu' or 'bias|relu' (from bias, relu, gelu, silu, sigmoid, tanh; the cuBLAS column "
-                        "stays the GEMM alone)")
+                        "'bias|gelu' or 'bias|relu' (dxgemm.bench.chain_from_text; the cuBLAS column stays the GEMM "
+                        "alone)")
     args = parser.parse_args()
     rule = _gemm.choose_tile
     dtype = np.dtype(np.float64)
@@ -53,10 +52,7 @@ def main() -> None:
         a = rng.standard_normal((m, k), dtype=np.float64)
         b = rng.standard_normal((k, n), dtype=np.float64)
         times = {}
-        epilogue = None
-        for name in filter(None, args.epilogue.split("|")):
-            stage = E.bias(rng.standard_normal(n, dtype=np.float64)) if name == "bias" else getattr(E, name)()
-            epilogue = stage if epilogue is None else epilogue | stage
+        epilogue = chain_from_text(args.epilogue, n, rng)
         for tile in tiles:
             _gemm.choose_tile = lambda *_, tile=tile, **__: tile
             _calls.clear()  # a kept call would reuse the other tile's kernel

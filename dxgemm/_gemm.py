@@ -105,9 +105,10 @@ def gemm(
     if m == 1 and backend in ("auto", "pipeline"):
         backend = "gemv"  # one output row: no reuse to tile for (dxgemm.kernels.gemv)
     flags = vector_flags(op_a.ptr, op_a.ld, op_b.ptr, op_b.ld, dtype.itemsize)
+    transcendental = bool(epilogue) and any(stage.transcendental for stage in epilogue.stages)
     if backend == "auto":
         backend = choose_backend(dtype, m, n, k, pipeline=_pipeline_reason(device) is None,
-                                 aligned=flags == FLAG_VEC_A | FLAG_VEC_B, fused=bool(epilogue and epilogue.stages),
+                                 aligned=flags == FLAG_VEC_A | FLAG_VEC_B, transcendental=transcendental,
                                  sms=sm_count())
     if backend == "pipeline":
         from .pipelines._dispatch import PipelineUnavailable, matrix_of, prepare
@@ -126,7 +127,6 @@ def gemm(
             _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta, c is not None)
             return out
     sms = sm_count()
-    transcendental = bool(epilogue) and any(stage.transcendental for stage in epilogue.stages)
     tile = choose_tile(backend, dtype, m, n, k, sms, transcendental)
     slices = choose_split_k(backend, dtype, m, n, k, tile, sms)
     if slices > 1:
@@ -151,10 +151,12 @@ def gemm(
 
 
 def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = False, aligned: bool = True,
-                   fused: bool = False, sms: int = 132) -> str:
+                   transcendental: bool = False, sms: int = 132) -> str:
     """The backend ``"auto"`` runs (``pipeline``: whether the pipeline can run on this device;
     ``aligned``: whether both operands take 16-byte accesses, :func:`~.kernels.vector_flags`;
-    ``fused``: whether the call has an epilogue beyond alpha/beta; ``sms``: the device's SMs).
+    ``transcendental``: whether the call's epilogue has a stage with an ``exp``, ``erf`` or
+    ``tanh`` per element, :attr:`dxgemm.epilogues.Epilogue.transcendental`; ``sms``: the
+    device's SMs).
 
     float64 skinny outputs with deep K (at least 128 rows and 64 columns, few output tiles,
     :func:`choose_split_k`) run ``warptile`` split over K: its split tiles then have blocks
@@ -173,14 +175,20 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     pipeline / warptile): 1024^3 0.057 / 0.054, 2048^3 0.382 / 0.347, 4096^3 2.960 / 2.836,
     8192^3 25.99 / 23.50 (0.81x / 0.90x cuBLAS); 1000^3 0.083 / 0.088, but 0.148 / 0.086 a
     call in a loop; below K = 1024 the small tile (``choose_tile``; since session 18 the
-    medium one for calls without an epilogue, faster still) is the faster one,
+    medium one where the epilogue is light, faster still) is the faster one,
     ``h100_warptile_f64_tiles_s15.log``: 4096^2 x 256 0.197 ms against the pipeline's 0.228,
     8192^2 x 512 1.426 against 1.549, 4096^2 x 128 0.114 against 0.122.  The pipeline keeps
     unaligned operands (4097^3: 1.03x / 0.77x cuBLAS, warptile's checked copies), skinny
-    outputs that warptile does not split over K (below), and below K = 1024 calls with a
-    fused epilogue, which the pipeline applies with more warps per SM to hide the FP64
-    pipe's latency: ``bias | gelu`` 4096^2 x 256 0.260 ms against warptile's 0.269, 8192^2 x
-    512 1.813 against 1.918, while from K = 1024 warptile's large tile leads, 8192^2 x 1024
+    outputs that warptile does not split over K (below), and below K = 1024 calls whose
+    epilogue is ``transcendental`` (an ``exp``, ``erf`` or ``tanh`` per element), which the
+    pipeline applies with more warps per SM to hide the FP64 pipe's latency (ties in
+    ``h100_auto_choice_epilogues_s18.log``: ``bias | gelu`` 4096^2 x 256 0.258 / 0.258 ms,
+    8192^2 x 512 1.725 / 1.670, 4096^2 x 128 0.174 / 0.187, pipeline / warptile); light
+    chains (``bias``, ``bias | relu``) stay on warptile's medium tile, ahead at 11 of 12
+    shapes there (``bias | relu`` 4096^2 x 256 0.211 / 0.188, 8192^2 x 512 1.488 / 1.341,
+    6144^2 x 512 0.948 / 0.774; ``bias`` at 4096^2 x 128 a tie).  Earlier figures:
+    ``bias | gelu`` 4096^2 x 256 0.260 ms against warptile's 0.269, 8192^2 x 512 1.813
+    against 1.918, while from K = 1024 warptile's large tile leads, 8192^2 x 1024
     3.187 against 3.277 and 4096^3 2.810 against 3.048 (``h100_fusion_f64_pipeline_s15.log``,
     ``h100_fusion_f64_warptile2_s15.log``: one session, two processes).  The table below is
     from before those changes, when the pipeline led at every K >= 128:
@@ -237,7 +245,7 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     if not pipeline:
         return "warptile"
     if dt == np.float64:
-        if k < 128 or m * n * k < 2**28 or (aligned and min(m, n) > 256 and (k >= 1024 or not fused)):
+        if k < 128 or m * n * k < 2**28 or (aligned and min(m, n) > 256 and (k >= 1024 or not transcendental)):
             return "warptile"
         tile = choose_tile("warptile", dt, m, n, k, sms)  # medium or small: the same split count
         if aligned and m >= 128 and n >= 64 and choose_split_k("warptile", dt, m, n, k, tile, sms) > 1:

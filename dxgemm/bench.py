@@ -24,7 +24,7 @@ import statistics
 import time
 import warnings
 from dataclasses import asdict, dataclass
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -48,6 +48,25 @@ class Record:
     baseline_tflops: float
     ratio: float
     max_error_ratio: float
+
+
+def chain_from_text(text: str, n: int, rng: Any) -> Any:
+    """The epilogue chain a benchmark's command line names, e.g. ``"bias|relu"`` (None for ``""``):
+    stages by their factory names in :mod:`dxgemm.epilogues` taking no argument, ``bias`` a
+    random normal float64 vector of length ``n`` from ``rng`` (a NumPy or CuPy generator)."""
+    from . import epilogues
+
+    chain = None
+    for name in filter(None, text.split("|")):
+        if name == "bias":
+            stage = epilogues.bias(rng.standard_normal(n, dtype=np.float64))
+        elif name in ("relu", "leaky_relu", "gelu", "silu", "sigmoid", "tanh"):
+            stage = getattr(epilogues, name)()
+        else:
+            raise ValueError(f"unknown epilogue stage {name!r} in {text!r}: use bias, relu, leaky_relu, gelu, silu, "
+                             "sigmoid or tanh, joined by '|'")
+        chain = stage if chain is None else chain | stage
+    return chain
 
 
 def time_ms(launch: Callable[[], None], *, warmup: int, reps: int) -> float:

@@ -57,14 +57,15 @@ class Expected:
 
 
 def expected(epilogue: Epilogue | None, a: Any, b: Any, dtype: np.dtype, *, alpha: float = 1.0, beta: float = 0.0,
-             c: Any = None, custom_lipschitz: float | None = None) -> Expected:
+             c: Any = None, custom_lipschitz: float | None = None, split: int = 1) -> Expected:
     """Reference and bound of ``epilogue(alpha * a @ b + beta * c)`` computed in ``dtype``.
 
-    ``a``, ``b``, ``c`` are float64 NumPy or CuPy arrays (the operands' values).
+    ``a``, ``b``, ``c`` are float64 NumPy or CuPy arrays (the operands' values); ``split=3``
+    starts from the 3xTF32 GEMM's bound (:func:`dxgemm.testing.error_bound`).
     """
     xp = testing._xp(a)
     x = testing.reference(a, b, alpha=alpha, beta=beta, c=c)
-    bound = testing.error_bound(a, b, dtype, alpha=alpha, beta=beta, c=c)
+    bound = testing.error_bound(a, b, dtype, alpha=alpha, beta=beta, c=c, split=split)
     u = float(np.finfo(dtype).eps) / 2
     stores = []
     for stage in epilogue.stages if epilogue is not None else ():
