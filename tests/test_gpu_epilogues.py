@@ -180,3 +180,28 @@ def test_float64_literal_in_a_float32_custom_warns(cp):
         warnings.simplefilter("always")
         dxgemm.gemm(a, b, epilogue=E.custom(lambda x, row, col: x * 0.1))
     assert sum(issubclass(w.category, E.PrecisionWarning) for w in caught) == 1
+
+
+@pytest.mark.parametrize("shape", [(2048, 2048, 256), (2049, 2047, 301)], ids=lambda s: "x".join(map(str, s)))
+def test_light_chain_on_the_float64_medium_tile(cp, shape):
+    """A chain with no transcendental stage runs float64 ``warptile`` on its medium tile (64
+    accumulators a thread, straight-line store): every stage checked through ``store`` targets,
+    a per-row bias and a column-major C with beta."""
+    from dxgemm._gemm import choose_tile
+    from dxgemm.kernels import sm_count
+
+    m, n, k = shape
+    rng = cp.random.default_rng(3)
+    a = rng.standard_normal((m, k), dtype=np.float64)
+    b = rng.standard_normal((k, n), dtype=np.float64)
+    c0 = rng.standard_normal((m, n), dtype=np.float64)
+    targets = [cp.full((m, n), cp.nan) for _ in range(3)]
+    epilogue = (E.bias(rng.standard_normal((m, 1), dtype=np.float64)) | E.store(targets[0]) | E.leaky_relu(0.1)
+                | E.store(targets[1]) | E.scale(-1.5) | E.store(targets[2]) | E.clamp(-2.0, 3.0) | E.relu())
+    assert not any(stage.transcendental for stage in epilogue.stages)
+    assert choose_tile("warptile", np.float64, m, n, k, sm_count(), False) == "medium"
+    c = cp.asfortranarray(c0)
+    alpha = 1 / math.sqrt(k)
+    dxgemm.gemm(a, b, c, alpha=alpha, beta=0.5, epilogue=epilogue, backend="warptile")
+    worst = check(c, epilogue, a, b, np.dtype(np.float64), alpha=alpha, beta=0.5, c=c0)
+    assert worst <= 1.0, f"error {worst:.3g} x the bound"
