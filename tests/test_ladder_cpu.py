@@ -211,6 +211,21 @@ def test_warptile_fp64_split_k_slices(layouts, slices, rng):
     assert_close(out, a, b, np.dtype(np.float64))
 
 
+@pytest.mark.parametrize("layouts", [("row", "row"), ("col", "col"), ("row", "col"), ("col", "row")],
+                         ids=lambda t: "-".join(t))
+@pytest.mark.parametrize("m", [156, 155], ids=["m_even", "m_odd"])
+def test_warptile_fp64_unchecked_prologue(layouts, m, rng):
+    """``unchecked_prologue``: interior blocks, and edge blocks where safe, copy their first
+    NSTAGES - 1 tiles from the loop's copy origins; K = 40 leaves the third prologue tile partial
+    (checked), and with K = 98 the prologue's tiles are all full."""
+    for k in (40, 98):
+        a = rng.standard_normal((m, k))
+        b = rng.standard_normal((k, 46))
+        out = warptile_dmma(a, b, dict(INTERIOR_CONFIG, BK=16, stages=4, unchecked_prologue=True), alpha=0.5,
+                            layout_a=layouts[0], layout_b=layouts[1])
+        assert_close(out, a, b, np.dtype(np.float64), alpha=0.5)
+
+
 @pytest.mark.parametrize("layouts", [("row", "row"), ("col", "col")], ids=lambda t: "-".join(t))
 def test_warptile_fp64_medium_tile(layouts, rng):
     """The shipped float64 ``"medium"`` tile as it is (128x64x16, four warps of 64x32 on m16n8k8,

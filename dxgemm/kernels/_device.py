@@ -437,15 +437,19 @@ if SIMULATOR:
 
     cp_async_wait = {n: _sim_wait(n) for n in range(6)}
 
-    def make_cp_async(nbytes: int, itemsize: int) -> Callable:
+    def make_cp_async(nbytes: int, itemsize: int, whole: bool = False) -> Callable:
         return _sim_cp_async(nbytes // itemsize)
 
 else:
 
-    def make_cp_async(nbytes: int, itemsize: int) -> Callable:
+    def make_cp_async(nbytes: int, itemsize: int, whole: bool = False) -> Callable:
         """``cp_async(dst, dst_index, src, src_index, src_bytes)``: copy ``nbytes`` (4, 8 or 16)
-        from ``src[src_index]`` (global, ``nbytes``-aligned) to ``dst[dst_index]`` (shared)."""
+        from ``src[src_index]`` (global, ``nbytes``-aligned) to ``dst[dst_index]`` (shared).
+
+        ``whole``: every copy reads all ``nbytes`` (``src_bytes`` is ignored), and the
+        instruction carries no source size to zero-fill from."""
         cache = ".cg" if nbytes == 16 else ".ca"  # .cg (L2 only) exists for 16-byte copies alone
+        size = "" if whole else ", $2"
 
         @intrinsic
         def cp_async(typingctx, dst, dst_index, src, src_index, src_bytes):
@@ -461,7 +465,7 @@ else:
                 count = context.cast(builder, args[4], sig.args[4], types.uint32)
                 i64, i32 = ir.IntType(64), ir.IntType(32)
                 text = ("{ .reg .u64 sa; .reg .u32 sa32; cvta.to.shared.u64 sa, $0; cvt.u32.u64 sa32, sa; "
-                        f"cp.async{cache}.shared.global [sa32], [$1], {nbytes}, $2; }}")
+                        f"cp.async{cache}.shared.global [sa32], [$1], {nbytes}{size}; }}")
                 asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i64, i64, i32]), text, "l,l,r,~{memory}",
                                    side_effect=True)
                 builder.call(asm, [builder.ptrtoint(to, i64), builder.ptrtoint(frm, i64), count])
@@ -580,7 +584,7 @@ def make_async_tile_stream(dtype: np.dtype, layout: Layout, rows: int, cols: int
     along_cols, g_off, LD = plan.along_cols, plan.g_off, U(smem_ld)
     LINES = U(NT // per_line)
     chunk, element = _chunk_position(plan), _chunk_element(plan)
-    copy16 = make_cp_async(16, np.dtype(dtype).itemsize)
+    copy16 = make_cp_async(16, np.dtype(dtype).itemsize, whole=True)
     full = U(16)
     # Moving K by one moves along the contiguous dimension (stride 1) or across it (stride ld).
     k_contiguous = k_along_rows != along_cols

@@ -124,7 +124,7 @@ TILE_CONFIGS = {
         # cuBLAS's own kernel shape at 4096x4096x256 (h100_ncu_shallow_s18.log): 128x64x16, 4 warps of
         # 64x32 on m16n8k8, 3 stages, two blocks per SM
         "medium": dict(kind="dmma", copy="async", mma_sm90=(16, 8), threads=128, BM=128, BN=64, BK=16, WM=64, WN=32,
-                       stages=3, min_blocks=2),
+                       stages=3, min_blocks=2, unchecked_prologue=True),
         # the large tile over K slices (blockIdx.z) into a workspace: dxgemm._gemm.choose_split_k
         "split": dict(CONFIGS["float64"], split_k=True, group_m=0),
         # outputs at most 64 columns wide: cuBLAS's 1000^3 shape (128x64x32, 8 warps of 32x32, 3
@@ -145,7 +145,8 @@ halves it to 64x64 for the smallest outputs (512^3: 0.030 ms against 0.042).  ``
 cuBLAS's own shallow-K kernel shape, has the small tile's 128x64 blocks as 4 warps of 64x32
 on m16n8k8, half the instructions per multiply-add: where its blocks fill every SM twice and
 the epilogue has no ``exp``/``erf``, it beats the small tile by 3-12 % (4096^2 x 256: 0.89x
-cuBLAS against 0.84x; ``h100_warptile_tiles_medium_s18.log``, ``dxgemm._gemm.choose_tile``).
+cuBLAS against 0.84x; ``h100_warptile_tiles_medium_s18.log``, ``dxgemm._gemm.choose_tile``),
+and with its first K tiles copied unchecked too 0.92x (``h100_f64_rounds_prologue_s18.log``).
 
 float32 ``"small"`` (64x128, 8 warps of 32x32) and ``"tiny"`` (64x64, 8 warps of 32x16)
 give small and skinny problems the blocks the 128x128 tile leaves idle
@@ -529,6 +530,42 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
                 t += one
             return t, use, fill
 
+        def make_prologue(unchecked: bool):
+            @cuda.jit(device=True, inline="always")
+            def prologue(a, lda, b, ldb, row0, col0, kb, ke, um, un, a_tile, b_tile, tid, vec_a, vec_b, a_src, b_src,
+                         n_tiles, w_row, w_col, lane, a_frag, b_frag):
+                """The first ``NSTAGES - 1`` tiles go out at once, one commit group each (empty
+                groups past the last tile keep the count the waits rely on); then the first
+                tile's head is loaded.  Tile t lives in stage t % NSTAGES.  ``unchecked``: full
+                tiles are copied from the origins in ``a_src``/``b_src``, as the loop copies
+                them; the checked copier's bounds arithmetic had been a fifth of the float64
+                medium tile's instructions at K = 256."""
+                a_ks, b_ks = stream_a.k_stride(lda), stream_b.k_stride(ldb)
+                a_place, b_place = stream_a.place(tid), stream_b.place(tid)
+                full_tiles = (ke - kb) // uBK
+                for st in range(NSTAGES - 1):
+                    if unchecked and U(st) < full_tiles:
+                        dk = U(st) * uBK
+                        for c in range(N_COPY):
+                            issue_copy(c, a, a_tile, a_src, dk * a_ks, U(st) * uA_STAGE + a_place, b, b_tile, b_src,
+                                       dk * b_ks, U(st) * uB_STAGE + b_place)
+                    elif U(st) < n_tiles:
+                        copy_tile_pair(a, lda, b, ldb, row0, col0, kb + U(st) * uBK, um, un, ke, a_tile, b_tile,
+                                       U(st), tid, vec_a, vec_b)
+                    cp_async_commit()
+                wait_oldest()
+                cuda.syncthreads()
+                load_step_head(a_tile, U(0), b_tile, U(0), w_row, w_col, lane, a_frag, b_frag, 0)
+
+            return prologue
+
+        prologue_unchecked, prologue_checked = make_prologue(True), make_prologue(False)
+        # Where the unchecked blocks copy their first tiles unchecked too (``make_prologue``): on
+        # the medium tile 4096^2 x 256 0.184 -> 0.180 ms, 2048^2 x 256 0.052 -> 0.051; the
+        # large tile's loop lost 12 instructions a K tile with it (4096^3 0.93x -> 0.86x cuBLAS),
+        # the small tile's 1000^3 did not move (h100_f64_rounds_prologue_s18.log)
+        UNCHECKED_PROLOGUE = bool(cfg.get("unchecked_prologue", False))
+
         def warptile_dmma_gemm(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args):
             smem = cuda.shared.array(0, smem_type)
             a_tile = smem[:a_elems]  # NSTAGES x A tile, A's global layout, lines ALD apart
@@ -548,19 +585,13 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
                 n_tiles = (ke - kb + uBK - one) // uBK
             else:
                 kb, ke = U(0), uk
-            # The first NSTAGES - 1 tiles go out at once, one commit group each (empty groups
-            # past the last tile keep the count the waits rely on); tile t lives in stage
-            # t % NSTAGES, and iteration t refills the stage of tile t - 1 with tile t + NSTAGES - 1.
-            for st in range(NSTAGES - 1):
-                if U(st) < n_tiles:
-                    copy_tile_pair(a, U(lda), b, U(ldb), row0, col0, kb + U(st) * uBK, um, un, ke, a_tile, b_tile,
-                                   U(st), tid, vec_a, vec_b)
-                cp_async_commit()
-            wait_oldest()
-            cuda.syncthreads()
-            load_step_head(a_tile, U(0), b_tile, U(0), w_row, w_col, lane, a_frag, b_frag, 0)
-            use = U(0)  # the stage multiplied in this iteration
-            fill = uLAST  # the stage the tile NSTAGES - 1 ahead goes to
+            if not UNCHECKED_PROLOGUE:
+                prologue_checked(a, U(lda), b, U(ldb), row0, col0, kb, ke, um, un, a_tile, b_tile, tid, vec_a, vec_b,
+                                 a_src, b_src, n_tiles, w_row, w_col, lane, a_frag, b_frag)
+            # Iteration t multiplies the tile in stage `use` and refills the stage of tile t - 1
+            # (`fill`) with tile t + NSTAGES - 1.
+            use = U(0)
+            fill = uLAST
             t = U(0)
             # With 16-byte operands every tile but a partial last one is copied unchecked, from
             # origins kept in registers, between the mmas.  A block wholly inside D keeps its
@@ -568,8 +599,10 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
             # (``edge_ok``).  The loop is inlined once for each: with the clamped origins in
             # the same loop the compiler could no longer tell the copies' addresses a fixed step
             # apart, and interior blocks paid 19 more instructions a K tile.
+            fast = False
             if vec_a and vec_b:
                 if row0 + uBM <= um and col0 + uBN <= un:
+                    fast = True
                     # One add per copy in the loop, where a multiply by the copy's line step
                     # cost 4 % at 4096^3 (h100_warptile_cublas_shape2_s15.log).
                     a_origin, a_step = stream_a.origin(U(lda), row0, kb, tid), stream_a.step(U(lda))
@@ -578,15 +611,25 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
                         a_src[c] = a_origin + U(c) * a_step
                     for c in range(B_IT):
                         b_src[c] = b_origin + U(c) * b_step
+                    if UNCHECKED_PROLOGUE:
+                        prologue_unchecked(a, U(lda), b, U(ldb), row0, col0, kb, ke, um, un, a_tile, b_tile, tid,
+                                           vec_a, vec_b, a_src, b_src, n_tiles, w_row, w_col, lane, a_frag, b_frag)
                     t, use, fill = unchecked_tiles(a_tile, b_tile, w_row, w_col, lane, a_frag, b_frag, acc, a, a_src,
                                                    U(lda), b, b_src, U(ldb), tid, (ke - kb) // uBK)
                 elif stream_a.edge_ok(row0, um) and stream_b.edge_ok(col0, un):
+                    fast = True
                     for c in range(A_IT):
                         a_src[c] = stream_a.edge_origin(U(lda), row0, kb, tid, c, um)
                     for c in range(B_IT):
                         b_src[c] = stream_b.edge_origin(U(ldb), kb, col0, tid, c, un)
+                    if UNCHECKED_PROLOGUE:
+                        prologue_unchecked(a, U(lda), b, U(ldb), row0, col0, kb, ke, um, un, a_tile, b_tile, tid,
+                                           vec_a, vec_b, a_src, b_src, n_tiles, w_row, w_col, lane, a_frag, b_frag)
                     t, use, fill = unchecked_tiles(a_tile, b_tile, w_row, w_col, lane, a_frag, b_frag, acc, a, a_src,
                                                    U(lda), b, b_src, U(ldb), tid, (ke - kb) // uBK)
+            if UNCHECKED_PROLOGUE and not fast:
+                prologue_checked(a, U(lda), b, U(ldb), row0, col0, kb, ke, um, un, a_tile, b_tile, tid, vec_a, vec_b,
+                                 a_src, b_src, n_tiles, w_row, w_col, lane, a_frag, b_frag)
             while t < n_tiles:
                 ahead = t + uLAST
                 if ahead < n_tiles:
