@@ -464,11 +464,14 @@ else:
                 frm, _ = _element_pointer(context, builder, sig.args[2], args[2], sig.args[3], args[3])
                 count = context.cast(builder, args[4], sig.args[4], types.uint32)
                 i64, i32 = ir.IntType(64), ir.IntType(32)
-                text = ("{ .reg .u64 sa; .reg .u32 sa32; cvta.to.shared.u64 sa, $0; cvt.u32.u64 sa32, sa; "
-                        f"cp.async{cache}.shared.global [sa32], [$1], {nbytes}{size}; }}")
-                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i64, i64, i32]), text, "l,l,r,~{memory}",
+                # The shared address as a 32-bit shared-window value, converted outside the asm, where
+                # LLVM can fold the conversion into the shared array's own address and keep copies
+                # a constant apart as one base plus immediates.
+                shared = builder.addrspacecast(to, ir.PointerType(to.type.pointee, 3))
+                text = f"cp.async{cache}.shared.global [$0], [$1], {nbytes}{size};"
+                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32, i64, i32]), text, "r,l,r,~{memory}",
                                    side_effect=True)
-                builder.call(asm, [builder.ptrtoint(to, i64), builder.ptrtoint(frm, i64), count])
+                builder.call(asm, [builder.ptrtoint(shared, i32), builder.ptrtoint(frm, i64), count])
                 return context.get_dummy_value()
 
             return sig, codegen

@@ -45,6 +45,13 @@ What else makes this rung fast:
   after its barrier at the end of the tile — cuBLAS's DGEMM loop interleaves its loads the
   same way.  No extra registers: 0.83-0.84x -> 0.89-0.97x at 4096^3 (median of five rounds
   0.93x) and 0.89x -> 0.92-0.98x at 8192^3 (median 0.97x).
+* **Shared addresses the compiler can see.**  ``cp.async`` takes its shared destination as a
+  32-bit shared-window address converted outside the inline assembly
+  (:func:`~._device.make_cp_async`); converted inside it, each copy had paid a 64-bit add, a
+  carry and a move to rebuild an address one immediate away from the last.  The K loops lost
+  10-15 % of their instructions (the large tile's 220 -> 187 a K tile) and, old and new
+  alternating (h100_f64_rounds_cp_async_shared_s18.log), 4096^3 went from 0.92x to
+  0.96-0.97x cuBLAS, 4096^2 x 256 0.915x -> 0.933x, 1000^3 0.85x -> 0.87x.
 * **Edge blocks on the same copies.**  A block on D's edge copies unchecked too, each
   copy origin past the edge moved back to the last row (column, or 16-byte chunk) inside:
   the rows and columns it then fills are never stored.  At 1000^3 the 128 blocks of the
