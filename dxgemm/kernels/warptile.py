@@ -567,10 +567,11 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
             return prologue
 
         prologue_unchecked, prologue_checked = make_prologue(True), make_prologue(False)
-        # Where the unchecked blocks copy their first tiles unchecked too (``make_prologue``): on
-        # the medium tile 4096^2 x 256 0.184 -> 0.180 ms, 2048^2 x 256 0.052 -> 0.051; the
-        # large tile's loop lost 12 instructions a K tile with it (4096^3 0.93x -> 0.86x cuBLAS),
-        # the small tile's 1000^3 did not move (h100_f64_rounds_prologue_s18.log)
+        # ``unchecked_prologue``: blocks on the unchecked path copy their first tiles unchecked too
+        # (``make_prologue``): on the medium tile 4096^2 x 256 0.184 -> 0.180 ms, 2048^2 x 256
+        # 0.052 -> 0.051; with it the large tile's loop grew by 12 instructions a K tile (4096^3
+        # 0.93x -> 0.86x cuBLAS), and the small tile's 1000^3 did not move
+        # (h100_f64_rounds_prologue_s18.log, before cp.async's shared operand left the asm)
         UNCHECKED_PROLOGUE = bool(cfg.get("unchecked_prologue", False))
 
         def warptile_dmma_gemm(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args):
