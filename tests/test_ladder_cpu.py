@@ -213,11 +213,12 @@ def test_warptile_fp64_split_k_slices(layouts, slices, rng):
 
 @pytest.mark.parametrize("layouts", [("row", "row"), ("col", "col"), ("row", "col"), ("col", "row")],
                          ids=lambda t: "-".join(t))
-@pytest.mark.parametrize("m", [156, 155], ids=["m_even", "m_odd"])
-def test_warptile_fp64_unchecked_prologue(layouts, m, rng):
+def test_warptile_fp64_unchecked_prologue(layouts, rng):
     """``unchecked_prologue``: interior blocks, and edge blocks where safe, copy their first
     NSTAGES - 1 tiles from the loop's copy origins; K = 40 leaves the third prologue tile partial
-    (checked), and with K = 98 the prologue's tiles are all full."""
+    (checked), and with K = 98 the prologue's tiles are all full.  Odd m: with column-major A
+    the edge blocks take the checked prologue."""
+    m = 155
     for k in (40, 98):
         a = rng.standard_normal((m, k))
         b = rng.standard_normal((k, 46))
