@@ -8,7 +8,8 @@ time (rounds alternate the two kernels, so a clock change hits both) and where t
 operands happen to lie in memory (each allocation shifts them by a different amount).
 Prints each allocation's median times and ratio, then the median over everything.
 ``--variant`` adds a third contender to every round: the float64 tile ``dxgemm`` picks for the
-shape with these configuration changes (e.g. ``'{"stages": 3}'``), built directly.
+shape with these configuration changes (e.g. ``'{"stages": 3}'``), built directly; a ``"tile"``
+key names another tile to start from (``'{"tile": "large"}'``, ``warptile.TILE_CONFIGS``).
 """
 
 from __future__ import annotations
@@ -92,7 +93,8 @@ def _variant(changes: dict, m: int, n: int, k: int):
 
     dtype = np.dtype(np.float64)
     bound = AlphaBeta(1.0, 0.0).bind(EpilogueContext(m, n, dtype, adapt=None))
-    tile = choose_tile("warptile", dtype, m, n, k, sm_count())
+    changes = dict(changes)
+    tile = changes.pop("tile", None) or choose_tile("warptile", dtype, m, n, k, sm_count())
     spec = KernelSpec(dtype, Layout.ROW, Layout.ROW, Layout.ROW, bound.key, bound.make(), tile=tile)
     compiled = compile_rung("warptile", spec, typeof(bound.args), **changes)
     print(f"variant: the {tile} tile with {changes}, {compiled.kernel.get_regs_per_thread()} registers", flush=True)

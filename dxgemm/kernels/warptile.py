@@ -79,8 +79,9 @@ larger K step (16) halves the barriers per multiply-add.
 
 Reached on the H100 (benchmarks/results/h100.json, 4096^3): 36.58 TFLOP/s float32 (0.708x
 cuBLAS, h100_bench_warptile_final.log; 0.716x before the 16-byte stores, which cost it 1.2 %
-here and gained 1.8-3x at short K), 56.48 TFLOP/s float64 (0.931x, the median of five
-rounds at 0.893-0.966x; 0.973x at 8192^3, 0.944x at 2048^3, h100_bench_warptile_f64_s16_r*.log);
+here and gained 1.8-3x at short K), 55.88 TFLOP/s float64 (0.918x, the median of five
+rounds at 0.908-0.950x; 0.991x at 8192^3, 0.960x at 2048^3, h100_bench_warptile_f64_s19_r*.log;
+0.96-0.97x at 4096^3 against cuBLAS in interleaved rounds, h100_f64_rounds_tiles_s19.log);
 float32 in the sweeps (h100_run*_sweep*.log) 0.695-0.716x; ncu (h100_ncu_warptile.log)
 shows the float32 kernel issuing an instruction on 80 % of scheduler cycles — it is
 issue-bound, and 75 % of its inner-loop instructions are FFMA.  The float64 kernel keeps
