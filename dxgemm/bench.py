@@ -200,6 +200,14 @@ def _record_key(r: dict) -> tuple:
     return (r["backend"], r["dtype"], r["m"], r["n"], r["k"], r["epilogue"], r.get("suite"))
 
 
+def ladder_records(doc: dict) -> list[dict]:
+    """The records :func:`plot` draws: GEMMs without an epilogue at power-of-two squares.  A
+    result file also holds odd squares (1000^3, 4097^3) and the fusion suite's records, which
+    on one line per backend would read as jumps."""
+    return [r for r in doc["records"] if r["m"] == r["n"] == r["k"] and r["m"] & (r["m"] - 1) == 0
+            and r["epilogue"] == "none" and r.get("suite") is None]
+
+
 def plot(path_json: str, path_png: str) -> None:
     """TFLOP/s against size per backend, per dtype, under the measured roofline."""
     import matplotlib
@@ -209,19 +217,21 @@ def plot(path_json: str, path_png: str) -> None:
 
     with open(path_json) as fh:
         doc = json.load(fh)
-    records = [r for r in doc["records"] if r["m"] == r["n"] == r["k"] and r["epilogue"] == "none"]
+    records = ladder_records(doc)
     dtypes = sorted({r["dtype"] for r in records})
     fig, axes = plt.subplots(1, len(dtypes), figsize=(6.5 * len(dtypes), 4.8), squeeze=False)
     peaks = doc["peaks"]
     for ax, dtype in zip(axes[0], dtypes):
         rows = [r for r in records if r["dtype"] == dtype]
-        for backend in list(BACKENDS) + ["pipeline"]:
+        for backend in dict.fromkeys(list(BACKENDS) + ["pipeline"]):
             pts = sorted((r["m"], r["tflops"]) for r in rows if r["backend"] == backend)
             if pts:
                 ax.plot(*zip(*pts), marker="o", label=backend)
-        base = sorted({(r["m"], r["baseline_tflops"]) for r in rows})
-        ax.plot(*zip(*base), "k--", marker="s", label="cuBLAS (CuPy)")
-        sizes = np.array(sorted({r["m"] for r in rows}), dtype=float)
+        # every record carries the cuBLAS time of its own run; the line is their median per size
+        sizes = sorted({r["m"] for r in rows})
+        base = [statistics.median(r["baseline_tflops"] for r in rows if r["m"] == size) for size in sizes]
+        ax.plot(sizes, base, "k--", marker="s", label="cuBLAS (CuPy), median of the runs")
+        sizes = np.array(sizes, dtype=float)
         itemsize = np.dtype(dtype).itemsize
         intensity = 2 * sizes**3 / (3 * sizes**2 * itemsize)  # flop per byte, each matrix moved once
         roof = np.minimum(peaks[f"fma_tflops_{dtype}"], intensity * peaks["copy_gbps"] / 1e3)
@@ -231,6 +241,6 @@ def plot(path_json: str, path_png: str) -> None:
         ax.set_ylabel("TFLOP/s")
         ax.set_title(f"{dtype} GEMM on {doc['gpu']['name']}")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="center right")
+        ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     fig.savefig(path_png, dpi=120)
