@@ -247,7 +247,7 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     if dt == np.float64:
         if k < 128 or m * n * k < 2**28 or (aligned and min(m, n) > 256 and (k >= 1024 or not transcendental)):
             return "warptile"
-        tile = choose_tile("warptile", dt, m, n, k, sms)  # medium or small: the same split count
+        tile = choose_tile("warptile", dt, m, n, k, sms)  # any tile but large: the same split count
         if aligned and m >= 128 and n >= 64 and choose_split_k("warptile", dt, m, n, k, tile, sms) > 1:
             return "warptile"
         return "pipeline"
@@ -266,51 +266,40 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int 
     (:attr:`dxgemm.epilogues.Epilogue.transcendental`).
 
     Only ``warptile`` has several (``warptile.TILE_CONFIGS``; float32's rule is in the code
-    below, with its log).  float64's large tile (8
-    warps, 128x128x16) holds one block per SM and pads K to 16; the small one (8 warps,
-    128x64x8, ``cp.async`` four stages deep) has twice the blocks and a quarter of the K
-    padding; the tiny one (64x64x8) four times the blocks.  On the H100 the large tile won
-    at 2048^3 (0.68x cuBLAS against 0.56x), 4096^3, 4096^2 x 256 and 8192^2 x 512
-    (``benchmarks/results/h100_warptile_store_ab.log``); the small one at 768^3 to 1536^3
-    and at K up to 100 (``h100_warptile_small_async.log``: 8192^2 x 32 0.206 against 0.214
-    ms); the tiny one wherever the output has fewer than 2^19 elements, 640^3 and below,
-    4096 x 64 x 4096 (0.210 against 0.303 ms) and 64 x 4096 x 4096
-    (``h100_warptile_tiny.log``).  So: tiny below ``m * n = 2**19``, small below ``k =
-    1024``.  The K bound was 256 until both tiles ran unchecked copies in their interior
-    blocks and the large tile took cuBLAS's shape (``h100_warptile_f64_tiles_s15.log``,
-    small / large ms): 4096^2 x 128 0.114 / 0.135, 4096^2 x 256 0.197 / 0.218, 8192^2 x 512
-    1.426 / 1.482, but 2048^3 0.359 / 0.347.
+    below, with its log).  float64 has four, and the choice is wave quantization.  Each
+    tile's blocks are spread over the ``sms`` SMs, so the busiest SM runs ``ceil(tiles /
+    sms)`` of them, and a block costs :data:`F64_BLOCK_COST` in large-tile block times (at
+    the occupancy each tile runs with: large one block per SM, medium and small two, tiny
+    three).  The tile with the least ``cost * ceil(tiles / sms)`` wins, ties going to the
+    larger tile, with three limits the costs do not capture:
 
-    From ``k = 1024`` the choice is wave quantization over ``sms`` SMs.  The large tile
-    runs one block per SM, in ``ceil(tiles / sms)`` waves of one large tile's time; the
-    small one two blocks per SM, each half a large tile's work at 1.15x its cost per
-    multiply-add, so a block takes ``SMALL_TILE_COST`` = 0.575 of that time and its blocks
-    fill the SMs in finer steps (2000^3, both tiles at 97 % of their last wave: 0.367 against
-    0.319 ms).  The large tile is taken where ``ceil(large tiles / sms) <= 0.575 *
-    ceil(small tiles / sms)``.  Measured on the H100 (``h100_f64_rounds_small_vs_large_s17.log``,
-    small / large ms): 2000^3 0.367 / 0.319, 1920^2 x 2048 0.349 / 0.307, 1280^3 0.114 /
-    0.100, 2000^2 x 1024 0.196 / 0.173 (large: 2, 2, 1 and 2 waves against 2.3, 2.3, 1.15 and
-    2.3), but 1792^3 0.235 / 0.271, 1536^3 0.202 / 0.237 (small: 1.7 against 2).  Under the
-    old rule (large from ``m * n = 2**22``) the first four ran on the small tile at
-    0.76-0.80x cuBLAS.
+    * below ``m * n = 2**19`` outputs the tiny tile (64x64x8) whatever the model says
+      (``h100_warptile_tiny.log``: 640^3, 4096 x 64 x 4096 at 0.210 against 0.303 ms);
+    * below ``k = 1024`` not the large tile, which pads K to 16 and pays a long prologue for
+      few K tiles (``h100_warptile_f64_tiles_s15.log``: 4096^2 x 256 0.197 small against
+      0.218 ms large, 8192^2 x 512 1.426 against 1.482);
+    * the medium tile (cuBLAS's own shallow-K shape, 4 warps of 64x32 on m16n8k8) only where
+      every SM gets two of its blocks and K >= 64, and not under a transcendental
+      epilogue: with one block its 4 warps are too few (1024^3: 0.055 against the small
+      tile's 0.052 ms), and with an ``exp`` or ``erf`` per element the small tile's 16
+      warps per SM hide more of the FP64 epilogue's latency than its 8 (``bias | gelu`` at
+      4096^2 x 256 0.257 small against 0.284 ms, ``h100_warptile_tiles_medium_s18.log``;
+      0.254 against 0.288, ``h100_warptile_tiles_gelu_s19.log``).
 
-    Where that leaves the small tile, a call whose 128x64 tiles give every SM at least two
-    blocks, with K from 64, takes the ``medium`` tile instead unless its epilogue is
-    ``transcendental``:
-    cuBLAS's own kernel shape at 4096^2 x 256 (``h100_ncu_shallow_s18.log``: 128x64x16,
-    4 warps of 64x32 on m16n8k8, 3 stages, two blocks per SM).  Its warps hold 64x32 of D
-    where the small tile's hold 64x16, so it issues half the instructions per multiply-add
-    (ncu: issue slots 41 % busy on the small tile, 20 % on cuBLAS's).  Two passes of
-    ``h100_warptile_tiles_medium_s18.log``, small / medium ms: 4096^2 x 256 0.197 / 0.184,
-    4096^2 x 512 0.365 / 0.334, 8192^2 x 256 0.765 / 0.706, 3000^2 x 512 0.232 / 0.207,
-    1536^3 0.203 / 0.193, 4096^2 x 128 0.114 / 0.110; 4096^2 x 64 ties.  With one block
-    per SM its 4 warps are too few (1024^3, 128 tiles: 0.052 / 0.055).  Light epilogues
-    keep its lead (``h100_warptile_tiles_epilogues_s18.log``: ``bias | relu`` at 4096^2 x 256
-    0.199 / 0.189, 8192^2 x 512 1.48-1.49 / 1.37-1.40, 6144^2 x 512 0.82-0.85 / 0.75-0.81;
-    ``bias`` alone alike), but with an ``exp`` or ``erf`` per element the small tile's 16
-    warps per SM hide more of the FP64 epilogue's latency than the medium tile's 8:
-    ``bias | gelu`` at 4096^2 x 256 0.257 / 0.284 ms, 8192^2 x 512 1.671 / 1.761
-    (``h100_warptile_tiles_medium_s18.log``), ``bias | silu`` 0.255 / 0.298 and 1.642 / 1.931.
+    The costs come from ``h100_warptile_tiles_mid_s19.log`` and ``h100_warptile_tiles_k1024_s19.log``
+    (all four tiles, 1000^3 to 4096^3), and they predict its ratios to within a few
+    per cent: 2560^2 x 1024 medium / large 0.89 (model 0.93), tiny / medium 1.09 (1.09);
+    1280^3 tiny / large 1.23 (1.24).  Where this rule and the one before it (large from K =
+    1024 where ``ceil(large tiles / sms) <= 0.575 * ceil(small tiles / sms)``, else medium
+    or small) disagree, interleaved against cuBLAS (``h100_f64_rounds_tile_model_s19.log``,
+    ms, model's pick / old pick): 2560^2 x 1024 0.282 / 0.316 (medium / large), 2560^2 x
+    4096 1.09 / 1.16, 3072^2 x 2048 0.719 / 0.746, 3072^2 x 4096 1.44 / 1.53, 3712^2 x
+    2048 1.04 / 1.06, 3968^2 x 1024 0.609 / 0.617; 1152^2 x 1024 0.0739 / 0.0808 (tiny /
+    large), 1152^2 x 256 0.0233 / 0.0279 (tiny / small), 1536^2 x 512 0.0637 / 0.0677
+    (tiny / medium); one loss, 1536^2 x 4096 0.482 / 0.478 (tiny / medium, a predicted
+    2.5 % gain).  Earlier logs the costs agree with: ``h100_f64_rounds_small_vs_large_s17.log``
+    (2000^3 0.367 small / 0.319 large, 1792^3 0.235 / 0.271), ``h100_warptile_tiles_medium_s18.log``
+    (4096^2 x 256 0.197 small / 0.184 medium).
     """
     if backend != "warptile":
         return "large"
@@ -322,17 +311,24 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int 
         return "large"
     if m * n < 2**19:
         return "tiny"
-    if k >= 1024:
-        large_waves, small_waves = (-(-_f64_tiles(name, m, n) // sms) for name in ("large", "small"))
-        if large_waves <= SMALL_TILE_COST * small_waves:
-            return "large"
-    if not transcendental and k >= 64 and _f64_tiles("medium", m, n) >= 2 * sms:
-        return "medium"
-    return "small"
+    costs = {}
+    for tile, block_cost in F64_BLOCK_COST.items():  # larger tiles first: min() keeps the first of a tie
+        blocks = _f64_tiles(tile, m, n)
+        if tile == "large" and k < 1024:
+            continue
+        if tile == "medium" and (transcendental or k < 64 or blocks < 2 * sms):
+            continue
+        costs[tile] = block_cost * -(-blocks // sms)
+    return min(costs, key=costs.__getitem__)
 
 
-SMALL_TILE_COST = 0.575
-"""A float64 small-tile block's time in large-tile block times (:func:`choose_tile`)."""
+F64_BLOCK_COST = {"large": 1.0, "medium": 0.53, "small": 0.575, "tiny": 0.31}
+"""A float64 ``warptile`` block's time in large-tile block times, each tile at its own
+occupancy (:func:`choose_tile`).  A medium or small block does half a large block's work
+(128x64) two to an SM; a tiny one a quarter (64x64), three to an SM.  So the medium tile
+runs the DMMA pipe about as well as the large one (0.53 for half the work), the small
+15 % worse (64x16 warp tiles) and the tiny 24 % worse, and each trades that for finer
+waves."""
 
 
 def choose_split_tile(n: int) -> str:

@@ -201,8 +201,8 @@ def test_warptile_tile_rule():
     assert choose_tile("warptile", f64, 8192, 8192, 512) == "medium"  # h100_warptile_tiles_medium_s18.log
     assert choose_tile("warptile", f64, 8192, 8192, 512, transcendental=True) == "small"  # h100_warptile_f64_tiles_s15
     assert choose_tile("warptile", f64, 8192, 8192, 32) == "small"
-    assert choose_tile("warptile", f64, 1536, 1536, 1536, transcendental=True) == "small"  # 2 large waves against 1.7
-    assert choose_tile("warptile", f64, 1536, 1536, 1536) == "medium"  # 288 tiles: two blocks per SM
+    assert choose_tile("warptile", f64, 1536, 1536, 1536, transcendental=True) == "tiny"  # 2 large waves against 1.55
+    assert choose_tile("warptile", f64, 1536, 1536, 1536) == "tiny"  # 576 tiles: 5 x 0.31 against 3 x 0.53
     # wave quantization from K = 1024 (h100_f64_rounds_small_vs_large_s17.log)
     assert choose_tile("warptile", f64, 2000, 2000, 2000) == "large"  # 2 large waves against 2.3
     assert choose_tile("warptile", f64, 1920, 1920, 2048) == "large"
@@ -210,6 +210,15 @@ def test_warptile_tile_rule():
     assert choose_tile("warptile", f64, 1792, 1792, 1792) == "medium"
     assert choose_tile("warptile", f64, 1280, 1280, 1280, sms=264) == "small"  # twice the SMs: 1 against 0.575;
     # 200 tiles, fewer than two per SM
+    # where the block-cost model and the rule before it disagree (h100_f64_rounds_tile_model_s19.log)
+    assert choose_tile("warptile", f64, 2560, 2560, 1024) == "medium"  # 7 x 0.53 against 4 large waves
+    assert choose_tile("warptile", f64, 2560, 2560, 1024, transcendental=True) == "large"
+    assert choose_tile("warptile", f64, 3072, 3072, 4096) == "medium"
+    assert choose_tile("warptile", f64, 1152, 1152, 1024) == "tiny"  # 3 x 0.31 against 1 large wave
+    assert choose_tile("warptile", f64, 1152, 1152, 256) == "tiny"  # against 2 x 0.575
+    assert choose_tile("warptile", f64, 1536, 1536, 512) == "tiny"  # 5 x 0.31 against 3 x 0.53
+    assert choose_tile("warptile", f64, 2048, 2048, 256) == "medium"  # 4 x 0.53 against 8 x 0.31
+    assert choose_tile("warptile", f64, 1000, 1000, 1000) == "small"  # 1 x 0.575 against 2 x 0.31
     assert choose_tile("warptile", f64, 2000, 2000, 1000) == "medium"  # K below 1024, 512 tiles
     assert choose_tile("warptile", f64, 2000, 2000, 1000, transcendental=True) == "small"
     assert choose_tile("warptile", f64, 4096, 4096, 40) == "small"  # K below 64

@@ -182,7 +182,7 @@ def test_float64_literal_in_a_float32_custom_warns(cp):
     assert sum(issubclass(w.category, E.PrecisionWarning) for w in caught) == 1
 
 
-@pytest.mark.parametrize("shape", [(2048, 2048, 256), (2049, 2047, 301)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("shape", [(2048, 2048, 256), (2047, 2049, 301)], ids=lambda s: "x".join(map(str, s)))
 def test_light_chain_on_the_float64_medium_tile(cp, shape):
     """A chain with no transcendental stage runs float64 ``warptile`` on its medium tile (64
     accumulators a thread, straight-line store): every stage checked through ``store`` targets,

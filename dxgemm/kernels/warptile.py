@@ -152,7 +152,9 @@ large tile the copy path made no difference (``h100_warptile_async.log``).  ``"t
 halves it to 64x64 for the smallest outputs (512^3: 0.030 ms against 0.042).  ``"medium"``,
 cuBLAS's own shallow-K kernel shape, has the small tile's 128x64 blocks as 4 warps of 64x32
 on m16n8k8, half the instructions per multiply-add: where its blocks fill every SM twice and
-the epilogue has no ``exp``/``erf``, it beats the small tile by 3-12 % (4096^2 x 256: 0.89x
+the epilogue has no ``exp``/``erf``, it beats the small tile by 3-12 % and, where its finer
+waves fit the SMs better, the large one (2560^2 x 1024: 0.89x against 0.79x,
+``h100_f64_rounds_tile_model_s19.log``; 4096^2 x 256: 0.89x
 cuBLAS against 0.84x; ``h100_warptile_tiles_medium_s18.log``, ``dxgemm._gemm.choose_tile``),
 and with its first K tiles copied unchecked too 0.92x (``h100_f64_rounds_prologue_s18.log``).
 
