@@ -278,11 +278,12 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int 
     * below ``k = 1024`` not the large tile, which pads K to 16 and pays a long prologue for
       few K tiles (``h100_warptile_f64_tiles_s15.log``: 4096^2 x 256 0.197 small against
       0.218 ms large, 8192^2 x 512 1.426 against 1.482);
-    * the medium tile (cuBLAS's own shallow-K shape, 4 warps of 64x32 on m16n8k8) only where
-      every SM gets two of its blocks and K >= 64, and not under a transcendental
-      epilogue: with one block its 4 warps are too few (1024^3: 0.055 against the small
-      tile's 0.052 ms), and with an ``exp`` or ``erf`` per element the small tile's 16
-      warps per SM hide more of the FP64 epilogue's latency than its 8 (``bias | gelu`` at
+    * the medium tile (cuBLAS's own shallow-K shape, 4 warps of 64x32 on m16n8k8) only with
+      more blocks than SMs and K >= 64, and not under a transcendental epilogue: with one
+      block per SM its 4 warps are too few (1024^3: 0.055 against the small tile's 0.052
+      ms), but with 200 blocks it leads (1280^2 x 512: 0.046 against 0.050,
+      ``h100_warptile_tiles_model_check_s19.log``); with an ``exp`` or ``erf`` per element
+      the small tile's 16 warps per SM hide more of the FP64 epilogue's latency than its 8 (``bias | gelu`` at
       4096^2 x 256 0.257 small against 0.284 ms, ``h100_warptile_tiles_medium_s18.log``;
       0.254 against 0.288, ``h100_warptile_tiles_gelu_s19.log``).
 
@@ -299,7 +300,10 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int 
     (tiny / medium); one loss, 1536^2 x 4096 0.482 / 0.478 (tiny / medium, a predicted
     2.5 % gain).  Earlier logs the costs agree with: ``h100_f64_rounds_small_vs_large_s17.log``
     (2000^3 0.367 small / 0.319 large, 1792^3 0.235 / 0.271), ``h100_warptile_tiles_medium_s18.log``
-    (4096^2 x 256 0.197 small / 0.184 medium).
+    (4096^2 x 256 0.197 small / 0.184 medium).  On 13 shapes it was not fitted on
+    (``h100_warptile_tiles_model_check_s19.log``) it picked the fastest tile at 12, and
+    at the thirteenth, 5120^2 x 1024, large where medium was 3 % faster (13 large waves
+    against 25 medium blocks an SM, 13 against 13.25 in the model).
     """
     if backend != "warptile":
         return "large"
@@ -316,7 +320,7 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int 
         blocks = _f64_tiles(tile, m, n)
         if tile == "large" and k < 1024:
             continue
-        if tile == "medium" and (transcendental or k < 64 or blocks < 2 * sms):
+        if tile == "medium" and (transcendental or k < 64 or blocks <= sms):
             continue
         costs[tile] = block_cost * -(-blocks // sms)
     return min(costs, key=costs.__getitem__)

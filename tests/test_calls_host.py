@@ -223,6 +223,7 @@ def test_warptile_tile_rule():
     assert choose_tile("warptile", f64, 2000, 2000, 1000, transcendental=True) == "small"
     assert choose_tile("warptile", f64, 4096, 4096, 40) == "small"  # K below 64
     assert choose_tile("warptile", f64, 1024, 1024, 512) == "small"  # 128 tiles: one block per SM
+    assert choose_tile("warptile", f64, 1280, 1280, 512) == "medium"  # 200 tiles (h100_warptile_tiles_model_check_s19)
     assert choose_tile("warptile", f64, 1024, 1024, 4096) == "small"
     assert choose_tile("warptile", f64, 768, 768, 768) == "small"
     assert choose_tile("warptile", f64, 640, 640, 640) == "tiny"
