@@ -437,19 +437,23 @@ if SIMULATOR:
 
     cp_async_wait = {n: _sim_wait(n) for n in range(6)}
 
-    def make_cp_async(nbytes: int, itemsize: int, whole: bool = False) -> Callable:
+    def make_cp_async(nbytes: int, itemsize: int) -> Callable:
         return _sim_cp_async(nbytes // itemsize)
+
+    def make_cp_async_moved(nbytes: int, itemsize: int) -> Callable:
+        copy = _sim_cp_async(nbytes // itemsize)
+
+        def cp_async_moved(dst, dst_index, src, src_origin, src_delta):
+            copy(dst, dst_index, src, src_origin + src_delta, nbytes)
+        return cp_async_moved
 
 else:
 
-    def make_cp_async(nbytes: int, itemsize: int, whole: bool = False) -> Callable:
+    def make_cp_async(nbytes: int, itemsize: int) -> Callable:
         """``cp_async(dst, dst_index, src, src_index, src_bytes)``: copy ``nbytes`` (4, 8 or 16)
-        from ``src[src_index]`` (global, ``nbytes``-aligned) to ``dst[dst_index]`` (shared).
-
-        ``whole``: every copy reads all ``nbytes`` (``src_bytes`` is ignored), and the
-        instruction carries no source size to zero-fill from."""
+        from ``src[src_index]`` (global, ``nbytes``-aligned) to ``dst[dst_index]`` (shared),
+        zero-filling past ``src_bytes``."""
         cache = ".cg" if nbytes == 16 else ".ca"  # .cg (L2 only) exists for 16-byte copies alone
-        size = "" if whole else ", $2"
 
         @intrinsic
         def cp_async(typingctx, dst, dst_index, src, src_index, src_bytes):
@@ -468,7 +472,7 @@ else:
                 # LLVM can fold the conversion into the shared array's own address and keep copies
                 # a constant apart as one base plus immediates.
                 shared = builder.addrspacecast(to, ir.PointerType(to.type.pointee, 3))
-                text = f"cp.async{cache}.shared.global [$0], [$1], {nbytes}{size};"
+                text = f"cp.async{cache}.shared.global [$0], [$1], {nbytes}, $2;"
                 asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32, i64, i32]), text, "r,l,r,~{memory}",
                                    side_effect=True)
                 builder.call(asm, [builder.ptrtoint(shared, i32), builder.ptrtoint(frm, i64), count])
@@ -477,6 +481,41 @@ else:
             return sig, codegen
 
         return cp_async
+
+    def make_cp_async_moved(nbytes: int, itemsize: int) -> Callable:
+        """``cp_async_moved(dst, dst_index, src, src_origin, src_delta)``: :func:`make_cp_async`'s
+        whole copy from ``src[src_origin + src_delta]``, its address formed as ``&src[src_origin]``
+        moved ``src_delta`` elements.  A K loop's copies keep their origins and move all by
+        one delta: the first address does not change from tile to tile, so the compiler keeps
+        it in registers and each copy pays one 64-bit add, where the summed index cost two more
+        (the sum's add and its scaling by the element size)."""
+        cache = ".cg" if nbytes == 16 else ".ca"
+
+        @intrinsic
+        def cp_async_moved(typingctx, dst, dst_index, src, src_origin, src_delta):
+            if not (isinstance(dst, types.Array) and isinstance(src, types.Array)
+                    and all(isinstance(x, types.Integer) for x in (dst_index, src_origin, src_delta))):
+                return None
+            sig = types.void(dst, dst_index, src, src_origin, src_delta)
+
+            def codegen(context, builder, sig, args):
+                to, _ = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+                origin, _ = _element_pointer(context, builder, sig.args[2], args[2], sig.args[3], args[3])
+                i64, i32 = ir.IntType(64), ir.IntType(32)
+                # An integer add, not a second GEP: LLVM merges consecutive GEPs back into one
+                # summed index.
+                delta = context.cast(builder, args[4], sig.args[4], types.uint64)
+                frm = builder.add(builder.ptrtoint(origin, i64), builder.mul(delta, ir.Constant(i64, itemsize)))
+                shared = builder.addrspacecast(to, ir.PointerType(to.type.pointee, 3))
+                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32, i64]),
+                                   f"cp.async{cache}.shared.global [$0], [$1], {nbytes};", "r,l,~{memory}",
+                                   side_effect=True)
+                builder.call(asm, [builder.ptrtoint(shared, i32), frm])
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        return cp_async_moved
 
     def _asm_statement(text: str) -> Callable:
         @intrinsic
@@ -548,7 +587,7 @@ class AsyncTileStream(NamedTuple):
     threads cover at once: chunk ``c`` of the tile at ``(row0, col0)`` starts at global
     offset ``origin(ld, row0, col0, tid) + c * step(ld)`` and lands at ``place(tid) + c *
     place_step`` of a shared stage; moving the tile ``dk`` along K adds ``dk *
-    k_stride(ld)``.  ``copy(s, dst, g, src)`` starts one copy.  A kernel keeps each chunk's
+    k_stride(ld)``.  ``copy(s, dst, g, origin, dk)`` starts one copy, from ``g[origin + dk]``.  A kernel keeps each chunk's
     origin in a register and issues the copies between its mma instructions: the bounds
     checks of :func:`make_tile_async_copier` cost more issue slots than the copies
     themselves.
@@ -587,8 +626,7 @@ def make_async_tile_stream(dtype: np.dtype, layout: Layout, rows: int, cols: int
     along_cols, g_off, LD = plan.along_cols, plan.g_off, U(smem_ld)
     LINES = U(NT // per_line)
     chunk, element = _chunk_position(plan), _chunk_element(plan)
-    copy16 = make_cp_async(16, np.dtype(dtype).itemsize, whole=True)
-    full = U(16)
+    copy16 = make_cp_async_moved(16, np.dtype(dtype).itemsize)
     # Moving K by one moves along the contiguous dimension (stride 1) or across it (stride ld).
     k_contiguous = k_along_rows != along_cols
 
@@ -632,8 +670,8 @@ def make_async_tile_stream(dtype: np.dtype, layout: Layout, rows: int, cols: int
         return line * LD + pos
 
     @cuda.jit(device=True, inline="always")
-    def copy(s, dst, g, src):
-        copy16(s, dst, g, src, full)
+    def copy(s, dst, g, origin, dk):
+        copy16(s, dst, g, origin, dk)
 
     return AsyncTileStream(plan.iters, LINES * LD, origin, step, edge_origin, edge_ok, k_stride, place, copy)
 

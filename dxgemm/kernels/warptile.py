@@ -51,7 +51,15 @@ What else makes this rung fast:
   carry and a move to rebuild an address one immediate away from the last.  The K loops lost
   10-15 % of their instructions (the large tile's 220 -> 187 a K tile) and, old and new
   alternating (h100_f64_rounds_cp_async_shared_s18.log), 4096^3 went from 0.92x to
-  0.96-0.97x cuBLAS, 4096^2 x 256 0.915x -> 0.933x, 1000^3 0.85x -> 0.87x.
+  0.96-0.97x cuBLAS, 4096^2 x 256 0.915x -> 0.933x, 1000^3 0.85x -> 0.87x.  The global
+  side likewise: a copy's source is its origin's address plus the tile's K offset in bytes
+  (:func:`~._device.make_cp_async_moved`), so the origins' addresses stay in registers and
+  a copy costs one 64-bit add where the summed index cost an add and a scaled add more
+  (medium 247 -> 228 instructions a K tile, small 114 -> 109): 4096^2 x 256 0.933x ->
+  0.950x, 4096^3 and 1000^3 unchanged (h100_f64_rounds_moved_s19.log).  Issuing the
+  copies in bursts, which ptxas pays three never-executed ``@!PT LDS RZ, [RZ]`` per burst
+  for instead of per copy after a shared load (medium 228 -> 214), was slower on all three
+  tiles there (``copy_burst`` 4: 0.947x, 0.93x, 0.84x).
 * **Edge blocks on the same copies.**  A block on D's edge copies unchecked too, each
   copy origin past the edge moved back to the last row (column, or 16-byte chunk) inside:
   the rows and columns it then fills are never stored.  At 1000^3 the 128 blocks of the
@@ -439,9 +447,9 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
             from its origin ``a_src[c]`` (or ``b_src``) moved ``a_dk`` along K, to stage offset
             ``a_dst`` plus its place."""
             if c < A_IT:
-                stream_a.copy(a_tile, a_dst + U(c) * A_PSTEP, a, a_src[c] + a_dk)
+                stream_a.copy(a_tile, a_dst + U(c) * A_PSTEP, a, a_src[c], a_dk)
             else:
-                stream_b.copy(b_tile, b_dst + U(c - A_IT) * B_PSTEP, b, b_src[c - A_IT] + b_dk)
+                stream_b.copy(b_tile, b_dst + U(c - A_IT) * B_PSTEP, b, b_src[c - A_IT], b_dk)
 
         @cuda.jit(device=True, inline="always")
         def load_step_head(a_tile, a_off, b_tile, b_off, w_row, w_col, lane, a_frag, b_frag, s):
