@@ -138,7 +138,8 @@ TILE_CONFIGS = {
         "small": dict(kind="dmma", copy="async", threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=4),
         "tiny": dict(kind="dmma", copy="async", threads=256, BM=64, BN=64, BK=8, WM=32, WN=16, stages=4),
         # cuBLAS's own kernel shape at 4096x4096x256 (h100_ncu_shallow_s18.log): 128x64x16, 4 warps of
-        # 64x32 on m16n8k8, 3 stages, two blocks per SM
+        # 64x32 on m16n8k8, 3 stages, two blocks per SM; on m16n8k16 (30 fewer instructions a K tile),
+        # or with 4 or 2 stages, slower (h100_f64_rounds_medium_variants_s19.log)
         "medium": dict(kind="dmma", copy="async", mma_sm90=(16, 8), threads=128, BM=128, BN=64, BK=16, WM=64, WN=32,
                        stages=3, min_blocks=2, unchecked_prologue=True),
         # the large tile over K slices (blockIdx.z) into a workspace: dxgemm._gemm.choose_split_k
