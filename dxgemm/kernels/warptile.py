@@ -59,7 +59,11 @@ What else makes this rung fast:
   0.950x, 4096^3 and 1000^3 unchanged (h100_f64_rounds_moved_s19.log).  Issuing the
   copies in bursts, which ptxas pays three never-executed ``@!PT LDS RZ, [RZ]`` per burst
   for instead of per copy after a shared load (medium 228 -> 214), was slower on all three
-  tiles there (``copy_burst`` 4: 0.947x, 0.93x, 0.84x).
+  tiles there (``copy_burst`` 4: 0.947x, 0.93x, 0.84x).  Nor did 16-byte fragment loads
+  (a lane's K values taken from consecutive elements, two per ``ld.shared``; the mma's sum
+  over K does not care which): for A the mma's registers pair rows ``g`` and ``g + 8``,
+  never adjacent in shared memory, and for column-major B, where they would pair, ptxas
+  answered with some 200 register moves a K tile at 255 registers (SASS on the CPU).
 * **Edge blocks on the same copies.**  A block on D's edge copies unchecked too, each
   copy origin past the edge moved back to the last row (column, or 16-byte chunk) inside:
   the rows and columns it then fills are never stored.  At 1000^3 the 128 blocks of the
