@@ -303,7 +303,11 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int 
     (4096^2 x 256 0.197 small / 0.184 medium).  On 13 shapes it was not fitted on
     (``h100_warptile_tiles_model_check_s19.log``) it picked the fastest tile at 12, and
     at the thirteenth, 5120^2 x 1024, large where medium was 3 % faster (13 large waves
-    against 25 medium blocks an SM, 13 against 13.25 in the model).
+    against 25 medium blocks an SM, 13 against 13.25 in the model).  Near such ties the
+    medium tile's cost is not one number (``h100_warptile_tiles_near_ties_s19.log``, medium
+    / large ms): it won at every size from 4608^2 to 6656^2 at K = 1024 and 2048 (6656^2 x
+    1024 1.65 / 1.89, a cost of 0.45), lost at 4096^2 and 8192^2 x 1024 (0.51-0.53) and at
+    5120^2 x 4096 (0.55).  The model keeps 0.53 until that is understood.
     """
     if backend != "warptile":
         return "large"
