@@ -587,10 +587,10 @@ class AsyncTileStream(NamedTuple):
     threads cover at once: chunk ``c`` of the tile at ``(row0, col0)`` starts at global
     offset ``origin(ld, row0, col0, tid) + c * step(ld)`` and lands at ``place(tid) + c *
     place_step`` of a shared stage; moving the tile ``dk`` along K adds ``dk *
-    k_stride(ld)``.  ``copy(s, dst, g, origin, dk)`` starts one copy, from ``g[origin + dk]``.  A kernel keeps each chunk's
-    origin in a register and issues the copies between its mma instructions: the bounds
-    checks of :func:`make_tile_async_copier` cost more issue slots than the copies
-    themselves.
+    k_stride(ld)``.  ``copy(s, dst, g, origin, dk)`` starts one copy, from ``g[origin +
+    dk]``.  A kernel keeps each chunk's origin in a register and issues the copies between
+    its mma instructions: the bounds checks of :func:`make_tile_async_copier` cost more
+    issue slots than the copies themselves.
 
     A tile that crosses the matrix's edge across K (``limit``: A's rows, B's columns) is
     copied unchecked too, chunk ``c`` from ``edge_origin(ld, row0, col0, tid, c, limit)``: a
