@@ -223,7 +223,7 @@ def plot(path_json: str, path_png: str) -> None:
     peaks = doc["peaks"]
     for ax, dtype in zip(axes[0], dtypes):
         rows = [r for r in records if r["dtype"] == dtype]
-        for backend in dict.fromkeys(list(BACKENDS) + ["pipeline"]):
+        for backend in BACKENDS:
             pts = sorted((r["m"], r["tflops"]) for r in rows if r["backend"] == backend)
             if pts:
                 ax.plot(*zip(*pts), marker="o", label=backend)

@@ -7,6 +7,7 @@ call re-checks, and which calls are never kept.
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -306,6 +307,6 @@ def test_bench_plot_draws_the_ladder_squares_only(tmp_path):
                gpu={"name": "test GPU"})
     assert bench.ladder_records(doc) == kept
     path = tmp_path / "r.json"
-    path.write_text(__import__("json").dumps(doc))
+    path.write_text(json.dumps(doc))
     bench.plot(str(path), str(tmp_path / "r.png"))
     assert (tmp_path / "r.png").stat().st_size > 0
