@@ -1,8 +1,10 @@
-"""Fit the float32 exact GELU's polynomial (``dxgemm.epilogues._pointwise.GELU_FLOAT32_POLY``).
+"""Fit the exact GELU's polynomials (``dxgemm.epilogues._pointwise.GELU_FLOAT32_POLY``, ``GELU_FLOAT64_POLY``).
 
 No GPU needed::
 
-    python benchmarks/gelu_fit.py            # prints the coefficients and their errors
+    python benchmarks/gelu_fit.py                    # float32: prints the coefficients and their errors
+    python benchmarks/gelu_fit.py --dtype float64    # float64 (a few minutes: the fit runs in mpmath)
+    python benchmarks/gelu_fit.py --dtype float64 --check   # only check the shipped float64 coefficients
 
 The float32 GELU computes ``x Phi(x) = relu(x) - s Phi(-s)`` with ``s = min(|x|, 6)`` and
 ``Phi(-s) = 2**q(s)``.  ``q`` approximates ``log2(Phi(-s))`` (``Phi(-s) = erfc(s / sqrt 2) / 2``,
@@ -12,14 +14,28 @@ at 1e-3 to keep the relative error small in the tail too.  The weighted minimax 
 Lawson's iteration on a Chebyshev least-squares fit; the check evaluates ``q`` in float32
 with Horner's rule, as the device does (less the FMA's single rounding), and ``2**q``
 exactly (the device's ex2.approx adds at most 2 ulp).
+
+float64 writes ``Phi(-s) = exp(-q(s)) / 2`` with ``q(s) = s P(s) ~ -ln(2 Phi(-s))`` on
+[0, 8.3] (``q(0) = 0`` exactly), ``P`` of degree 20, the error of ``q`` again weighted by
+``Phi(-s)`` (no floor: float64's tolerance is absolute in units of ``|x|``).  In float64 a
+numpy least-squares fit cannot see errors of 1e-17, so the Lawson iteration runs in mpmath
+(60 digits) on a Chebyshev basis.  ``exp(r)`` on ``|r| <= ln(2) / 2`` is mpmath's Chebyshev
+fit of degree 11.  The check replays the device's arithmetic with exact FMA rounding
+(``fractions.Fraction``) and compares ``relu(x) - s Phi(-s)`` with mpmath's ``x Phi(x)``
+on [-9, 9], in units of ``|x| + |y|`` (the epilogue tolerance's unit,
+``dxgemm.epilogues.reference``).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import mpmath
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 TOP = 6.0
 DEGREE = 9
@@ -61,11 +77,113 @@ def check(coef: np.ndarray, top: float = TOP) -> dict:
             "max_rel_below_3": float(rel[s < 3].max())}
 
 
+TOP64 = 8.3
+DEGREE64 = 20
+
+
+def fit_float64(degree: int = DEGREE64, top: float = TOP64, points: int = 500, iterations: int = 25) -> list[float]:
+    """Monomial coefficients of ``P`` (``q(s) = s P(s)``), lowest degree first, and the weighted error."""
+    mp = mpmath.mp
+    mp.dps = 60
+    top = mp.mpf(top)
+    s = [top * (1 - mp.cos(mp.pi * (i + 0.5) / points)) / 2 for i in range(points)]
+    q = [-mp.log(2 * mp.ncdf(-v)) for v in s]
+    weight = [mp.ncdf(-v) for v in s]
+
+    def basis(v):  # v * T_j(2 v / top - 1)
+        t = 2 * v / top - 1
+        out = [mp.mpf(1), t]
+        while len(out) <= degree:
+            out.append(2 * t * out[-1] - out[-2])
+        return [v * b for b in out[:degree + 1]]
+
+    rows = [basis(v) for v in s]
+    lawson = list(weight)
+    for _ in range(iterations):
+        a = mp.matrix([[b * w for b in row] for row, w in zip(rows, lawson)])
+        cheb = mp.qr_solve(a, mp.matrix([v * w for v, w in zip(q, lawson)]))[0]
+        err = [abs(mp.fsum(c * b for c, b in zip(cheb, row)) - v) * w for row, v, w in zip(rows, q, weight)]
+        worst = max(err)
+        lawson = [w * mp.sqrt(e / worst) + w0 * mp.mpf(1e-4) for w, e, w0 in zip(lawson, err, weight)]
+    print(f"weighted error of q: {mpmath.nstr(worst, 3)}")
+    coef = [mp.mpf(0)] * (degree + 1)  # sum_j cheb_j T_j(2 s / top - 1) in powers of s
+    prev, cur = [mp.mpf(1)], [mp.mpf(-1), 2 / top]
+    for j, c in enumerate(cheb):
+        poly = prev if j == 0 else cur
+        if j >= 2:
+            poly = [mp.mpf(0)] * (j + 1)
+            for i, v in enumerate(cur):
+                poly[i + 1] += 4 / top * v
+                poly[i] -= 2 * v
+            for i, v in enumerate(prev):
+                poly[i] -= v
+            prev, cur = cur, poly
+        for i, v in enumerate(poly):
+            coef[i] += c * v
+    return [float(c) for c in coef]
+
+
+def fit_exp(degree: int = 11) -> list[float]:
+    """``exp(r)`` on ``|r| <= ln(2) / 2`` (a little wider), lowest degree first."""
+    mpmath.mp.dps = 50
+    half = mpmath.log(2) / 2 + mpmath.mpf(1e-4)
+    coef, err = mpmath.chebyfit(mpmath.exp, [-half, half], degree + 1, error=True)
+    print(f"exp fit error: {mpmath.nstr(err, 3)}")
+    return [float(c) for c in reversed(coef)]
+
+
+def check_float64(poly, exp_poly, top: float = TOP64) -> float:
+    """Worst error of the float64 GELU, replayed with exact FMA rounding, in units of ``|x| + |y|``."""
+    import math
+    import random
+    from fractions import Fraction
+
+    from dxgemm.epilogues._pointwise import LN2_HI, LN2_LO, LOG2E, SHIFTER
+
+    def fma(a, b, c):
+        return float(Fraction(a) * Fraction(b) + Fraction(c))
+
+    def gelu(x):
+        s = min(abs(x), top)
+        p = poly[-1]
+        for c in reversed(poly[:-1]):
+            p = fma(p, s, c)
+        q = s * p
+        j = fma(q, -LOG2E, SHIFTER) - SHIFTER
+        r = fma(j, -LN2_LO, fma(j, -LN2_HI, -q))
+        e = exp_poly[-1]
+        for c in reversed(exp_poly[:-1]):
+            e = fma(e, r, c)
+        return fma(-s, math.ldexp(e, int(j) - 1), x if x > 0 else 0.0)
+
+    mpmath.mp.dps = 40
+    u = 2.0**-53
+    rng = random.Random(1)
+    xs = [i / 97 for i in range(-873, 874)] + [rng.uniform(-9, 9) for _ in range(2000)]
+    worst = 0.0
+    for x in (x for x in xs if x):
+        want = mpmath.mpf(x) * mpmath.ncdf(x)
+        worst = max(worst, float(abs(gelu(x) - want) / (u * (abs(x) + abs(want)))))
+    return worst
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--degree", type=int, default=DEGREE)
+    parser.add_argument("--degree", type=int, default=None)
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    parser.add_argument("--check", action="store_true", help="float64: check the shipped coefficients only")
     args = parser.parse_args()
-    coef = fit(args.degree)
+    if args.dtype == "float64":
+        from dxgemm.epilogues._pointwise import EXP_FLOAT64_POLY, GELU_FLOAT64_POLY
+
+        poly, exp_poly = GELU_FLOAT64_POLY, EXP_FLOAT64_POLY
+        if not args.check:
+            poly, exp_poly = fit_float64(args.degree or DEGREE64), fit_exp()
+            print("P, lowest degree first:", poly)
+            print("exp, lowest degree first:", exp_poly)
+        print(f"worst error, units of |x| + |y|: {check_float64(list(poly), list(exp_poly)):.3f}")
+        return
+    coef = fit(args.degree or DEGREE)
     print("coefficients, lowest degree first:", [float(np.float32(c)) for c in coef])
     print(check(coef))
 

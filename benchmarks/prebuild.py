@@ -155,7 +155,7 @@ def env(**values) -> None:
 
 
 def gpu_epilogue_calls():
-    """tests/test_gpu_epilogues.py: every chain x shape x dtype on the pipeline, the dense layer, the GELU tail."""
+    """tests/test_gpu_epilogues.py: every chain x shape x dtype on the pipeline, the dense layer, the GELU tests."""
     rng = np.random.default_rng(0)
 
     import tests.test_gpu_epilogues as T  # its CHAINS, SHAPES and the custom stage's own function
@@ -185,10 +185,11 @@ def gpu_epilogue_calls():
         n = 4096
         x, w, c = (normal(rng, (n, n), dtype) for _ in range(3))
         gemm(x, w, c, alpha=1 / 64, beta=0.5, epilogue=E.bias(normal(rng, n, dtype)) | E.gelu(), backend="pipeline")
-    a = dev(np.linspace(-12, 12, 4096 * 16).astype(np.float32).reshape(-1, 64))
-    eye = dev(np.eye(64, dtype=np.float32))
-    gemm(a, eye, epilogue=E.gelu(), backend="pipeline")
-    gemm(a, eye, backend="pipeline")
+    for dtype in DTYPES:  # the GELU tests on the hardware, float32's tail and float64's
+        a = dev(np.linspace(-12, 12, 4096 * 16).astype(dtype).reshape(-1, 64))
+        eye = dev(np.eye(64, dtype=dtype))
+        gemm(a, eye, epilogue=E.gelu(), backend="pipeline")
+        gemm(a, eye, backend="pipeline")
 
 
 def gpu_pipeline_calls():

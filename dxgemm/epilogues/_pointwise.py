@@ -10,7 +10,8 @@ float32 forms of GELU, tanh-GELU, SiLU and sigmoid are rewritten around one ``ex
 for the last three, an approximate division) because in a fused GEMM the epilogue's
 instructions compete with the main loop's for issue slots: each SASS instruction per
 element is visible in the kernel's time at shallow K.  float64 tanh-GELU is rewritten
-the same way around libdevice's ``exp`` (one path instead of ``tanh``'s two).
+the same way around libdevice's ``exp`` (one path instead of ``tanh``'s two), and the
+float64 exact GELU around an ``exp`` of its own (no float64<->float32 conversions).
 
 Scalar parameters (``slope``, ``lo``/``hi``, ``s``) are run-time arguments, cast to the
 accumulator's dtype at bind time, so a new value reuses the compiled kernel.  What changes
@@ -31,7 +32,7 @@ from typing import Any, Callable
 import numpy as np
 from numba import cuda
 
-from ..kernels._device import divide_approx, exp2_approx
+from ..kernels._device import divide_approx, exp2_approx, fma, low_word, times_pow2
 from ._base import BoundEpilogue, Epilogue, EpilogueContext
 
 
@@ -161,24 +162,14 @@ class GELU(Pointwise):
 
     def _formula(self, dtype: np.dtype) -> tuple:
         if dtype != np.float32:
-            return () if self.variant == ("none",) else ("sigmoid-exp",)
+            return ("q20-exp11",) if self.variant == ("none",) else ("sigmoid-exp",)
         return ("ex2ftz-poly9",) if self.variant == ("none",) else ("sigmoid-ex2ftz",)
 
     @staticmethod
     def _device(t, approximate):
         if approximate == "tanh":
             return _gelu_tanh(t)
-        if t is np.float32:
-            return _gelu_float32()
-        # h + h * erf(...) rather than h * (1 + erf(...)): one fused multiply-add, no add
-        half, rsqrt2 = t(0.5), t(1 / math.sqrt(2))
-
-        @cuda.jit(device=True)
-        def gelu(value, row, col, args):
-            h = half * value
-            return h + h * math.erf(value * rsqrt2)
-
-        return gelu
+        return _gelu_float32() if t is np.float32 else _gelu_float64()
 
     def _reference(self, x, xp):
         if self.variant == ("none",):
@@ -227,6 +218,75 @@ def _gelu_float32() -> Callable:
 
     return gelu
 
+
+GELU_FLOAT64_POLY = (
+    0.7978845608028563, 0.3183098861843472, 0.036335602345818625, -0.004782111629380531, -3.698150650268159e-05,
+    0.00021202890199954137, -5.216907419359139e-05, 1.6358134702414715e-06, 2.821400179344455e-06,
+    -8.942764760794356e-07, 4.271079184362813e-08, 6.862092217577183e-08, -3.376914017561779e-08,
+    9.613312954229088e-09, -1.9552465692841886e-09, 2.979381534404043e-10, -3.4070080426390893e-11,
+    2.8510755521700977e-12, -1.6519928113973384e-13, 5.9267091038202275e-15, -9.915606711656569e-17,
+)
+"""``P(s)`` with ``q(s) = s P(s) ~ -ln(2 Phi(-s))`` on ``0 <= s <= 8.3``, lowest degree first: the float64
+exact GELU's polynomial (``benchmarks/gelu_fit.py --dtype float64``; weighted least squares with
+Lawson's iteration, weight ``Phi(-s)``, in mpmath): ``|Phi(-s) * (q - ln(1 / (2 Phi(-s))))| < 3e-17``."""
+
+GELU_FLOAT64_TOP = 8.3
+"""Where the float64 polynomial stops: ``s * Phi(-s) < 5e-16`` beyond, below a unit of ``s``'s rounding."""
+
+EXP_FLOAT64_POLY = (
+    1.0, 1.0, 0.5000000000000019, 0.1666666666666668, 0.04166666666648768, 0.008333333333319568,
+    0.0013888888952424726, 0.00019841269890131665, 2.480148536466595e-05, 2.7557240828098965e-06,
+    2.763268316490701e-07, 2.511007107635293e-08,
+)
+"""``exp(r)`` on ``|r| <= ln(2) / 2``, lowest degree first (Chebyshev fit, mpmath): relative error 3e-18."""
+
+LN2_HI = float.fromhex("0x1.62e42fefa39efp-1")
+LN2_LO = float.fromhex("0x1.abc9e3b39803fp-56")
+SHIFTER = 1.5 * 2.0**52
+"""``fma(y, c, SHIFTER)`` rounds ``y * c`` to an integer held in the low word (:func:`~dxgemm.kernels._device.low_word`)."""
+
+
+def _gelu_float64() -> Callable:
+    """Exact GELU in float64 as ``relu(x) - s * Phi(-s)``, ``s = min(|x|, 8.3)``, ``Phi(-s) = exp(-q(s)) / 2``.
+
+    The float32 form's shape (:func:`_gelu_float32`) with double-precision parts: ``q(s) = s
+    P(s)``, ``P`` of degree 20 (:data:`GELU_FLOAT64_POLY`), and ``exp(-q)`` reduced to ``2**j
+    exp(r)``, ``|r| <= ln(2) / 2`` (``j`` from the shifter trick, ``r`` with ``ln 2`` in two
+    parts), ``exp(r)`` a degree-11 polynomial and ``2**(j - 1)`` an integer add to the
+    exponent.  36 FP64 instructions and no conversion, where ``0.5 x (1 + erf(x / sqrt 2))``
+    with libdevice's ``erf`` took ~45 and three float64<->float32 conversions (a quarter of the
+    FP64 rate each) for its own ``exp``: in a fused float64 GEMM the epilogue's FP64
+    instructions share one pipe with the DMMA main loop (``benchmarks/fp64_pipes.py``), so
+    each of them shows.  What matters is ``Phi(-s)``'s absolute error (it is multiplied by
+    ``s <= |x|``): at most 0.7 units of ``|x| + |y|`` over ``[-9, 9]`` with exact FMA rounding
+    (``benchmarks/gelu_fit.py --dtype float64 --check``), and no cancellation for negative
+    ``x``, where ``1 + erf`` loses digits.  NaN passes through ``relu``; ``+inf`` gives ``+inf``
+    and ``-inf`` gives ``-8.3 Phi(-8.3)``, about ``-4e-16``.
+    """
+    p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10 = GELU_FLOAT64_POLY[:11]
+    p11, p12, p13, p14, p15, p16, p17, p18, p19, p20 = GELU_FLOAT64_POLY[11:]
+    e0, e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11 = EXP_FLOAT64_POLY
+    top, zero, shifter = GELU_FLOAT64_TOP, 0.0, SHIFTER
+    minus_log2e, minus_ln2_hi, minus_ln2_lo = -LOG2E, -LN2_HI, -LN2_LO
+
+    @cuda.jit(device=True)
+    def gelu(value, row, col, args):
+        s = abs(value)
+        s = s if s < top else top  # NaN takes top; relu passes the NaN on
+        p = fma(fma(fma(fma(fma(p20, s, p19), s, p18), s, p17), s, p16), s, p15)
+        p = fma(fma(fma(fma(fma(p, s, p14), s, p13), s, p12), s, p11), s, p10)
+        p = fma(fma(fma(fma(fma(p, s, p9), s, p8), s, p7), s, p6), s, p5)
+        p = fma(fma(fma(fma(fma(p, s, p4), s, p3), s, p2), s, p1), s, p0)
+        q = s * p
+        shifted = fma(q, minus_log2e, shifter)
+        j = shifted - shifter  # round(-q log2 e), as a float64
+        r = fma(j, minus_ln2_lo, fma(j, minus_ln2_hi, -q))
+        e = fma(fma(fma(fma(fma(fma(e11, r, e10), r, e9), r, e8), r, e7), r, e6), r, e5)
+        e = fma(fma(fma(fma(fma(e, r, e4), r, e3), r, e2), r, e1), r, e0)
+        relu = zero if value <= zero else value
+        return fma(-s, times_pow2(e, low_word(shifted) - 1), relu)
+
+    return gelu
 
 def _over_one_plus_exp(t: type) -> tuple[Callable, float]:
     """``num / (1 + exp(z))`` in dtype ``t`` as a device function ``(num, z)``, and the factor
@@ -439,10 +499,10 @@ def leaky_relu(slope: float = 0.01) -> Epilogue:
 def gelu(approximate: str = "none") -> Epilogue:
     """GELU, ``x * Phi(x)``: ``approximate="none"`` is the exact erf form, ``"tanh"`` PyTorch's tanh approximation.
 
-    The exact form runs in the accumulator's dtype: float64 as ``0.5 x (1 + erf(x / sqrt 2))``
-    with libdevice's ``erf``; float32 as ``relu(x) - s Phi(-s)``, ``s = min(|x|, 6)``, with
-    ``Phi(-s)`` a fitted ``exp2`` of a polynomial (within 3 float32 units of ``|x|``, and no
-    cancellation for negative ``x``).  The tanh form is ``0.5 x (1 + tanh(u))``,
+    The exact form runs in the accumulator's dtype, in both as ``relu(x) - s Phi(-s)``, ``s =
+    |x|`` clamped, with ``Phi(-s)`` the exponential of a fitted polynomial: no cancellation for
+    negative ``x``, within 3 float32 units of ``|x|`` in float32 (``exp2``, 6) and within 0.7
+    float64 units of ``|x| + |gelu(x)|`` in float64 (``exp`` reduced by hand, 8.3).  The tanh form is ``0.5 x (1 + tanh(u))``,
     ``u = sqrt(2/pi) (x + 0.044715 x^3)``, computed as the equal ``x / (1 + exp(-2u))``: in
     float32 with ``exp2`` and an approximate division, in float64 with ``exp`` and IEEE
     division.

@@ -17,6 +17,7 @@ Two Numba-specific habits run through the ladder (see ``shared/notes/numba-gemm.
 from __future__ import annotations
 
 import math
+import struct
 import threading
 from typing import Any, Callable, NamedTuple
 
@@ -347,7 +348,14 @@ def make_tile_loader(
 # for ``|y| > 2**126``, where ``y = 1 + 2**z`` has overflowed or nearly so and the exact
 # quotient is below 1e-37.
 #
-# The simulator indexes, calls ``math.exp2`` and divides.
+# float64 ``fma(a, b, c)``: one rounding (libdevice's ``fma``, ``DFMA``), where ``a * b + c``
+# leaves the contraction to the compiler.  ``low_word(t)``: the low 32 bits of a float64 as
+# a signed integer; after ``t = fma(y, c, 1.5 * 2**52)`` they are ``round(y * c)`` (the
+# shifter trick: no conversion instruction, which on sm_90 runs at a quarter of the FP64
+# rate).  ``times_pow2(y, k)``: ``y * 2**k`` as an integer add to the exponent field, for a
+# normal result only (the caller keeps it in range).
+#
+# The simulator indexes, calls ``math.exp2`` and divides (and ``fma`` rounds twice).
 # ---------------------------------------------------------------------------------------
 if SIMULATOR:
 
@@ -359,6 +367,16 @@ if SIMULATOR:
 
     def divide_approx(x, y):
         return x / y
+
+    def fma(a, b, c):
+        return a * b + c
+
+    def low_word(t):
+        low = struct.unpack("<Q", struct.pack("<d", t))[0] & 0xFFFFFFFF
+        return low - (1 << 32) if low >= 1 << 31 else low
+
+    def times_pow2(y, k):
+        return math.ldexp(y, k)
 
 else:
     from numba.core import cgutils
@@ -394,6 +412,12 @@ else:
         return types.float32(z), codegen
 
     divide_approx = libdevice.fast_fdividef
+    fma = libdevice.fma
+    low_word = libdevice.double2loint
+
+    @cuda.jit(device=True)
+    def times_pow2(y, k):
+        return libdevice.hiloint2double(libdevice.double2hiint(y) + (k << 20), libdevice.double2loint(y))
 
 
 # ---------------------------------------------------------------------------------------

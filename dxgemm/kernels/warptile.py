@@ -139,7 +139,10 @@ TILE_CONFIGS = {
         "tiny": dict(threads=256, BM=64, BN=64, BK=16, WM=32, WN=16, WNITER=1, TM=4, TN=4, stages=2, unroll=2),
     },
     "float64": {
-        "small": dict(kind="dmma", copy="async", threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=4),
+        # two blocks per SM, held to 128 registers: the float64 exact GELU took it to 135 and one block
+        # (bias | gelu at 4096x4096x256 0.288 ms against 0.243 capped, h100_gelu64_tiles_s20.log)
+        "small": dict(kind="dmma", copy="async", threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=4,
+                      min_blocks=2),
         "tiny": dict(kind="dmma", copy="async", threads=256, BM=64, BN=64, BK=8, WM=32, WN=16, stages=4),
         # cuBLAS's own kernel shape at 4096x4096x256 (h100_ncu_shallow_s18.log): 128x64x16, 4 warps of
         # 64x32 on m16n8k8, 3 stages, two blocks per SM; on m16n8k16 (30 fewer instructions a K tile),
