@@ -179,11 +179,15 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     ``h100_warptile_f64_tiles_s15.log``: 4096^2 x 256 0.197 ms against the pipeline's 0.228,
     8192^2 x 512 1.426 against 1.549, 4096^2 x 128 0.114 against 0.122.  The pipeline keeps
     unaligned operands (4097^3: 1.03x / 0.77x cuBLAS, warptile's checked copies), skinny
-    outputs that warptile does not split over K (below), and below K = 1024 calls whose
-    epilogue is ``transcendental`` (an ``exp``, ``erf`` or ``tanh`` per element), which the
-    pipeline applies with more warps per SM to hide the FP64 pipe's latency (ties in
-    ``h100_auto_choice_epilogues_s18.log``: ``bias | gelu`` 4096^2 x 256 0.258 / 0.258 ms,
-    8192^2 x 512 1.725 / 1.670, 4096^2 x 128 0.174 / 0.187, pipeline / warptile); light
+    outputs that warptile does not split over K (below), and at K = 128 calls whose epilogue
+    is ``transcendental`` (an ``exp``, ``erf`` or ``tanh`` per element).  Since the float64
+    exact GELU lost libdevice's ``erf`` (session 20) warptile's small tile leads with
+    ``bias | gelu`` at every other shallow K measured, the two interleaved in rounds
+    (``h100_backends_gelu64_s20.log``, pipeline / warptile ms): 4096^2 x 256 0.249 / 0.243,
+    8192^2 x 512 1.73 / 1.64, 2048^2 x 256 0.070 / 0.066, 6144^2 x 512 0.943 / 0.902,
+    4096^2 x 768 0.599 / 0.573, but 4096^2 x 128 0.161 / 0.168.  Before it the two had tied
+    (``h100_auto_choice_epilogues_s18.log``: 4096^2 x 256 0.258 / 0.258 ms, 8192^2 x 512
+    1.725 / 1.670, 4096^2 x 128 0.174 / 0.187) and the pipeline kept K < 1024; light
     chains (``bias``, ``bias | relu``) stay on warptile's medium tile, ahead at 11 of 12
     shapes there (``bias | relu`` 4096^2 x 256 0.211 / 0.188, 8192^2 x 512 1.488 / 1.341,
     6144^2 x 512 0.948 / 0.774; ``bias`` at 4096^2 x 128 a tie).  Earlier figures:
@@ -245,7 +249,7 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     if not pipeline:
         return "warptile"
     if dt == np.float64:
-        if k < 128 or m * n * k < 2**28 or (aligned and min(m, n) > 256 and (k >= 1024 or not transcendental)):
+        if k < 128 or m * n * k < 2**28 or (aligned and min(m, n) > 256 and (k > 128 or not transcendental)):
             return "warptile"
         tile = choose_tile("warptile", dt, m, n, k, sms)  # any tile but large: the same split count
         if aligned and m >= 128 and n >= 64 and choose_split_k("warptile", dt, m, n, k, tile, sms) > 1:
