@@ -473,11 +473,29 @@ if SIMULATOR:
 
 else:
 
+    def _emit_cp_async(builder, to, frm, nbytes: int, count=None) -> None:
+        """One ``cp.async`` of ``nbytes`` from the global element pointer or i64 address ``frm``
+        to the shared element pointer ``to``; ``count``: the source bytes (an i32) to read, the
+        rest zero-filled, or None for all of them (the instruction then carries no source size)."""
+        i64, i32 = ir.IntType(64), ir.IntType(32)
+        cache = ".cg" if nbytes == 16 else ".ca"  # .cg (L2 only) exists for 16-byte copies alone
+        # The shared address as a 32-bit shared-window value, converted outside the asm, where
+        # LLVM can fold the conversion into the shared array's own address and keep copies
+        # a constant apart as one base plus immediates.
+        shared = builder.ptrtoint(builder.addrspacecast(to, ir.PointerType(to.type.pointee, 3)), i32)
+        if isinstance(frm.type, ir.PointerType):
+            frm = builder.ptrtoint(frm, i64)
+        size, operands, types_, constraints = "", [shared, frm], [i32, i64], "r,l"
+        if count is not None:
+            size, operands, types_, constraints = ", $2", operands + [count], types_ + [i32], "r,l,r"
+        asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), types_), f"cp.async{cache}.shared.global [$0], [$1], "
+                           f"{nbytes}{size};", constraints + ",~{memory}", side_effect=True)
+        builder.call(asm, operands)
+
     def make_cp_async(nbytes: int, itemsize: int) -> Callable:
         """``cp_async(dst, dst_index, src, src_index, src_bytes)``: copy ``nbytes`` (4, 8 or 16)
         from ``src[src_index]`` (global, ``nbytes``-aligned) to ``dst[dst_index]`` (shared),
         zero-filling past ``src_bytes``."""
-        cache = ".cg" if nbytes == 16 else ".ca"  # .cg (L2 only) exists for 16-byte copies alone
 
         @intrinsic
         def cp_async(typingctx, dst, dst_index, src, src_index, src_bytes):
@@ -491,15 +509,7 @@ else:
                 to, _ = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
                 frm, _ = _element_pointer(context, builder, sig.args[2], args[2], sig.args[3], args[3])
                 count = context.cast(builder, args[4], sig.args[4], types.uint32)
-                i64, i32 = ir.IntType(64), ir.IntType(32)
-                # The shared address as a 32-bit shared-window value, converted outside the asm, where
-                # LLVM can fold the conversion into the shared array's own address and keep copies
-                # a constant apart as one base plus immediates.
-                shared = builder.addrspacecast(to, ir.PointerType(to.type.pointee, 3))
-                text = f"cp.async{cache}.shared.global [$0], [$1], {nbytes}, $2;"
-                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32, i64, i32]), text, "r,l,r,~{memory}",
-                                   side_effect=True)
-                builder.call(asm, [builder.ptrtoint(shared, i32), builder.ptrtoint(frm, i64), count])
+                _emit_cp_async(builder, to, frm, nbytes, count)
                 return context.get_dummy_value()
 
             return sig, codegen
@@ -513,7 +523,6 @@ else:
         one delta: the first address does not change from tile to tile, so the compiler keeps
         it in registers and each copy pays one 64-bit add, where the summed index cost two more
         (the sum's add and its scaling by the element size)."""
-        cache = ".cg" if nbytes == 16 else ".ca"
 
         @intrinsic
         def cp_async_moved(typingctx, dst, dst_index, src, src_origin, src_delta):
@@ -525,16 +534,12 @@ else:
             def codegen(context, builder, sig, args):
                 to, _ = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
                 origin, _ = _element_pointer(context, builder, sig.args[2], args[2], sig.args[3], args[3])
-                i64, i32 = ir.IntType(64), ir.IntType(32)
+                i64 = ir.IntType(64)
                 # An integer add, not a second GEP: LLVM merges consecutive GEPs back into one
                 # summed index.
                 delta = context.cast(builder, args[4], sig.args[4], types.uint64)
                 frm = builder.add(builder.ptrtoint(origin, i64), builder.mul(delta, ir.Constant(i64, itemsize)))
-                shared = builder.addrspacecast(to, ir.PointerType(to.type.pointee, 3))
-                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32, i64]),
-                                   f"cp.async{cache}.shared.global [$0], [$1], {nbytes};", "r,l,~{memory}",
-                                   side_effect=True)
-                builder.call(asm, [builder.ptrtoint(shared, i32), frm])
+                _emit_cp_async(builder, to, frm, nbytes)
                 return context.get_dummy_value()
 
             return sig, codegen
