@@ -185,7 +185,10 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     ``bias | gelu`` at every other shallow K measured, the two interleaved in rounds
     (``h100_backends_gelu64_s20.log``, pipeline / warptile ms): 4096^2 x 256 0.249 / 0.243,
     8192^2 x 512 1.73 / 1.64, 2048^2 x 256 0.070 / 0.066, 6144^2 x 512 0.943 / 0.902,
-    4096^2 x 768 0.599 / 0.573, but 4096^2 x 128 0.161 / 0.168.  Before it the two had tied
+    4096^2 x 768 0.599 / 0.573, but 4096^2 x 128 0.161 / 0.168; SiLU and sigmoid (libdevice
+    ``exp``) by 6-12 % at 4096^2 x 256, 8192^2 x 512, 2048^2 x 256 and 6144^2 x 512
+    (``h100_backends_transcendental_s20.log``: ``silu`` 0.265 / 0.241 ms at 4096^2 x 256,
+    ``sigmoid`` 0.246 / 0.232).  Before it the two had tied
     (``h100_auto_choice_epilogues_s18.log``: 4096^2 x 256 0.258 / 0.258 ms, 8192^2 x 512
     1.725 / 1.670, 4096^2 x 128 0.174 / 0.187) and the pipeline kept K < 1024; light
     chains (``bias``, ``bias | relu``) stay on warptile's medium tile, ahead at 11 of 12
