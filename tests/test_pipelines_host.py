@@ -588,7 +588,8 @@ def test_choose_backend():
     assert choose_backend(np.dtype(np.float64), 2048, 256, 8192, pipeline=True, aligned=False) == "pipeline"
     assert choose_backend(np.dtype(np.float64), 2048, 256, 1024, pipeline=True) == "pipeline"  # K < 2048: no split
     assert choose_backend(np.dtype(np.float64), 8192, 8192, 512, pipeline=True) == "warptile"  # the medium tile
-    # a transcendental chain (bias | gelu): warptile from K = 256, the pipeline at K = 128 (h100_backends_gelu64_s20.log)
+    # a transcendental chain (bias | gelu): warptile from K = 256, the pipeline at K = 128
+    # (h100_backends_gelu64_s20.log)
     assert choose_backend(np.dtype(np.float64), 8192, 8192, 512, pipeline=True, transcendental=True) == "warptile"
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 256, pipeline=True, transcendental=True) == "warptile"
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 128, pipeline=True, transcendental=True) == "pipeline"

@@ -67,8 +67,12 @@ def main() -> int:
         import dxgemm._gemm as G
 
         chosen = G.choose_tile
-        G.choose_tile = lambda backend, dtype, *rest, **kw: (
-            args.tile if backend == "warptile" and np.dtype(dtype) == np.float64 else chosen(backend, dtype, *rest, **kw))
+        def forced(backend, dtype, *rest, **kw):
+            if backend == "warptile" and np.dtype(dtype) == np.float64:
+                return args.tile
+            return chosen(backend, dtype, *rest, **kw)
+
+        G.choose_tile = forced
     if args.small_min_blocks:
         from dxgemm.kernels import warptile
 
@@ -91,8 +95,8 @@ def main() -> int:
     import epilogue_cost
 
     print(f"== float64 exact GELU after (exp(-s P(s)), no conversions) and before (libdevice erf): {args.rounds} "
-          f"interleaved rounds of epilogue_cost.py, each the median of 50 CUDA-event timings; tile {args.tile or 'auto'}"
-          f", small tile min_blocks {args.small_min_blocks}")
+          "interleaved rounds of epilogue_cost.py, each the median of 50 CUDA-event timings; "
+          f"tile {args.tile or 'auto'}, small tile min_blocks {args.small_min_blocks}")
     for backend in args.backends.split(","):
         for shape in shapes:
             times = epilogue_cost.cost_rounds(shape, np.dtype(np.float64), backend, chains, rounds=args.rounds,

@@ -243,7 +243,8 @@ EXP_FLOAT64_POLY = (
 LN2_HI = float.fromhex("0x1.62e42fefa39efp-1")
 LN2_LO = float.fromhex("0x1.abc9e3b39803fp-56")
 SHIFTER = 1.5 * 2.0**52
-"""``fma(y, c, SHIFTER)`` rounds ``y * c`` to an integer held in the low word (:func:`~dxgemm.kernels._device.low_word`)."""
+"""``fma(y, c, SHIFTER)`` rounds ``y * c`` to an integer held in the low word
+(:func:`~dxgemm.kernels._device.low_word`)."""
 
 
 def _gelu_float64() -> Callable:
@@ -253,7 +254,7 @@ def _gelu_float64() -> Callable:
     P(s)``, ``P`` of degree 20 (:data:`GELU_FLOAT64_POLY`), and ``exp(-q)`` reduced to ``2**j
     exp(r)``, ``|r| <= ln(2) / 2`` (``j`` from the shifter trick, ``r`` with ``ln 2`` in two
     parts), ``exp(r)`` a degree-11 polynomial and ``2**(j - 1)`` an integer add to the
-    exponent.  36 FP64 instructions and no conversion, where ``0.5 x (1 + erf(x / sqrt 2))``
+    exponent.  39 FP64 instructions (sm_90 SASS) and no conversion, where ``0.5 x (1 + erf(x / sqrt 2))``
     with libdevice's ``erf`` took ~45 and three float64<->float32 conversions (a quarter of the
     FP64 rate each) for its own ``exp``: in a fused float64 GEMM the epilogue's FP64
     instructions share one pipe with the DMMA main loop (``benchmarks/fp64_pipes.py``), so
@@ -502,10 +503,10 @@ def gelu(approximate: str = "none") -> Epilogue:
     The exact form runs in the accumulator's dtype, in both as ``relu(x) - s Phi(-s)``, ``s =
     |x|`` clamped, with ``Phi(-s)`` the exponential of a fitted polynomial: no cancellation for
     negative ``x``, within 3 float32 units of ``|x|`` in float32 (``exp2``, 6) and within 0.7
-    float64 units of ``|x| + |gelu(x)|`` in float64 (``exp`` reduced by hand, 8.3).  The tanh form is ``0.5 x (1 + tanh(u))``,
-    ``u = sqrt(2/pi) (x + 0.044715 x^3)``, computed as the equal ``x / (1 + exp(-2u))``: in
-    float32 with ``exp2`` and an approximate division, in float64 with ``exp`` and IEEE
-    division.
+    float64 units of ``|x| + |gelu(x)|`` in float64 (``exp`` reduced by hand, 8.3).  The tanh
+    form is ``0.5 x (1 + tanh(u))``, ``u = sqrt(2/pi) (x + 0.044715 x^3)``, computed as the
+    equal ``x / (1 + exp(-2u))``: in float32 with ``exp2`` and an approximate division, in
+    float64 with ``exp`` and IEEE division.
     """
     return GELU(approximate)
 
