@@ -20,7 +20,8 @@ float64 writes ``Phi(-s) = exp(-q(s)) / 2`` with ``q(s) = s P(s) ~ -ln(2 Phi(-s)
 ``Phi(-s)`` (no floor: float64's tolerance is absolute in units of ``|x|``).  In float64 a
 numpy least-squares fit cannot see errors of 1e-17, so the Lawson iteration runs in mpmath
 (60 digits) on a Chebyshev basis.  ``exp(r)`` on ``|r| <= ln(2) / 2`` is mpmath's Chebyshev
-fit of degree 11.  The check replays the device's arithmetic with exact FMA rounding
+fit of degree 11.  The check replays the device's arithmetic (each polynomial as
+``E(x^2) + x O(x^2)``, as the device evaluates it) with exact FMA rounding
 (``fractions.Fraction``) and compares ``relu(x) - s Phi(-s)`` with mpmath's ``x Phi(x)``
 on [-9, 9], in units of ``|x| + |y|`` (the epilogue tolerance's unit,
 ``dxgemm.epilogues.reference``).
@@ -143,17 +144,20 @@ def check_float64(poly, exp_poly, top: float = TOP64) -> float:
     def fma(a, b, c):
         return float(Fraction(a) * Fraction(b) + Fraction(c))
 
-    def gelu(x):
+    def horner(coef, x):
+        p = coef[-1]
+        for c in reversed(coef[:-1]):
+            p = fma(p, x, c)
+        return p
+
+    def gelu(x):  # the device's order: each polynomial in even and odd halves
         s = min(abs(x), top)
-        p = poly[-1]
-        for c in reversed(poly[:-1]):
-            p = fma(p, s, c)
-        q = s * p
+        s2 = s * s
+        q = s * fma(horner(poly[1::2], s2), s, horner(poly[0::2], s2))
         j = fma(q, -LOG2E, SHIFTER) - SHIFTER
         r = fma(j, -LN2_LO, fma(j, -LN2_HI, -q))
-        e = exp_poly[-1]
-        for c in reversed(exp_poly[:-1]):
-            e = fma(e, r, c)
+        r2 = r * r
+        e = fma(horner(exp_poly[1::2], r2), r, horner(exp_poly[0::2], r2))
         return fma(-s, math.ldexp(e, int(j) - 1), x if x > 0 else 0.0)
 
     mpmath.mp.dps = 40

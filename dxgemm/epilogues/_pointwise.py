@@ -162,7 +162,7 @@ class GELU(Pointwise):
 
     def _formula(self, dtype: np.dtype) -> tuple:
         if dtype != np.float32:
-            return ("q20-exp11",) if self.variant == ("none",) else ("sigmoid-exp",)
+            return ("q20-exp11-eo",) if self.variant == ("none",) else ("sigmoid-exp",)
         return ("ex2ftz-poly9",) if self.variant == ("none",) else ("sigmoid-ex2ftz",)
 
     @staticmethod
@@ -254,12 +254,13 @@ def _gelu_float64() -> Callable:
     P(s)``, ``P`` of degree 20 (:data:`GELU_FLOAT64_POLY`), and ``exp(-q)`` reduced to ``2**j
     exp(r)``, ``|r| <= ln(2) / 2`` (``j`` from the shifter trick, ``r`` with ``ln 2`` in two
     parts), ``exp(r)`` a degree-11 polynomial and ``2**(j - 1)`` an integer add to the
-    exponent.  39 FP64 instructions (sm_90 SASS) and no conversion, where ``0.5 x (1 + erf(x / sqrt 2))``
-    with libdevice's ``erf`` took ~45 and three float64<->float32 conversions (a quarter of the
-    FP64 rate each) for its own ``exp``: in a fused float64 GEMM the epilogue's FP64
-    instructions share one pipe with the DMMA main loop (``benchmarks/fp64_pipes.py``), so
-    each of them shows.  What matters is ``Phi(-s)``'s absolute error (it is multiplied by
-    ``s <= |x|``): at most 0.7 units of ``|x| + |y|`` over ``[-9, 9]`` with exact FMA rounding
+    exponent; both polynomials in even and odd halves.  41 FP64 instructions (sm_90 SASS) and
+    no conversion, where ``0.5 x (1 + erf(x / sqrt 2))`` with libdevice's ``erf`` took ~45 and
+    three float64<->float32 conversions (a quarter of the FP64 rate each) for its own
+    ``exp``: in a fused float64 GEMM the epilogue's FP64 instructions share one pipe with the
+    DMMA main loop (``benchmarks/fp64_pipes.py``), so each of them shows.  What matters is
+    ``Phi(-s)``'s absolute error (it is multiplied by ``s <= |x|``): at most 0.8 units of
+    ``|x| + |y|`` over ``[-9, 9]`` with exact FMA rounding
     (``benchmarks/gelu_fit.py --dtype float64 --check``), and no cancellation for negative
     ``x``, where ``1 + erf`` loses digits.  NaN passes through ``relu``; ``+inf`` gives ``+inf``
     and ``-inf`` gives ``-8.3 Phi(-8.3)``, about ``-4e-16``.
@@ -274,20 +275,26 @@ def _gelu_float64() -> Callable:
     def gelu(value, row, col, args):
         s = abs(value)
         s = s if s < top else top  # NaN takes top; relu passes the NaN on
-        p = fma(fma(fma(fma(fma(p20, s, p19), s, p18), s, p17), s, p16), s, p15)
-        p = fma(fma(fma(fma(fma(p, s, p14), s, p13), s, p12), s, p11), s, p10)
-        p = fma(fma(fma(fma(fma(p, s, p9), s, p8), s, p7), s, p6), s, p5)
-        p = fma(fma(fma(fma(fma(p, s, p4), s, p3), s, p2), s, p1), s, p0)
-        q = s * p
+        # Even and odd halves in s^2 (P(s) = E(s^2) + s O(s^2), exp the same way): two
+        # independent chains of half the depth, for one instruction more each; a tile with few
+        # warps per SM cannot hide the FP64 latency of one long chain (h100_gelu64_split_s20.log)
+        s2 = s * s
+        even = fma(fma(fma(fma(fma(p20, s2, p18), s2, p16), s2, p14), s2, p12), s2, p10)
+        even = fma(fma(fma(fma(fma(even, s2, p8), s2, p6), s2, p4), s2, p2), s2, p0)
+        odd = fma(fma(fma(fma(fma(p19, s2, p17), s2, p15), s2, p13), s2, p11), s2, p9)
+        odd = fma(fma(fma(fma(odd, s2, p7), s2, p5), s2, p3), s2, p1)
+        q = s * fma(odd, s, even)
         shifted = fma(q, minus_log2e, shifter)
         j = shifted - shifter  # round(-q log2 e), as a float64
         r = fma(j, minus_ln2_lo, fma(j, minus_ln2_hi, -q))
-        e = fma(fma(fma(fma(fma(fma(e11, r, e10), r, e9), r, e8), r, e7), r, e6), r, e5)
-        e = fma(fma(fma(fma(fma(e, r, e4), r, e3), r, e2), r, e1), r, e0)
+        r2 = r * r
+        e_even = fma(fma(fma(fma(fma(e10, r2, e8), r2, e6), r2, e4), r2, e2), r2, e0)
+        e_odd = fma(fma(fma(fma(fma(e11, r2, e9), r2, e7), r2, e5), r2, e3), r2, e1)
         relu = zero if value <= zero else value
-        return fma(-s, times_pow2(e, low_word(shifted) - 1), relu)
+        return fma(-s, times_pow2(fma(e_odd, r, e_even), low_word(shifted) - 1), relu)
 
     return gelu
+
 
 def _over_one_plus_exp(t: type) -> tuple[Callable, float]:
     """``num / (1 + exp(z))`` in dtype ``t`` as a device function ``(num, z)``, and the factor
@@ -502,7 +509,7 @@ def gelu(approximate: str = "none") -> Epilogue:
 
     The exact form runs in the accumulator's dtype, in both as ``relu(x) - s Phi(-s)``, ``s =
     |x|`` clamped, with ``Phi(-s)`` the exponential of a fitted polynomial: no cancellation for
-    negative ``x``, within 3 float32 units of ``|x|`` in float32 (``exp2``, 6) and within 0.7
+    negative ``x``, within 3 float32 units of ``|x|`` in float32 (``exp2``, 6) and within 0.8
     float64 units of ``|x| + |gelu(x)|`` in float64 (``exp`` reduced by hand, 8.3).  The tanh
     form is ``0.5 x (1 + tanh(u))``, ``u = sqrt(2/pi) (x + 0.044715 x^3)``, computed as the
     equal ``x / (1 + exp(-2u))``: in float32 with ``exp2`` and an approximate division, in
