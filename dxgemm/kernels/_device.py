@@ -330,7 +330,8 @@ def make_tile_loader(
 # ---------------------------------------------------------------------------------------
 # Epilogue primitives.  In a fused GEMM the epilogue's instructions compete with the main
 # loop's for issue slots, and every one per element shows in the kernel's time at shallow
-# K; these three replace libdevice/Numba forms that cost several instructions more.
+# K; the first three replace libdevice/Numba forms that cost several instructions more, the
+# last three are the pieces of float64 GELU's own ``exp`` (``epilogues._pointwise._gelu_float64``).
 #
 # ``load_invariant(v, i)``: ``v[i]`` of a 1-D array the kernel never writes, as an LLVM
 # load marked ``!invariant.load``.  A plain load of a bias may not move above a store to D
