@@ -83,7 +83,7 @@ DEGREE64 = 20
 
 
 def fit_float64(degree: int = DEGREE64, top: float = TOP64, points: int = 500, iterations: int = 25) -> list[float]:
-    """Monomial coefficients of ``P`` (``q(s) = s P(s)``), lowest degree first, and the weighted error."""
+    """Monomial coefficients of ``P`` (``q(s) = s P(s)``), lowest degree first; prints the weighted error."""
     mp = mpmath.mp
     mp.dps = 60
     top = mp.mpf(top)

@@ -57,11 +57,10 @@ def main() -> int:
                 raise SystemExit(f"{backend} {shape}: error {err:.3g} x the bound")
             launches[backend] = lambda backend=backend: dxgemm.gemm(a, b, d, epilogue=epilogue, backend=backend)
         times = interleaved_rounds(launches, rounds=args.rounds, warmup=3, reps=args.reps)
-        ratio = statistics.median(w / p for w, p in zip(times["warptile"], times["pipeline"]))
+        ratios = [w / p for w, p in zip(times["warptile"], times["pipeline"])]
         print(f"{shape:>16}  pipeline {statistics.median(times['pipeline']):.4f}  warptile "
-              f"{statistics.median(times['warptile']):.4f}  warptile/pipeline {ratio:.3f} "
-              f"(rounds {min(w / p for w, p in zip(times['warptile'], times['pipeline'])):.3f}-"
-              f"{max(w / p for w, p in zip(times['warptile'], times['pipeline'])):.3f})", flush=True)
+              f"{statistics.median(times['warptile']):.4f}  warptile/pipeline {statistics.median(ratios):.3f} "
+              f"(rounds {min(ratios):.3f}-{max(ratios):.3f})", flush=True)
     return 0
 
 
