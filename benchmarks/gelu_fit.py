@@ -15,11 +15,11 @@ Lawson's iteration on a Chebyshev least-squares fit; the check evaluates ``q`` i
 with Horner's rule, as the device does (less the FMA's single rounding), and ``2**q``
 exactly (the device's ex2.approx adds at most 2 ulp).
 
-float64 writes ``Phi(-s) = exp(-q(s)) / 2`` with ``q(s) = s P(s) ~ -ln(2 Phi(-s))`` on
-[0, 8.3] (``q(0) = 0`` exactly), ``P`` of degree 20, the error of ``q`` again weighted by
+float64 writes ``Phi(-s) = 2**t(s) / 2`` with ``t(s) = s P(s) ~ log2(2 Phi(-s))`` on
+[0, 8.3] (``t(0) = 0`` exactly), ``P`` of degree 20, the error of ``t`` again weighted by
 ``Phi(-s)`` (no floor: float64's tolerance is absolute in units of ``|x|``).  In float64 a
 numpy least-squares fit cannot see errors of 1e-17, so the Lawson iteration runs in mpmath
-(60 digits) on a Chebyshev basis.  ``exp(r)`` on ``|r| <= ln(2) / 2`` is mpmath's Chebyshev
+(60 digits) on a Chebyshev basis.  ``2**r`` on ``|r| <= 1 / 2`` is mpmath's Chebyshev
 fit of degree 11.  The check replays the device's arithmetic (each polynomial as
 ``E(x^2) + x O(x^2)``, as the device evaluates it) with exact FMA rounding
 (``fractions.Fraction``) and compares ``relu(x) - s Phi(-s)`` with mpmath's ``x Phi(x)``
@@ -83,12 +83,12 @@ DEGREE64 = 20
 
 
 def fit_float64(degree: int = DEGREE64, top: float = TOP64, points: int = 500, iterations: int = 25) -> list[float]:
-    """Monomial coefficients of ``P`` (``q(s) = s P(s)``), lowest degree first; prints the weighted error."""
+    """Monomial coefficients of ``P`` (``t(s) = s P(s)``), lowest degree first; prints the weighted error."""
     mp = mpmath.mp
     mp.dps = 60
     top = mp.mpf(top)
     s = [top * (1 - mp.cos(mp.pi * (i + 0.5) / points)) / 2 for i in range(points)]
-    q = [-mp.log(2 * mp.ncdf(-v)) for v in s]
+    q = [mp.log(2 * mp.ncdf(-v), 2) for v in s]
     weight = [mp.ncdf(-v) for v in s]
 
     def basis(v):  # v * T_j(2 v / top - 1)
@@ -106,7 +106,7 @@ def fit_float64(degree: int = DEGREE64, top: float = TOP64, points: int = 500, i
         err = [abs(mp.fsum(c * b for c, b in zip(cheb, row)) - v) * w for row, v, w in zip(rows, q, weight)]
         worst = max(err)
         lawson = [w * mp.sqrt(e / worst) + w0 * mp.mpf(1e-4) for w, e, w0 in zip(lawson, err, weight)]
-    print(f"weighted error of q: {mpmath.nstr(worst, 3)}")
+    print(f"weighted error of t: {mpmath.nstr(worst, 3)}")
     coef = [mp.mpf(0)] * (degree + 1)  # sum_j cheb_j T_j(2 s / top - 1) in powers of s
     prev, cur = [mp.mpf(1)], [mp.mpf(-1), 2 / top]
     for j, c in enumerate(cheb):
@@ -124,12 +124,12 @@ def fit_float64(degree: int = DEGREE64, top: float = TOP64, points: int = 500, i
     return [float(c) for c in coef]
 
 
-def fit_exp(degree: int = 11) -> list[float]:
-    """``exp(r)`` on ``|r| <= ln(2) / 2`` (a little wider), lowest degree first."""
+def fit_exp2(degree: int = 11) -> list[float]:
+    """``2**r`` on ``|r| <= 1 / 2`` (a little wider), lowest degree first."""
     mpmath.mp.dps = 50
-    half = mpmath.log(2) / 2 + mpmath.mpf(1e-4)
-    coef, err = mpmath.chebyfit(mpmath.exp, [-half, half], degree + 1, error=True)
-    print(f"exp fit error: {mpmath.nstr(err, 3)}")
+    half = mpmath.mpf(0.5) + mpmath.mpf(1e-4)
+    coef, err = mpmath.chebyfit(lambda r: mpmath.power(2, r), [-half, half], degree + 1, error=True)
+    print(f"2**r fit error: {mpmath.nstr(err, 3)}")
     return [float(c) for c in reversed(coef)]
 
 
@@ -139,7 +139,7 @@ def check_float64(poly, exp_poly, top: float = TOP64) -> float:
     import random
     from fractions import Fraction
 
-    from dxgemm.epilogues._pointwise import LN2_HI, LN2_LO, LOG2E, SHIFTER
+    from dxgemm.epilogues._pointwise import SHIFTER
 
     def fma(a, b, c):
         return float(Fraction(a) * Fraction(b) + Fraction(c))
@@ -153,9 +153,9 @@ def check_float64(poly, exp_poly, top: float = TOP64) -> float:
     def gelu(x):  # the device's order: each polynomial in even and odd halves
         s = min(abs(x), top)
         s2 = s * s
-        q = s * fma(horner(poly[1::2], s2), s, horner(poly[0::2], s2))
-        j = fma(q, -LOG2E, SHIFTER) - SHIFTER
-        r = fma(j, -LN2_LO, fma(j, -LN2_HI, -q))
+        p = fma(horner(poly[1::2], s2), s, horner(poly[0::2], s2))
+        j = fma(s, p, SHIFTER) - SHIFTER  # round(s p)
+        r = fma(s, p, -j)
         r2 = r * r
         e = fma(horner(exp_poly[1::2], r2), r, horner(exp_poly[0::2], r2))
         return fma(-s, math.ldexp(e, int(j) - 1), x if x > 0 else 0.0)
@@ -178,13 +178,13 @@ def main() -> None:
     parser.add_argument("--check", action="store_true", help="float64: check the shipped coefficients only")
     args = parser.parse_args()
     if args.dtype == "float64":
-        from dxgemm.epilogues._pointwise import EXP_FLOAT64_POLY, GELU_FLOAT64_POLY
+        from dxgemm.epilogues._pointwise import EXP2_FLOAT64_POLY, GELU_FLOAT64_POLY
 
-        poly, exp_poly = GELU_FLOAT64_POLY, EXP_FLOAT64_POLY
+        poly, exp_poly = GELU_FLOAT64_POLY, EXP2_FLOAT64_POLY
         if not args.check:
-            poly, exp_poly = fit_float64(args.degree or DEGREE64), fit_exp()
+            poly, exp_poly = fit_float64(args.degree or DEGREE64), fit_exp2()
             print("P, lowest degree first:", poly)
-            print("exp, lowest degree first:", exp_poly)
+            print("2**r, lowest degree first:", exp_poly)
         print(f"worst error, units of |x| + |y|: {check_float64(list(poly), list(exp_poly)):.3f}")
         return
     coef = fit(args.degree or DEGREE)

@@ -193,8 +193,9 @@ def test_gelu_keeps_relative_accuracy_in_the_tail(dtype, tail_end, tail_rel, tin
     3 units of |x| in the dtype everywhere (float64: the result and the reference round once
     each, and the simulator's ``fma`` twice), the relative error within ``tail_rel`` down to
     ``x = -tail_end`` (float32 ``0.5 x (1 + erf)`` has none left at -6), exact signs and
-    special values."""
-    x = np.concatenate([np.linspace(-12, 12, 2401), [np.inf, -np.inf, np.nan, 0.0, -0.0, tiny, -tiny]])
+    special values (a NaN with its sign bit set as well: float64 takes ``relu`` from the sign bit)."""
+    x = np.concatenate([np.linspace(-12, 12, 2401),
+                        [np.copysign(np.nan, -1), np.inf, -np.inf, np.nan, 0.0, -0.0, tiny, -tiny]])
     a = x.astype(dtype)[:, None]
     out = dxgemm.gemm(cuda.to_device(a), cuda.to_device(np.ones((1, 1), dtype)), epilogue=E.gelu(),
                       backend="naive").copy_to_host()[:, 0].astype(np.float64)
@@ -207,7 +208,7 @@ def test_gelu_keeps_relative_accuracy_in_the_tail(dtype, tail_end, tail_rel, tin
     tail = (np.abs(xs[finite]) <= tail_end) & (want != 0)
     assert np.max(np.abs(got[tail] / want[tail] - 1)) <= tail_rel
     assert np.all(np.sign(got[want != 0]) == np.sign(want[want != 0]))
-    assert out[-7] == np.inf and np.isnan(out[-5]) and abs(out[-6]) < at_minus_inf
+    assert np.isnan(out[-8]) and out[-7] == np.inf and np.isnan(out[-5]) and abs(out[-6]) < at_minus_inf
 
 
 # --------------------------------------------------------------------------- the kernel cache

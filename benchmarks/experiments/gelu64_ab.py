@@ -1,19 +1,22 @@
-"""float64 exact GELU: libdevice's ``erf`` (before), one Horner chain per polynomial, and today's even/odd halves.
+"""float64 exact GELU: today's form against the earlier ones (libdevice ``erf``, session 20's two).
 
     . .whl/activate.sh && python benchmarks/experiments/gelu64_ab.py --backends warptile,pipeline
 
-"before" is the form dxgemm used until session 20, ``0.5 x (1 + erf(x / sqrt 2))`` with
-libdevice's ``erf`` (45 FP64 instructions and three float64<->float32 conversions).  Session
-20 replaced it with ``relu(x) - s Phi(-s)``, ``Phi(-s) = exp(-s P(s)) / 2``
-(``dxgemm.epilogues._pointwise._gelu_float64``), first with each polynomial in one Horner
-chain ("horner", 39 FP64 instructions, shipped at 3c2d721), then in even and odd halves
-(today's ``bias|gelu``, 41 instructions, half the dependency depth).  The logs name them as
-they were then: in ``h100_gelu64_ab_s20.log`` and ``h100_gelu64_tiles_s20.log``
-``bias|gelu`` is the Horner form; in ``h100_gelu64_split_s20.log`` ``bias|gelu`` is the
-Horner form and ``bias|gelu_split`` today's.  The timing is ``epilogue_cost.py``'s
-interleaved rounds against the same GEMM without an epilogue, the other forms added as more
-chains; every output is checked against the float64 reference first.  ``--build`` replays
-the pipeline calls on a machine without a GPU, as ``benchmarks/prebuild.py`` does.
+"before" (``bias|gelu_before``) is the form dxgemm used until session 20, ``0.5 x (1 +
+erf(x / sqrt 2))`` with libdevice's ``erf`` (45 FP64 instructions and three
+float64<->float32 conversions).  Session 20 replaced it with ``relu(x) - s Phi(-s)``,
+``Phi(-s) = exp(-s P(s)) / 2``, first with each polynomial in one Horner chain ("horner",
+39 FP64 instructions, shipped at 3c2d721), then in even and odd halves ("halves", 41,
+half the dependency depth, 8fbda19).  Session 21 (today's ``bias|gelu``,
+``dxgemm.epilogues._pointwise._gelu_float64``) fits ``log2`` instead of ``ln`` so that
+``r = t - round(t)`` is one exact subtraction, and takes ``|x|``, the clamp and ``relu`` to
+the integer pipe: 37 FP64 instructions.  The logs name the forms as they were then: in
+``h100_gelu64_ab_s20.log`` and ``h100_gelu64_tiles_s20.log`` ``bias|gelu`` is the Horner
+form; in ``h100_gelu64_split_s20.log`` ``bias|gelu`` is the Horner form and
+``bias|gelu_split`` the halves.  The timing is ``epilogue_cost.py``'s interleaved rounds
+against the same GEMM without an epilogue, the other forms added as more chains; every
+output is checked against the float64 reference first.  ``--build`` replays the pipeline
+calls on a machine without a GPU, as ``benchmarks/prebuild.py`` does.
 """
 
 from __future__ import annotations
@@ -55,10 +58,43 @@ class GELUBefore(GELU):
         return gelu
 
 
+# Session 20's constants: ``q(s) = s P(s) ~ -ln(2 Phi(-s))`` and ``exp(r)`` on ``|r| <= ln(2) / 2``
+# (gelu_fit.py at 8fbda19); the shipped form fits ``log2`` and ``2**r`` instead.
+P_LN = (
+    0.7978845608028563, 0.3183098861843472, 0.036335602345818625, -0.004782111629380531, -3.698150650268159e-05,
+    0.00021202890199954137, -5.216907419359139e-05, 1.6358134702414715e-06, 2.821400179344455e-06,
+    -8.942764760794356e-07, 4.271079184362813e-08, 6.862092217577183e-08, -3.376914017561779e-08,
+    9.613312954229088e-09, -1.9552465692841886e-09, 2.979381534404043e-10, -3.4070080426390893e-11,
+    2.8510755521700977e-12, -1.6519928113973384e-13, 5.9267091038202275e-15, -9.915606711656569e-17,
+)
+EXP_POLY = (
+    1.0, 1.0, 0.5000000000000019, 0.1666666666666668, 0.04166666666648768, 0.008333333333319568,
+    0.0013888888952424726, 0.00019841269890131665, 2.480148536466595e-05, 2.7557240828098965e-06,
+    2.763268316490701e-07, 2.511007107635293e-08,
+)
+LN2_HI = float.fromhex("0x1.62e42fefa39efp-1")
+LN2_LO = float.fromhex("0x1.abc9e3b39803fp-56")
+
+
+class GELUHalves(GELU):
+    """``gelu()`` in float64 as shipped at 8fbda19: ``exp(-s P(s))`` with ``ln 2`` in two parts,
+    float compares for the clamp and ``relu``, each polynomial in even and odd halves (41 FP64
+    instructions)."""
+
+    def __init__(self):
+        super().__init__("none")
+
+    def _formula(self, dtype: np.dtype) -> tuple:
+        return ("q20-exp11-eo",) if dtype == np.float64 else super()._formula(dtype)
+
+    @staticmethod
+    def _device(t, approximate):
+        return _session20(halves=True) if t is np.float64 else GELU._device(t, approximate)
+
+
 class GELUHorner(GELU):
-    """``gelu()`` in float64 as shipped at 3c2d721: the same formula with each polynomial in
-    one Horner chain (two FP64 instructions fewer than today's even and odd halves, twice
-    the dependency depth)."""
+    """``gelu()`` in float64 as shipped at 3c2d721: :class:`GELUHalves` with each polynomial in
+    one Horner chain (39 FP64 instructions, twice the dependency depth)."""
 
     def __init__(self):
         super().__init__("none")
@@ -68,35 +104,56 @@ class GELUHorner(GELU):
 
     @staticmethod
     def _device(t, approximate):
-        if t is not np.float64:
-            return GELU._device(t, approximate)
-        from dxgemm.epilogues import _pointwise as W
-        from dxgemm.kernels._device import fma, low_word, times_pow2
+        return _session20(halves=False) if t is np.float64 else GELU._device(t, approximate)
 
-        p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10 = W.GELU_FLOAT64_POLY[:11]
-        p11, p12, p13, p14, p15, p16, p17, p18, p19, p20 = W.GELU_FLOAT64_POLY[11:]
-        e0, e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11 = W.EXP_FLOAT64_POLY
-        top, zero, shifter = W.GELU_FLOAT64_TOP, 0.0, W.SHIFTER
-        minus_log2e, minus_ln2_hi, minus_ln2_lo = -W.LOG2E, -W.LN2_HI, -W.LN2_LO
 
-        @cuda.jit(device=True)
-        def gelu(value, row, col, args):
-            s = abs(value)
-            s = s if s < top else top
-            p = fma(fma(fma(fma(fma(p20, s, p19), s, p18), s, p17), s, p16), s, p15)
-            p = fma(fma(fma(fma(fma(p, s, p14), s, p13), s, p12), s, p11), s, p10)
-            p = fma(fma(fma(fma(fma(p, s, p9), s, p8), s, p7), s, p6), s, p5)
-            p = fma(fma(fma(fma(fma(p, s, p4), s, p3), s, p2), s, p1), s, p0)
-            q = s * p
-            shifted = fma(q, minus_log2e, shifter)
-            j = shifted - shifter
-            r = fma(j, minus_ln2_lo, fma(j, minus_ln2_hi, -q))
-            e = fma(fma(fma(fma(fma(fma(e11, r, e10), r, e9), r, e8), r, e7), r, e6), r, e5)
-            e = fma(fma(fma(fma(fma(e, r, e4), r, e3), r, e2), r, e1), r, e0)
-            relu = zero if value <= zero else value
-            return fma(-s, times_pow2(e, low_word(shifted) - 1), relu)
+def _session20(halves: bool):
+    from dxgemm.epilogues import _pointwise as W
+    from dxgemm.kernels._device import fma, low_word, times_pow2
 
-        return gelu
+    p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10 = P_LN[:11]
+    p11, p12, p13, p14, p15, p16, p17, p18, p19, p20 = P_LN[11:]
+    e0, e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11 = EXP_POLY
+    top, zero, shifter = W.GELU_FLOAT64_TOP, 0.0, W.SHIFTER
+    minus_log2e, minus_ln2_hi, minus_ln2_lo = -W.LOG2E, -LN2_HI, -LN2_LO
+
+    @cuda.jit(device=True)
+    def gelu_halves(value, row, col, args):
+        s = abs(value)
+        s = s if s < top else top
+        s2 = s * s
+        even = fma(fma(fma(fma(fma(p20, s2, p18), s2, p16), s2, p14), s2, p12), s2, p10)
+        even = fma(fma(fma(fma(fma(even, s2, p8), s2, p6), s2, p4), s2, p2), s2, p0)
+        odd = fma(fma(fma(fma(fma(p19, s2, p17), s2, p15), s2, p13), s2, p11), s2, p9)
+        odd = fma(fma(fma(fma(odd, s2, p7), s2, p5), s2, p3), s2, p1)
+        q = s * fma(odd, s, even)
+        shifted = fma(q, minus_log2e, shifter)
+        j = shifted - shifter
+        r = fma(j, minus_ln2_lo, fma(j, minus_ln2_hi, -q))
+        r2 = r * r
+        e_even = fma(fma(fma(fma(fma(e10, r2, e8), r2, e6), r2, e4), r2, e2), r2, e0)
+        e_odd = fma(fma(fma(fma(fma(e11, r2, e9), r2, e7), r2, e5), r2, e3), r2, e1)
+        relu = zero if value <= zero else value
+        return fma(-s, times_pow2(fma(e_odd, r, e_even), low_word(shifted) - 1), relu)
+
+    @cuda.jit(device=True)
+    def gelu_horner(value, row, col, args):
+        s = abs(value)
+        s = s if s < top else top
+        p = fma(fma(fma(fma(fma(p20, s, p19), s, p18), s, p17), s, p16), s, p15)
+        p = fma(fma(fma(fma(fma(p, s, p14), s, p13), s, p12), s, p11), s, p10)
+        p = fma(fma(fma(fma(fma(p, s, p9), s, p8), s, p7), s, p6), s, p5)
+        p = fma(fma(fma(fma(fma(p, s, p4), s, p3), s, p2), s, p1), s, p0)
+        q = s * p
+        shifted = fma(q, minus_log2e, shifter)
+        j = shifted - shifter
+        r = fma(j, minus_ln2_lo, fma(j, minus_ln2_hi, -q))
+        e = fma(fma(fma(fma(fma(fma(e11, r, e10), r, e9), r, e8), r, e7), r, e6), r, e5)
+        e = fma(fma(fma(fma(fma(e, r, e4), r, e3), r, e2), r, e1), r, e0)
+        relu = zero if value <= zero else value
+        return fma(-s, times_pow2(e, low_word(shifted) - 1), relu)
+
+    return gelu_halves if halves else gelu_horner
 
 
 def main() -> int:
@@ -108,6 +165,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--build", action="store_true", help="build the pipeline kernels without a GPU")
     parser.add_argument("--tile", help="run every float64 warptile call on this tile (default: dxgemm's choice)")
+    parser.add_argument("--forms", default="halves,horner,before",
+                        help="earlier forms to time beside today's bias|gelu: halves, horner, before")
     parser.add_argument("--small-min-blocks", type=int, default=0,
                         help="build the float64 small tile for this many blocks per SM (a register cap)")
     args = parser.parse_args()
@@ -126,8 +185,11 @@ def main() -> int:
 
         warptile.TILE_CONFIGS["float64"]["small"]["min_blocks"] = args.small_min_blocks
     shapes = [tuple(int(s) for s in text.split("x")) for text in args.shapes.split(",")]
-    chains = ["bias|gelu", "bias|gelu_before", "bias|gelu_horner"]
     from dxgemm import epilogues as E
+
+    forms = {"halves": GELUHalves, "horner": GELUHorner, "before": GELUBefore}
+    chosen_forms = [f for f in args.forms.split(",") if f]
+    chains = ["bias|gelu"] + [f"bias|gelu_{f}" for f in chosen_forms]
 
     if args.build:
         import prebuild as P
@@ -137,20 +199,20 @@ def main() -> int:
         for m, n, k in shapes:
             x, w, d = P.normal(rng, (m, k), np.float64), P.normal(rng, (k, n), np.float64), P.dev(np.empty((m, n)))
             v = P.normal(rng, n, np.float64)
-            for epilogue in (None, E.bias(v) | E.gelu(), E.bias(v) | GELUBefore(), E.bias(v) | GELUHorner()):
+            for epilogue in [None, E.bias(v) | E.gelu()] + [E.bias(v) | forms[f]() for f in chosen_forms]:
                 P.gemm(x, w, d, epilogue=epilogue, backend="pipeline")
         return 0
     import epilogue_cost
 
-    print(f"== float64 exact GELU now (exp(-s P(s)), even/odd halves), before (libdevice erf), horner: {args.rounds} "
+    print(f"== float64 exact GELU now (2**(s P(s)), integer clamp and relu), beside {args.forms}: {args.rounds} "
           "interleaved rounds of epilogue_cost.py, each the median of 50 CUDA-event timings; "
           f"tile {args.tile or 'auto'}, small tile min_blocks {args.small_min_blocks}")
     for backend in args.backends.split(","):
         for shape in shapes:
             times = epilogue_cost.cost_rounds(shape, np.dtype(np.float64), backend, chains, rounds=args.rounds,
                                               warmup=3, reps=50,
-                                              extra=lambda v: {"bias|gelu_before": E.bias(v) | GELUBefore(),
-                                                               "bias|gelu_horner": E.bias(v) | GELUHorner()})
+                                              extra=lambda v: {f"bias|gelu_{f}": E.bias(v) | forms[f]()
+                                                               for f in chosen_forms})
             epilogue_cost.report(f"{backend:9} {'x'.join(map(str, shape)):>15}", times, chains)
     return 0
 

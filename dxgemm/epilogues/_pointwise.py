@@ -32,7 +32,7 @@ from typing import Any, Callable
 import numpy as np
 from numba import cuda
 
-from ..kernels._device import divide_approx, exp2_approx, fma, low_word, times_pow2
+from ..kernels._device import bits_of, divide_approx, double_of, exp2_approx, fma, low_word, times_pow2
 from ._base import BoundEpilogue, Epilogue, EpilogueContext
 
 
@@ -162,7 +162,7 @@ class GELU(Pointwise):
 
     def _formula(self, dtype: np.dtype) -> tuple:
         if dtype != np.float32:
-            return ("q20-exp11-eo",) if self.variant == ("none",) else ("sigmoid-exp",)
+            return ("q20-exp2-11-int",) if self.variant == ("none",) else ("sigmoid-exp",)
         return ("ex2ftz-poly9",) if self.variant == ("none",) else ("sigmoid-ex2ftz",)
 
     @staticmethod
@@ -172,8 +172,9 @@ class GELU(Pointwise):
         return _gelu_float32() if t is np.float32 else _gelu_float64()
 
     def _reference(self, x, xp):
-        if self.variant == ("none",):
-            return 0.5 * x * (1.0 + _erf(x / math.sqrt(2), xp))
+        if self.variant == ("none",):  # x Phi(x) without 1 + erf's cancellation for negative x
+            s = xp.minimum(xp.abs(x), 40.0)  # s Phi(-s) underflows to 0 from ~38 (and inf * 0 would be NaN)
+            return xp.maximum(x, 0.0) - 0.5 * s * _erfc(s / math.sqrt(2), xp)
         return 0.5 * x * (1.0 + xp.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
 
     @property
@@ -220,77 +221,78 @@ def _gelu_float32() -> Callable:
 
 
 GELU_FLOAT64_POLY = (
-    0.7978845608028563, 0.3183098861843472, 0.036335602345818625, -0.004782111629380531, -3.698150650268159e-05,
-    0.00021202890199954137, -5.216907419359139e-05, 1.6358134702414715e-06, 2.821400179344455e-06,
-    -8.942764760794356e-07, 4.271079184362813e-08, 6.862092217577183e-08, -3.376914017561779e-08,
-    9.613312954229088e-09, -1.9552465692841886e-09, 2.979381534404043e-10, -3.4070080426390893e-11,
-    2.8510755521700977e-12, -1.6519928113973384e-13, 5.9267091038202275e-15, -9.915606711656569e-17,
+    -1.1511040990721495, -0.45922409426408806, -0.05242119331202592, 0.006899128732684732,
+    5.335303603602168e-05, -0.00030589304543987035, 7.52640646268627e-05, -2.359979981336737e-06,
+    -4.070420047103477e-06, 1.2901682372234594e-06, -6.161864758524309e-08, -9.899906412421351e-08,
+    4.871857106644805e-08, -1.3869078925579935e-08, 2.820824529221458e-09, -4.2983389646008636e-10,
+    4.9152736073842286e-11, -4.113232560315563e-12, 2.3833218365871567e-13, -8.550433832872914e-15,
+    1.4305196630312253e-16,
 )
-"""``P(s)`` with ``q(s) = s P(s) ~ -ln(2 Phi(-s))`` on ``0 <= s <= 8.3``, lowest degree first: the float64
+"""``P(s)`` with ``t(s) = s P(s) ~ log2(2 Phi(-s))`` on ``0 <= s <= 8.3``, lowest degree first: the float64
 exact GELU's polynomial (``benchmarks/gelu_fit.py --dtype float64``; weighted least squares with
-Lawson's iteration, weight ``Phi(-s)``, in mpmath): ``|Phi(-s) * (q - ln(1 / (2 Phi(-s))))| < 3e-17``."""
+Lawson's iteration, weight ``Phi(-s)``, in mpmath): ``|Phi(-s) * (t - log2(2 Phi(-s)))| < 4.4e-17``."""
 
 GELU_FLOAT64_TOP = 8.3
 """Where the float64 polynomial stops: ``s * Phi(-s) < 5e-16`` beyond, below a unit of ``s``'s rounding."""
 
-EXP_FLOAT64_POLY = (
-    1.0, 1.0, 0.5000000000000019, 0.1666666666666668, 0.04166666666648768, 0.008333333333319568,
-    0.0013888888952424726, 0.00019841269890131665, 2.480148536466595e-05, 2.7557240828098965e-06,
-    2.763268316490701e-07, 2.511007107635293e-08,
+EXP2_FLOAT64_POLY = (
+    1.0, 0.6931471805599453, 0.2402265069591016, 0.055504108664821625, 0.00961812910758719,
+    0.0013333558146406436, 0.00015403530463808858, 1.5252733841601815e-05, 1.3215432492460394e-06,
+    1.0178057064573359e-07, 7.074202020682214e-09, 4.455822025014915e-10,
 )
-"""``exp(r)`` on ``|r| <= ln(2) / 2``, lowest degree first (Chebyshev fit, mpmath): relative error 3e-18."""
+"""``2**r`` on ``|r| <= 1 / 2``, lowest degree first (Chebyshev fit, mpmath): relative error 3e-18."""
 
-LN2_HI = float.fromhex("0x1.62e42fefa39efp-1")
-LN2_LO = float.fromhex("0x1.abc9e3b39803fp-56")
 SHIFTER = 1.5 * 2.0**52
-"""``fma(y, c, SHIFTER)`` rounds ``y * c`` to an integer held in the low word
+"""``t + SHIFTER`` rounds ``t`` to an integer held in the low word
 (:func:`~dxgemm.kernels._device.low_word`)."""
+
+_ABS_MASK = (1 << 63) - 1
+_INF_BITS = 0x7FF0000000000000
 
 
 def _gelu_float64() -> Callable:
-    """Exact GELU in float64 as ``relu(x) - s * Phi(-s)``, ``s = min(|x|, 8.3)``, ``Phi(-s) = exp(-q(s)) / 2``.
+    """Exact GELU in float64 as ``relu(x) - s * Phi(-s)``, ``s = min(|x|, 8.3)``, ``Phi(-s) = 2**t(s) / 2``.
 
-    The float32 form's shape (:func:`_gelu_float32`) with double-precision parts: ``q(s) = s
-    P(s)``, ``P`` of degree 20 (:data:`GELU_FLOAT64_POLY`), and ``exp(-q)`` reduced to ``2**j
-    exp(r)``, ``|r| <= ln(2) / 2`` (``j`` from the shifter trick, ``r`` with ``ln 2`` in two
-    parts), ``exp(r)`` a degree-11 polynomial and ``2**(j - 1)`` an integer add to the
-    exponent; both polynomials in even and odd halves.  41 FP64 instructions (sm_90 SASS) and
-    no conversion, where ``0.5 x (1 + erf(x / sqrt 2))`` with libdevice's ``erf`` took ~45 and
-    three float64<->float32 conversions (a quarter of the FP64 rate each) for its own
-    ``exp``: in a fused float64 GEMM the epilogue's FP64 instructions share one pipe with the
-    DMMA main loop (``benchmarks/fp64_pipes.py``), so each of them shows.  What matters is
-    ``Phi(-s)``'s absolute error (it is multiplied by ``s <= |x|``): at most 0.8 units of
-    ``|x| + |y|`` over ``[-9, 9]`` with exact FMA rounding
+    The float32 form's shape (:func:`_gelu_float32`) with double-precision parts: ``t(s) = s
+    P(s)``, ``P`` of degree 20 (:data:`GELU_FLOAT64_POLY`), and ``2**t`` reduced to ``2**j
+    2**r`` with ``j = round(t)`` (the shifter trick) and ``r = t - j`` (``|r| <= 1/2``; ``t``
+    itself is never rounded: both are one FMA from ``s`` and ``P(s)``),
+    ``2**r`` a degree-11 polynomial and ``2**(j - 1)`` an integer add to the exponent; both
+    polynomials in even and odd halves, two chains of half the depth, for tiles with few warps
+    per SM.  ``|x|``, the clamp and ``relu`` work on the bit pattern, on the integer pipe.
+    37 FP64 instructions (sm_90 SASS) and no conversion, where ``0.5 x (1 + erf(x / sqrt
+    2))`` with libdevice's ``erf`` took ~45 and three float64<->float32 conversions (a quarter
+    of the FP64 rate each) for its own ``exp``: in a fused float64 GEMM the epilogue's FP64
+    instructions share one pipe with the DMMA main loop (``benchmarks/fp64_pipes.py``), so
+    each of them shows.  What matters is ``Phi(-s)``'s absolute error (it is multiplied by ``s
+    <= |x|``): at most 0.8 units of ``|x| + |y|`` over ``[-9, 9]`` with exact FMA rounding
     (``benchmarks/gelu_fit.py --dtype float64 --check``), and no cancellation for negative
-    ``x``, where ``1 + erf`` loses digits.  NaN passes through ``relu``; ``+inf`` gives ``+inf``
-    and ``-inf`` gives ``-8.3 Phi(-8.3)``, about ``-4e-16``.
+    ``x``, where ``1 + erf`` loses digits.  NaN stays NaN (``s`` carries it); ``+inf`` gives
+    ``+inf`` and ``-inf`` gives ``-8.3 Phi(-8.3)``, about ``-4e-16``.
     """
     p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10 = GELU_FLOAT64_POLY[:11]
     p11, p12, p13, p14, p15, p16, p17, p18, p19, p20 = GELU_FLOAT64_POLY[11:]
-    e0, e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11 = EXP_FLOAT64_POLY
-    top, zero, shifter = GELU_FLOAT64_TOP, 0.0, SHIFTER
-    minus_log2e, minus_ln2_hi, minus_ln2_lo = -LOG2E, -LN2_HI, -LN2_LO
+    e0, e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11 = EXP2_FLOAT64_POLY
+    top, shifter = GELU_FLOAT64_TOP, SHIFTER
+    top_bits, inf_bits, abs_mask = int(np.float64(top).view(np.int64)), _INF_BITS, _ABS_MASK
 
     @cuda.jit(device=True)
     def gelu(value, row, col, args):
-        s = abs(value)
-        s = s if s < top else top  # NaN takes top; relu passes the NaN on
-        # Even and odd halves in s^2 (P(s) = E(s^2) + s O(s^2), exp the same way): two
-        # independent chains of half the depth, for one instruction more each; a tile with few
-        # warps per SM cannot hide the FP64 latency of one long chain (h100_gelu64_split_s20.log)
+        bits = bits_of(value)
+        s_bits = bits & abs_mask
+        s = top if top_bits < s_bits <= inf_bits else double_of(s_bits)  # NaN stays NaN
         s2 = s * s
         even = fma(fma(fma(fma(fma(p20, s2, p18), s2, p16), s2, p14), s2, p12), s2, p10)
         even = fma(fma(fma(fma(fma(even, s2, p8), s2, p6), s2, p4), s2, p2), s2, p0)
         odd = fma(fma(fma(fma(fma(p19, s2, p17), s2, p15), s2, p13), s2, p11), s2, p9)
         odd = fma(fma(fma(fma(odd, s2, p7), s2, p5), s2, p3), s2, p1)
-        q = s * fma(odd, s, even)
-        shifted = fma(q, minus_log2e, shifter)
-        j = shifted - shifter  # round(-q log2 e), as a float64
-        r = fma(j, minus_ln2_lo, fma(j, minus_ln2_hi, -q))
+        p = fma(odd, s, even)
+        shifted = fma(s, p, shifter)  # t = s p rounded to an integer j, held in the low word
+        r = fma(s, p, shifter - shifted)  # t - j, |r| <= 1/2
         r2 = r * r
         e_even = fma(fma(fma(fma(fma(e10, r2, e8), r2, e6), r2, e4), r2, e2), r2, e0)
         e_odd = fma(fma(fma(fma(fma(e11, r2, e9), r2, e7), r2, e5), r2, e3), r2, e1)
-        relu = zero if value <= zero else value
+        relu = double_of(bits & ~(bits >> 63))  # value, or +0 when its sign bit is set
         return fma(-s, times_pow2(fma(e_odd, r, e_even), low_word(shifted) - 1), relu)
 
     return gelu
@@ -485,13 +487,13 @@ class Scale(Pointwise):
         return abs(self.params["s"])
 
 
-def _erf(x: Any, xp: Any) -> Any:
-    """Exact float64 erf on NumPy (through :func:`math.erf`) or CuPy arrays."""
+def _erfc(x: Any, xp: Any) -> Any:
+    """float64 erfc on NumPy (through :func:`math.erfc`) or CuPy arrays."""
     if xp is np:
-        return np.vectorize(math.erf, otypes=[np.float64])(x)
-    from cupyx.scipy.special import erf
+        return np.vectorize(math.erfc, otypes=[np.float64])(x)
+    from cupyx.scipy.special import erfc
 
-    return erf(x)
+    return erfc(x)
 
 
 def relu() -> Epilogue:

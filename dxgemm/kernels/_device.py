@@ -354,7 +354,9 @@ def make_tile_loader(
 # a signed integer; after ``t = fma(y, c, 1.5 * 2**52)`` they are ``round(y * c)`` (the
 # shifter trick: no conversion instruction, which on sm_90 runs at a quarter of the FP64
 # rate).  ``times_pow2(y, k)``: ``y * 2**k`` as an integer add to the exponent field, for a
-# normal result only (the caller keeps it in range).
+# normal result only (the caller keeps it in range).  ``bits_of(t)`` / ``double_of(i)``: a
+# float64's bit pattern as an int64 and back (no instruction): comparisons, clamps and
+# selects on those run on the integer pipe, which a float64 GEMM's DMMA main loop leaves free.
 #
 # The simulator indexes, calls ``math.exp2`` and divides (and ``fma`` rounds twice).
 # ---------------------------------------------------------------------------------------
@@ -378,6 +380,12 @@ if SIMULATOR:
 
     def times_pow2(y, k):
         return math.ldexp(y, k)
+
+    def bits_of(t):
+        return struct.unpack("<q", struct.pack("<d", t))[0]
+
+    def double_of(i):
+        return struct.unpack("<d", struct.pack("<q", int(i)))[0]
 
 else:
     from numba.core import cgutils
@@ -415,6 +423,8 @@ else:
     divide_approx = libdevice.fast_fdividef
     fma = libdevice.fma
     low_word = libdevice.double2loint
+    bits_of = libdevice.double_as_longlong
+    double_of = libdevice.longlong_as_double
 
     @cuda.jit(device=True)
     def times_pow2(y, k):
