@@ -105,7 +105,8 @@ def gemm(
     if m == 1 and backend in ("auto", "pipeline"):
         backend = "gemv"  # one output row: no reuse to tile for (dxgemm.kernels.gemv)
     flags = vector_flags(op_a.ptr, op_a.ld, op_b.ptr, op_b.ld, dtype.itemsize)
-    transcendental = bool(epilogue) and any(stage.transcendental for stage in epilogue.stages)
+    stages = epilogue.stages if epilogue else ()
+    transcendental = any(stage.transcendental for stage in stages)
     if backend == "auto":
         backend = choose_backend(dtype, m, n, k, pipeline=_pipeline_reason(device) is None,
                                  aligned=flags == FLAG_VEC_A | FLAG_VEC_B, transcendental=transcendental,
@@ -127,7 +128,7 @@ def gemm(
             _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta, c is not None)
             return out
     sms = sm_count()
-    tile = choose_tile(backend, dtype, m, n, k, sms, transcendental)
+    tile = choose_tile(backend, dtype, m, n, k, sms, max((s.medium_tile_min_k for s in stages), default=0.0))
     slices = choose_split_k(backend, dtype, m, n, k, tile, sms)
     if slices > 1:
         part, reduce, plain = _warptile_split_k(op_a, op_b, op_d, m, n, k, flags, bound, numba_stream(handle), slices)
@@ -267,10 +268,10 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
 
 
 def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int = 132,
-                transcendental: bool = False) -> str:
-    """The tile configuration of a handwritten rung (``KernelSpec.tile``); ``transcendental``:
-    the call's epilogue has a stage that evaluates ``exp``, ``erf`` or ``tanh`` per element
-    (:attr:`dxgemm.epilogues.Epilogue.transcendental`).
+                medium_min_k: float = 0.0) -> str:
+    """The tile configuration of a handwritten rung (``KernelSpec.tile``); ``medium_min_k``:
+    the largest :attr:`~dxgemm.epilogues.Epilogue.medium_tile_min_k` of the call's epilogue
+    stages (0 without an epilogue).
 
     Only ``warptile`` has several (``warptile.TILE_CONFIGS``; float32's rule is in the code
     below, with its log).  float64 has four, and the choice is wave quantization.  Each
@@ -286,13 +287,22 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int 
       few K tiles (``h100_warptile_f64_tiles_s15.log``: 4096^2 x 256 0.197 small against
       0.218 ms large, 8192^2 x 512 1.426 against 1.482);
     * the medium tile (cuBLAS's own shallow-K shape, 4 warps of 64x32 on m16n8k8) only with
-      more blocks than SMs and K >= 64, and not under a transcendental epilogue: with one
-      block per SM its 4 warps are too few (1024^3: 0.055 against the small tile's 0.052
-      ms), but with 200 blocks it leads (1280^2 x 512: 0.046 against 0.050,
-      ``h100_warptile_tiles_model_check_s19.log``); with an ``exp`` or ``erf`` per element
-      the small tile's 16 warps per SM hide more of the FP64 epilogue's latency than its 8 (``bias | gelu`` at
-      4096^2 x 256 0.257 small against 0.284 ms, ``h100_warptile_tiles_medium_s18.log``;
-      0.254 against 0.288, ``h100_warptile_tiles_gelu_s19.log``).
+      more blocks than SMs and from K = 64, or ``medium_min_k`` where an epilogue stage asks
+      for more: with one block per SM its 4 warps are too few (1024^3: 0.055 against the
+      small tile's 0.052 ms), but with 200 blocks it leads (1280^2 x 512: 0.046 against
+      0.050, ``h100_warptile_tiles_model_check_s19.log``).  With an ``exp`` or ``erf`` per
+      element the small tile's 16 warps per SM hide more of the FP64 epilogue's latency than
+      its 8.  For SiLU, sigmoid and tanh (libdevice's ``exp``, a division) that holds at
+      every K measured: ``bias | silu`` 1.571 small against 1.626 ms medium at 8192^2 x
+      512, 0.430 / 0.468 at 4096^2 x 512, a tie at 3072^2 x 768; ``bias | tanh`` 1.599 /
+      1.755 and 0.336 / 0.359 (``h100_warptile_tiles_transcendental_s21.log``).  The exact
+      GELU (two half-depth chains, 37 FP64 instructions) keeps the small tile only at short K,
+      where the epilogue is a large part of the time: ``bias | gelu`` 4096^2 x 256 0.229
+      small against 0.235 medium, 8192^2 x 384 1.227 / 1.255, 4096^2 x 384 a tie; from K =
+      512 the medium tile's faster main loop wins, 8192^2 x 512 1.537 / 1.487, 3072^2 x 512
+      0.255 / 0.250, 3072^2 x 768 0.345 / 0.311, and at K = 1024 it also beats the large tile
+      where the model says so (3072^2 x 1024 0.392 against 0.426 large; 4096^2 x 1024 large
+      0.683 against 0.705; ``h100_warptile_tiles_gelu_log2_s21.log``).
 
     The costs come from ``h100_warptile_tiles_mid_s19.log`` and ``h100_warptile_tiles_k1024_s19.log``
     (all four tiles, 1000^3 to 4096^3), and they predict its ratios to within a few
@@ -331,7 +341,7 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int 
         blocks = _f64_tiles(tile, m, n)
         if tile == "large" and k < 1024:
             continue
-        if tile == "medium" and (transcendental or k < 64 or blocks <= sms):
+        if tile == "medium" and (k < max(64, medium_min_k) or blocks <= sms):
             continue
         costs[tile] = block_cost * -(-blocks // sms)
     return min(costs, key=costs.__getitem__)

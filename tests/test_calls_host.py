@@ -8,6 +8,7 @@ call re-checks, and which calls are never kept.
 from __future__ import annotations
 
 import json
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -191,18 +192,32 @@ def test_copied_inputs_and_mismatched_arguments_are_not_kept():
 
 def test_warptile_tile_rule():
     """float64 warptile: tiny tile for few outputs; at short K and middling sizes medium (two blocks
-    per SM, no transcendental epilogue) or small; large otherwise."""
+    per SM; under the exact GELU from K = 512, never under SiLU, sigmoid, tanh or custom) or
+    small; large otherwise."""
     from dxgemm._gemm import choose_tile
 
     f64, f32 = np.dtype(np.float64), np.dtype(np.float32)
+    gelu = max(s.medium_tile_min_k for s in (E.bias(np.ones(3)) | E.gelu()).stages)
+    silu = max(s.medium_tile_min_k for s in (E.gelu() | E.silu()).stages)
+    assert gelu == 512 and silu == math.inf and E.relu().medium_tile_min_k == 0
+    assert E.gelu("tanh").medium_tile_min_k == E.custom(lambda x, row, col: x).medium_tile_min_k == math.inf
     assert choose_tile("warptile", f64, 4096, 4096, 4096) == "large"
     assert choose_tile("warptile", f64, 2048, 2048, 1024) == "large"
     assert choose_tile("warptile", f64, 2048, 2048, 1023) == "medium"
-    assert choose_tile("warptile", f64, 2048, 2048, 1023, transcendental=True) == "small"
+    assert choose_tile("warptile", f64, 2048, 2048, 1023, medium_min_k=gelu) == "medium"
+    assert choose_tile("warptile", f64, 2048, 2048, 511, medium_min_k=gelu) == "small"
     assert choose_tile("warptile", f64, 8192, 8192, 512) == "medium"  # h100_warptile_tiles_medium_s18.log
-    assert choose_tile("warptile", f64, 8192, 8192, 512, transcendental=True) == "small"  # h100_warptile_f64_tiles_s15
+    # bias | gelu (h100_warptile_tiles_gelu_log2_s21.log)
+    assert choose_tile("warptile", f64, 8192, 8192, 512, medium_min_k=gelu) == "medium"
+    assert choose_tile("warptile", f64, 8192, 8192, 384, medium_min_k=gelu) == "small"
+    # bias | silu, sigmoid, tanh (h100_warptile_tiles_transcendental_s21.log)
+    assert choose_tile("warptile", f64, 8192, 8192, 512, medium_min_k=silu) == "small"
+    assert choose_tile("warptile", f64, 2560, 2560, 1024, medium_min_k=silu) == "large"
+    assert choose_tile("warptile", f64, 4096, 4096, 256, medium_min_k=gelu) == "small"
+    assert choose_tile("warptile", f64, 3072, 3072, 1024, medium_min_k=gelu) == "medium"  # 9 x 0.53 against 5
+    assert choose_tile("warptile", f64, 4096, 4096, 1024, medium_min_k=gelu) == "large"  # 16 x 0.53 against 8
     assert choose_tile("warptile", f64, 8192, 8192, 32) == "small"
-    assert choose_tile("warptile", f64, 1536, 1536, 1536, transcendental=True) == "tiny"  # 2 large waves against 1.55
+    assert choose_tile("warptile", f64, 1536, 1536, 1536, medium_min_k=gelu) == "tiny"  # 2 large waves against 1.55
     assert choose_tile("warptile", f64, 1536, 1536, 1536) == "tiny"  # 576 tiles: 5 x 0.31 against 3 x 0.53
     # wave quantization from K = 1024 (h100_f64_rounds_small_vs_large_s17.log)
     assert choose_tile("warptile", f64, 2000, 2000, 2000) == "large"  # 2 large waves against 2.3
@@ -213,7 +228,7 @@ def test_warptile_tile_rule():
     # 200 tiles, fewer than two per SM
     # where the block-cost model and the rule before it disagree (h100_f64_rounds_tile_model_s19.log)
     assert choose_tile("warptile", f64, 2560, 2560, 1024) == "medium"  # 7 x 0.53 against 4 large waves
-    assert choose_tile("warptile", f64, 2560, 2560, 1024, transcendental=True) == "large"
+    assert choose_tile("warptile", f64, 2560, 2560, 1024, medium_min_k=gelu) == "medium"
     assert choose_tile("warptile", f64, 3072, 3072, 4096) == "medium"
     assert choose_tile("warptile", f64, 1152, 1152, 1024) == "tiny"  # 3 x 0.31 against 1 large wave
     assert choose_tile("warptile", f64, 1152, 1152, 256) == "tiny"  # against 2 x 0.575
@@ -221,7 +236,8 @@ def test_warptile_tile_rule():
     assert choose_tile("warptile", f64, 2048, 2048, 256) == "medium"  # 4 x 0.53 against 8 x 0.31
     assert choose_tile("warptile", f64, 1000, 1000, 1000) == "small"  # 1 x 0.575 against 2 x 0.31
     assert choose_tile("warptile", f64, 2000, 2000, 1000) == "medium"  # K below 1024, 512 tiles
-    assert choose_tile("warptile", f64, 2000, 2000, 1000, transcendental=True) == "small"
+    assert choose_tile("warptile", f64, 2000, 2000, 1000, medium_min_k=gelu) == "medium"
+    assert choose_tile("warptile", f64, 2000, 2000, 500, medium_min_k=gelu) == "small"
     assert choose_tile("warptile", f64, 4096, 4096, 40) == "small"  # K below 64
     assert choose_tile("warptile", f64, 1024, 1024, 512) == "small"  # 128 tiles: one block per SM
     assert choose_tile("warptile", f64, 1280, 1280, 512) == "medium"  # 200 tiles (h100_warptile_tiles_model_check_s19)

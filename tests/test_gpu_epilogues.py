@@ -222,7 +222,7 @@ def test_light_chain_on_the_float64_medium_tile(cp, shape):
     epilogue = (E.bias(rng.standard_normal((m, 1), dtype=np.float64)) | E.store(targets[0]) | E.leaky_relu(0.1)
                 | E.store(targets[1]) | E.scale(-1.5) | E.store(targets[2]) | E.clamp(-2.0, 3.0) | E.relu())
     assert not any(stage.transcendental for stage in epilogue.stages)
-    assert choose_tile("warptile", np.float64, m, n, k, sm_count(), False) == "medium"
+    assert choose_tile("warptile", np.float64, m, n, k, sm_count()) == "medium"
     c = cp.asfortranarray(c0)
     alpha = 1 / math.sqrt(k)
     dxgemm.gemm(a, b, c, alpha=alpha, beta=0.5, epilogue=epilogue, backend="warptile")

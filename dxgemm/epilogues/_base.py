@@ -24,6 +24,7 @@ Stages compose with ``|`` left to right: ``first | second`` applies ``first`` an
 from __future__ import annotations
 
 import abc
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
 
@@ -87,8 +88,17 @@ class Epilogue(abc.ABC):
     """Whether the stage evaluates a transcendental function (``exp``, ``erf``, ``tanh``) per
     element: a few dozen FP64 instructions each, on the pipe the FP64 tensor cores use.  The
     float64 ``warptile`` keeps more warps per SM for chains with such a stage
-    (``dxgemm._gemm.choose_tile``).  True unless a stage says otherwise: a ``custom``
-    function may do anything."""
+    (:attr:`medium_tile_min_k`), and ``auto`` weighs it in choosing the backend.  True unless a
+    stage says otherwise: a ``custom`` function may do anything."""
+
+    @property
+    def medium_tile_min_k(self) -> float:
+        """The least K from which the float64 ``warptile`` may run this stage on its medium tile
+        (8 warps per SM) rather than the small one (16): 0 for a stage that is not
+        :attr:`transcendental`, ``inf`` (never) for one that is, unless measured otherwise.
+        With few warps per SM a long chain of dependent FP64 instructions per element stalls
+        the epilogue (``dxgemm._gemm.choose_tile``)."""
+        return math.inf if self.transcendental else 0.0
 
     @abc.abstractmethod
     def bind(self, ctx: EpilogueContext) -> BoundEpilogue:

@@ -160,6 +160,12 @@ class GELU(Pointwise):
     def __repr__(self) -> str:
         return "gelu()" if self.variant == ("none",) else "gelu(approximate='tanh')"
 
+    @property
+    def medium_tile_min_k(self) -> float:
+        # the float64 exact form's two half-depth chains: the medium tile leads from K = 512
+        # (h100_warptile_tiles_gelu_log2_s21.log); the tanh form keeps libdevice's exp and a division
+        return 512.0 if self.variant == ("none",) else math.inf
+
     def _formula(self, dtype: np.dtype) -> tuple:
         if dtype != np.float32:
             return ("q20-exp2-11-int",) if self.variant == ("none",) else ("sigmoid-exp",)
