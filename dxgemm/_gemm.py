@@ -105,11 +105,9 @@ def gemm(
     if m == 1 and backend in ("auto", "pipeline"):
         backend = "gemv"  # one output row: no reuse to tile for (dxgemm.kernels.gemv)
     flags = vector_flags(op_a.ptr, op_a.ld, op_b.ptr, op_b.ld, dtype.itemsize)
-    stages = epilogue.stages if epilogue else ()
-    transcendental = any(stage.transcendental for stage in stages)
     if backend == "auto":
         backend = choose_backend(dtype, m, n, k, pipeline=_pipeline_reason(device) is None,
-                                 aligned=flags == FLAG_VEC_A | FLAG_VEC_B, transcendental=transcendental,
+                                 aligned=flags == FLAG_VEC_A | FLAG_VEC_B, transcendental=chain.transcendental,
                                  sms=sm_count())
     if backend == "pipeline":
         from .pipelines._dispatch import PipelineUnavailable, matrix_of, prepare
@@ -128,7 +126,7 @@ def gemm(
             _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta, c is not None)
             return out
     sms = sm_count()
-    tile = choose_tile(backend, dtype, m, n, k, sms, max((s.medium_tile_min_k for s in stages), default=0.0))
+    tile = choose_tile(backend, dtype, m, n, k, sms, chain.medium_tile_min_k)
     slices = choose_split_k(backend, dtype, m, n, k, tile, sms)
     if slices > 1:
         part, reduce, plain = _warptile_split_k(op_a, op_b, op_d, m, n, k, flags, bound, numba_stream(handle), slices)

@@ -171,6 +171,14 @@ class Chain(Epilogue):
         return self._stages
 
     @property
+    def transcendental(self) -> bool:  # type: ignore[override]
+        return any(s.transcendental for s in self._stages)
+
+    @property
+    def medium_tile_min_k(self) -> float:
+        return max((s.medium_tile_min_k for s in self._stages), default=0.0)
+
+    @property
     def name(self) -> str:
         return "|".join(s.name for s in self._stages)
 
