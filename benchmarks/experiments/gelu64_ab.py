@@ -107,6 +107,59 @@ class GELUHorner(GELU):
         return _session20(halves=False) if t is np.float64 else GELU._device(t, approximate)
 
 
+class GELUQuarters(GELU):
+    """Today's float64 GELU with each polynomial in four chains of a quarter of the depth
+    (``A(u) + s B(u) + s^2 (C(u) + s D(u))``, ``u = s^4``; the same for ``2**r``): 39 FP64
+    instructions, for tiles with few warps per SM (an experiment, session 21)."""
+
+    def __init__(self):
+        super().__init__("none")
+
+    def _formula(self, dtype: np.dtype) -> tuple:
+        return ("q20-exp2-11-int-quarters",) if dtype == np.float64 else super()._formula(dtype)
+
+    @staticmethod
+    def _device(t, approximate):
+        return _quarters() if t is np.float64 else GELU._device(t, approximate)
+
+
+def _quarters():
+    from dxgemm.epilogues import _pointwise as W
+    from dxgemm.kernels._device import bits_of, double_of, fma, low_word, times_pow2
+
+    p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10 = W.GELU_FLOAT64_POLY[:11]
+    p11, p12, p13, p14, p15, p16, p17, p18, p19, p20 = W.GELU_FLOAT64_POLY[11:]
+    e0, e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11 = W.EXP2_FLOAT64_POLY
+    top, shifter = W.GELU_FLOAT64_TOP, W.SHIFTER
+    top_bits, inf_bits, abs_mask = int(np.float64(top).view(np.int64)), W._INF_BITS, W._ABS_MASK
+
+    @cuda.jit(device=True)
+    def gelu(value, row, col, args):
+        bits = bits_of(value)
+        s_bits = bits & abs_mask
+        s = top if top_bits < s_bits <= inf_bits else double_of(s_bits)
+        s2 = s * s
+        u = s2 * s2
+        a = fma(fma(fma(fma(fma(p20, u, p16), u, p12), u, p8), u, p4), u, p0)
+        b = fma(fma(fma(fma(p17, u, p13), u, p9), u, p5), u, p1)
+        c = fma(fma(fma(fma(p18, u, p14), u, p10), u, p6), u, p2)
+        d = fma(fma(fma(fma(p19, u, p15), u, p11), u, p7), u, p3)
+        p = fma(s2, fma(s, d, c), fma(s, b, a))
+        shifted = fma(s, p, shifter)
+        r = fma(s, p, shifter - shifted)
+        r2 = r * r
+        v = r2 * r2
+        ea = fma(fma(e8, v, e4), v, e0)
+        eb = fma(fma(e9, v, e5), v, e1)
+        ec = fma(fma(e10, v, e6), v, e2)
+        ed = fma(fma(e11, v, e7), v, e3)
+        e = fma(r2, fma(r, ed, ec), fma(r, eb, ea))
+        relu = double_of(bits & ~(bits >> 63))
+        return fma(-s, times_pow2(e, low_word(shifted) - 1), relu)
+
+    return gelu
+
+
 def _session20(halves: bool):
     from dxgemm.epilogues import _pointwise as W
     from dxgemm.kernels._device import fma, low_word, times_pow2
@@ -166,7 +219,7 @@ def main() -> int:
     parser.add_argument("--build", action="store_true", help="build the pipeline kernels without a GPU")
     parser.add_argument("--tile", help="run every float64 warptile call on this tile (default: dxgemm's choice)")
     parser.add_argument("--forms", default="halves,horner,before",
-                        help="earlier forms to time beside today's bias|gelu: halves, horner, before")
+                        help="other forms to time beside today's bias|gelu: halves, horner, before, quarters")
     parser.add_argument("--small-min-blocks", type=int, default=0,
                         help="build the float64 small tile for this many blocks per SM (a register cap)")
     args = parser.parse_args()
@@ -187,7 +240,7 @@ def main() -> int:
     shapes = [tuple(int(s) for s in text.split("x")) for text in args.shapes.split(",")]
     from dxgemm import epilogues as E
 
-    forms = {"halves": GELUHalves, "horner": GELUHorner, "before": GELUBefore}
+    forms = {"halves": GELUHalves, "horner": GELUHorner, "before": GELUBefore, "quarters": GELUQuarters}
     chosen_forms = [f for f in args.forms.split(",") if f]
     chains = ["bias|gelu"] + [f"bias|gelu_{f}" for f in chosen_forms]
 
