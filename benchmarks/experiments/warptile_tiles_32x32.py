@@ -1,4 +1,4 @@
-"""float64 warptile with 8 warps of 32x32 on 128x64 blocks, against the small and medium tiles (an experiment, not shipped).
+"""float64 warptile with 8 warps of 32x32 on 128x64 blocks against the small and medium tiles (not shipped).
 
     . .whl/activate.sh && python benchmarks/experiments/warptile_tiles_32x32.py --tiles small,medium,w32k16,w32k8 \\
         --epilogue 'bias|gelu' --shapes 4096x4096x256,8192x8192x512

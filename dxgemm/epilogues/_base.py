@@ -96,8 +96,8 @@ class Epilogue(abc.ABC):
         """The least K from which the float64 ``warptile`` may run this stage on its medium tile
         (8 warps per SM) rather than the small one (16): 0 for a stage that is not
         :attr:`transcendental`, ``inf`` (never) for one that is, unless measured otherwise.
-        With few warps per SM a long chain of dependent FP64 instructions per element stalls
-        the epilogue (``dxgemm._gemm.choose_tile``)."""
+        The medium tile's main loop is the faster, but with half the warps per SM it runs a
+        long FP64 epilogue slower, which decides where K is short (``dxgemm._gemm.choose_tile``)."""
         return math.inf if self.transcendental else 0.0
 
     @abc.abstractmethod
