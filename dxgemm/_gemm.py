@@ -279,6 +279,9 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int 
     three).  The tile with the least ``cost * ceil(tiles / sms)`` wins, ties going to the
     larger tile, with three limits the costs do not capture:
 
+    * below K = 64 the small tile runs as ``"short"``, the same tile on m16n8k8
+      (``h100_f64_rounds_short_s21.log``: 4096^2 x 40 0.0590 against 0.0634 ms, 8192^2 x 32
+      0.199 / 0.205, 2048^2 x 48 a tie);
     * below ``m * n = 2**19`` outputs the tiny tile (64x64x8) whatever the model says
       (``h100_warptile_tiny.log``: 640^3, 4096 x 64 x 4096 at 0.210 against 0.303 ms);
     * below ``k = 1024`` not the large tile, which pads K to 16 and pays a long prologue for
@@ -343,7 +346,8 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int 
         if tile == "medium" and (k < max(64, medium_min_k) or blocks <= sms):
             continue
         costs[tile] = block_cost * -(-blocks // sms)
-    return min(costs, key=costs.__getitem__)
+    best = min(costs, key=costs.__getitem__)
+    return "short" if best == "small" and k < 64 else best
 
 
 F64_BLOCK_COST = {"large": 1.0, "medium": 0.53, "small": 0.575, "tiny": 0.31}

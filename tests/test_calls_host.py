@@ -216,7 +216,7 @@ def test_warptile_tile_rule():
     assert choose_tile("warptile", f64, 4096, 4096, 256, medium_min_k=gelu) == "small"
     assert choose_tile("warptile", f64, 3072, 3072, 1024, medium_min_k=gelu) == "medium"  # 9 x 0.53 against 5
     assert choose_tile("warptile", f64, 4096, 4096, 1024, medium_min_k=gelu) == "large"  # 16 x 0.53 against 8
-    assert choose_tile("warptile", f64, 8192, 8192, 32) == "small"
+    assert choose_tile("warptile", f64, 8192, 8192, 32) == "short"  # the small tile on m16n8k8
     assert choose_tile("warptile", f64, 1536, 1536, 1536, medium_min_k=gelu) == "tiny"  # 2 large waves against 1.55
     assert choose_tile("warptile", f64, 1536, 1536, 1536) == "tiny"  # 576 tiles: 5 x 0.31 against 3 x 0.53
     # wave quantization from K = 1024 (h100_f64_rounds_small_vs_large_s17.log)
@@ -238,7 +238,9 @@ def test_warptile_tile_rule():
     assert choose_tile("warptile", f64, 2000, 2000, 1000) == "medium"  # K below 1024, 512 tiles
     assert choose_tile("warptile", f64, 2000, 2000, 1000, medium_min_k=gelu) == "medium"
     assert choose_tile("warptile", f64, 2000, 2000, 500, medium_min_k=gelu) == "small"
-    assert choose_tile("warptile", f64, 4096, 4096, 40) == "small"  # K below 64
+    assert choose_tile("warptile", f64, 4096, 4096, 40) == "short"  # K below 64
+    assert choose_tile("warptile", f64, 4096, 4096, 40, medium_min_k=gelu) == "short"
+    assert choose_tile("warptile", f64, 600, 600, 40) == "tiny"
     assert choose_tile("warptile", f64, 1024, 1024, 512) == "small"  # 128 tiles: one block per SM
     assert choose_tile("warptile", f64, 1280, 1280, 512) == "medium"  # 200 tiles (h100_warptile_tiles_model_check_s19)
     assert choose_tile("warptile", f64, 1024, 1024, 4096) == "small"

@@ -227,6 +227,18 @@ def test_warptile_fp64_unchecked_prologue(layouts, rng):
         assert_close(out, a, b, np.dtype(np.float64), alpha=0.5)
 
 
+def test_warptile_fp64_short_tile(rng):
+    """The shipped float64 ``"short"`` tile (the small tile on m16n8k8, for K below 64): an
+    interior block and edge blocks, K = 29 leaving a partial last K tile of the four."""
+    from dxgemm.kernels.warptile import TILE_CONFIGS
+
+    m, n, k = 150, 70, 29
+    a = rng.standard_normal((m, k))
+    b = rng.standard_normal((k, n))
+    out = warptile_dmma(a, b, TILE_CONFIGS["float64"]["short"], alpha=0.75)
+    assert_close(out, a, b, np.dtype(np.float64), alpha=0.75)
+
+
 @pytest.mark.parametrize("layouts", [("row", "row"), ("col", "col")], ids=lambda t: "-".join(t))
 def test_warptile_fp64_medium_tile(layouts, rng):
     """The shipped float64 ``"medium"`` tile as it is (128x64x16, four warps of 64x32 on m16n8k8,

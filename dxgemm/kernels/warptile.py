@@ -144,6 +144,12 @@ TILE_CONFIGS = {
         "small": dict(kind="dmma", copy="async", threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=4,
                       min_blocks=2),
         "tiny": dict(kind="dmma", copy="async", threads=256, BM=64, BN=64, BK=8, WM=32, WN=16, stages=4),
+        # the small tile on m16n8k8 for K below 64 (half its mmas a K tile), in interleaved rounds: 4096x4096x40
+        # 0.0590 against 0.0634 ms (1.04x cuBLAS), 8192x8192x32 0.199 / 0.205, 2048x2048x48 a tie
+        # (h100_f64_rounds_short_s21.log); where the small tile runs at deeper K (few blocks, 1000^3 and 1024^3,
+        # or a transcendental epilogue) m16n8k4 does 2 % better or ties (h100_warptile_small_k8_s21.log)
+        "short": dict(kind="dmma", copy="async", mma_sm90=(16, 8), threads=256, BM=128, BN=64, BK=8, WM=64, WN=16,
+                      stages=4, min_blocks=2),
         # cuBLAS's own kernel shape at 4096x4096x256 (h100_ncu_shallow_s18.log): 128x64x16, 4 warps of
         # 64x32 on m16n8k8, 3 stages, two blocks per SM; on m16n8k16 (30 fewer instructions a K tile),
         # or with 4 or 2 stages, slower (h100_f64_rounds_medium_variants_s19.log)
@@ -164,7 +170,9 @@ float64 ``"small"`` serves short K and few output tiles: 8 warps of 64x16 with `
 four stages deep.  Against the same tile double-buffered through registers it took
 4096x4096x40 from 0.071 to 0.063 ms (0.97x cuBLAS), 8192x8192x32 from 0.235 to 0.206,
 1024^3 from 0.086 to 0.079 (``benchmarks/results/h100_warptile_small_async.log``); for the
-large tile the copy path made no difference (``h100_warptile_async.log``).  ``"tiny"``
+large tile the copy path made no difference (``h100_warptile_async.log``); ``"short"``, the
+same tile on m16n8k8, takes K below 64 (4096x4096x40 0.0590 against 0.0634 ms, 1.04x cuBLAS,
+``h100_f64_rounds_short_s21.log``).  ``"tiny"``
 halves it to 64x64 for the smallest outputs (512^3: 0.030 ms against 0.042).  ``"medium"``,
 cuBLAS's own shallow-K kernel shape, has the small tile's 128x64 blocks as 4 warps of 64x32
 on m16n8k8, half the instructions per multiply-add: where its blocks fill every SM twice and
