@@ -279,9 +279,6 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int 
     three).  The tile with the least ``cost * ceil(tiles / sms)`` wins, ties going to the
     larger tile, with three limits the costs do not capture:
 
-    * below K = 64 the small tile runs as ``"short"``, the same tile on m16n8k8
-      (``h100_f64_rounds_short_s21.log``: 4096^2 x 40 0.0590 against 0.0634 ms, 8192^2 x 32
-      0.199 / 0.205, 2048^2 x 48 a tie);
     * below ``m * n = 2**19`` outputs the tiny tile (64x64x8) whatever the model says
       (``h100_warptile_tiny.log``: 640^3, 4096 x 64 x 4096 at 0.210 against 0.303 ms);
     * below ``k = 1024`` not the large tile, which pads K to 16 and pays a long prologue for
@@ -305,6 +302,10 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int 
       0.255 / 0.250, 3072^2 x 768 0.345 / 0.311, and at K = 1024 it also beats the large tile
       where the model says so (3072^2 x 1024 0.392 against 0.426 large; 4096^2 x 1024 large
       0.683 against 0.705; ``h100_warptile_tiles_gelu_log2_s21.log``).
+
+    Below K = 64 a small-tile pick runs as ``"short"``, the same tile on m16n8k8
+    (``h100_f64_rounds_short_s21.log``: 4096^2 x 40 0.0590 against 0.0634 ms, 8192^2 x 32
+    0.199 / 0.205, 2048^2 x 48 a tie).
 
     The costs come from ``h100_warptile_tiles_mid_s19.log`` and ``h100_warptile_tiles_k1024_s19.log``
     (all four tiles, 1000^3 to 4096^3), and they predict its ratios to within a few

@@ -126,34 +126,30 @@ def test_warptile_fp64_medium_tile(cp, shape):
     """float64 ``warptile`` where ``choose_tile`` takes the medium tile (no epilogue, two blocks per
     SM): aligned operands (unchecked copies) and odd leading dimensions (checked copies), into
     row- and column-major C with alpha and beta."""
-    from dxgemm._gemm import choose_tile
-    from dxgemm.kernels import sm_count
-
-    m, n, k = shape
-    assert choose_tile("warptile", np.float64, m, n, k, sm_count()) == "medium"
-    a, b = _operands(cp, m, n, k, np.float64, seed=k)
-    c0 = cp.random.default_rng(m).standard_normal((m, n))
-    for order in ("C", "F"):
-        c = cp.array(c0, order=order)
-        dxgemm.gemm(a, b, c, alpha=-0.5, beta=1.5, backend="warptile")
-        assert_close(c, a, b, np.dtype(np.float64), alpha=-0.5, beta=1.5, c=c0)
+    _check_chosen_float64_tile(cp, shape, "medium", alpha=-0.5, beta=1.5)
 
 
 @pytest.mark.parametrize("shape", [(4096, 4096, 40), (2001, 1999, 33)], ids=lambda s: "x".join(map(str, s)))
 def test_warptile_fp64_short_tile(cp, shape):
     """float64 ``warptile`` below K = 64, where ``choose_tile`` takes the short tile (the small
     tile on m16n8k8): aligned and odd operands, into row- and column-major C with alpha and beta."""
+    _check_chosen_float64_tile(cp, shape, "short", alpha=0.75, beta=-1.5)
+
+
+def _check_chosen_float64_tile(cp, shape, tile, alpha, beta):
+    """``choose_tile`` takes ``tile`` for ``shape``, and ``warptile`` on it computes ``alpha A B +
+    beta C`` into row- and column-major C."""
     from dxgemm._gemm import choose_tile
     from dxgemm.kernels import sm_count
 
     m, n, k = shape
-    assert choose_tile("warptile", np.float64, m, n, k, sm_count()) == "short"
+    assert choose_tile("warptile", np.float64, m, n, k, sm_count()) == tile
     a, b = _operands(cp, m, n, k, np.float64, seed=k)
     c0 = cp.random.default_rng(m).standard_normal((m, n))
     for order in ("C", "F"):
         c = cp.array(c0, order=order)
-        dxgemm.gemm(a, b, c, alpha=0.75, beta=-1.5, backend="warptile")
-        assert_close(c, a, b, np.dtype(np.float64), alpha=0.75, beta=-1.5, c=c0)
+        dxgemm.gemm(a, b, c, alpha=alpha, beta=beta, backend="warptile")
+        assert_close(c, a, b, np.dtype(np.float64), alpha=alpha, beta=beta, c=c0)
 
 
 @pytest.mark.parametrize("order", ["C", "F"])

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from numba import cuda
@@ -35,27 +36,43 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from dxgemm.epilogues._pointwise import GELU  # noqa: E402
 
 
-class GELUBefore(GELU):
-    """``gelu()`` in float64 as it was: ``0.5 x (1 + erf(x / sqrt 2))`` with libdevice's ``erf``."""
+class _Float64Form(GELU):
+    """``gelu()`` with another float64 device function (``make()``) under its own formula tag
+    (``tag``, so each form is a kernel of its own); float32 as shipped."""
+
+    tag: str
 
     def __init__(self):
         super().__init__("none")
 
-    def _formula(self, dtype: np.dtype) -> tuple:
-        return ("libdevice-erf",) if dtype == np.float64 else super()._formula(dtype)
-
     @staticmethod
-    def _device(t, approximate):
-        if t is not np.float64:
-            return GELU._device(t, approximate)
-        half, rsqrt2 = t(0.5), t(1 / math.sqrt(2))
+    def make() -> Callable:
+        raise NotImplementedError
 
-        @cuda.jit(device=True)
-        def gelu(value, row, col, args):
-            h = half * value
-            return h + h * math.erf(value * rsqrt2)
+    def _formula(self, dtype: np.dtype) -> tuple:
+        return (self.tag,) if dtype == np.float64 else super()._formula(dtype)
 
-        return gelu
+    @classmethod
+    def _device(cls, t, approximate):
+        return cls.make() if t is np.float64 else GELU._device(t, approximate)
+
+
+def _libdevice_erf() -> Callable:
+    half, rsqrt2 = 0.5, 1 / math.sqrt(2)
+
+    @cuda.jit(device=True)
+    def gelu(value, row, col, args):
+        h = half * value
+        return h + h * math.erf(value * rsqrt2)
+
+    return gelu
+
+
+class GELUBefore(_Float64Form):
+    """``gelu()`` in float64 as it was: ``0.5 x (1 + erf(x / sqrt 2))`` with libdevice's ``erf``."""
+
+    tag = "libdevice-erf"
+    make = staticmethod(_libdevice_erf)
 
 
 # Session 20's constants: ``q(s) = s P(s) ~ -ln(2 Phi(-s))`` and ``exp(r)`` on ``|r| <= ln(2) / 2``
@@ -76,51 +93,30 @@ LN2_HI = float.fromhex("0x1.62e42fefa39efp-1")
 LN2_LO = float.fromhex("0x1.abc9e3b39803fp-56")
 
 
-class GELUHalves(GELU):
+class GELUHalves(_Float64Form):
     """``gelu()`` in float64 as shipped at 8fbda19: ``exp(-s P(s))`` with ``ln 2`` in two parts,
     float compares for the clamp and ``relu``, each polynomial in even and odd halves (41 FP64
     instructions)."""
 
-    def __init__(self):
-        super().__init__("none")
-
-    def _formula(self, dtype: np.dtype) -> tuple:
-        return ("q20-exp11-eo",) if dtype == np.float64 else super()._formula(dtype)
-
-    @staticmethod
-    def _device(t, approximate):
-        return _session20(halves=True) if t is np.float64 else GELU._device(t, approximate)
+    tag = "q20-exp11-eo"
+    make = staticmethod(lambda: _session20(halves=True))
 
 
-class GELUHorner(GELU):
+class GELUHorner(_Float64Form):
     """``gelu()`` in float64 as shipped at 3c2d721: :class:`GELUHalves` with each polynomial in
     one Horner chain (39 FP64 instructions, twice the dependency depth)."""
 
-    def __init__(self):
-        super().__init__("none")
-
-    def _formula(self, dtype: np.dtype) -> tuple:
-        return ("q20-exp11",) if dtype == np.float64 else super()._formula(dtype)
-
-    @staticmethod
-    def _device(t, approximate):
-        return _session20(halves=False) if t is np.float64 else GELU._device(t, approximate)
+    tag = "q20-exp11"
+    make = staticmethod(lambda: _session20(halves=False))
 
 
-class GELUQuarters(GELU):
+class GELUQuarters(_Float64Form):
     """Today's float64 GELU with each polynomial in four chains of a quarter of the depth
     (``A(u) + s B(u) + s^2 (C(u) + s D(u))``, ``u = s^4``; the same for ``2**r``): 39 FP64
     instructions, for tiles with few warps per SM (an experiment, session 21)."""
 
-    def __init__(self):
-        super().__init__("none")
-
-    def _formula(self, dtype: np.dtype) -> tuple:
-        return ("q20-exp2-11-int-quarters",) if dtype == np.float64 else super()._formula(dtype)
-
-    @staticmethod
-    def _device(t, approximate):
-        return _quarters() if t is np.float64 else GELU._device(t, approximate)
+    tag = "q20-exp2-11-int-quarters"
+    make = staticmethod(lambda: _quarters())
 
 
 def _quarters():

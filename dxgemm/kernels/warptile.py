@@ -133,23 +133,23 @@ CONFIGS = {
                     stages=4, group_m=16),
 }
 
+# two blocks per SM, held to 128 registers: the float64 exact GELU took it to 135 and one block
+# (bias | gelu at 4096x4096x256 0.288 ms against 0.243 capped, h100_gelu64_tiles_s20.log)
+_F64_SMALL = dict(kind="dmma", copy="async", threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=4, min_blocks=2)
+
 TILE_CONFIGS = {
     "float32": {
         "small": dict(threads=256, BM=64, BN=128, BK=16, WM=32, WN=32, WNITER=2, TM=4, TN=4, stages=2, unroll=2),
         "tiny": dict(threads=256, BM=64, BN=64, BK=16, WM=32, WN=16, WNITER=1, TM=4, TN=4, stages=2, unroll=2),
     },
     "float64": {
-        # two blocks per SM, held to 128 registers: the float64 exact GELU took it to 135 and one block
-        # (bias | gelu at 4096x4096x256 0.288 ms against 0.243 capped, h100_gelu64_tiles_s20.log)
-        "small": dict(kind="dmma", copy="async", threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=4,
-                      min_blocks=2),
+        "small": _F64_SMALL,
         "tiny": dict(kind="dmma", copy="async", threads=256, BM=64, BN=64, BK=8, WM=32, WN=16, stages=4),
         # the small tile on m16n8k8 for K below 64 (half its mmas a K tile), in interleaved rounds: 4096x4096x40
         # 0.0590 against 0.0634 ms (1.04x cuBLAS), 8192x8192x32 0.199 / 0.205, 2048x2048x48 a tie
         # (h100_f64_rounds_short_s21.log); where the small tile runs at deeper K (few blocks, 1000^3 and 1024^3,
         # or a transcendental epilogue) m16n8k4 does 2 % better or ties (h100_warptile_small_k8_s21.log)
-        "short": dict(kind="dmma", copy="async", mma_sm90=(16, 8), threads=256, BM=128, BN=64, BK=8, WM=64, WN=16,
-                      stages=4, min_blocks=2),
+        "short": dict(_F64_SMALL, mma_sm90=(16, 8)),
         # cuBLAS's own kernel shape at 4096x4096x256 (h100_ncu_shallow_s18.log): 128x64x16, 4 warps of
         # 64x32 on m16n8k8, 3 stages, two blocks per SM; on m16n8k16 (30 fewer instructions a K tile),
         # or with 4 or 2 stages, slower (h100_f64_rounds_medium_variants_s19.log)
