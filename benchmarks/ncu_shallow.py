@@ -4,7 +4,7 @@
         python benchmarks/ncu_shallow.py --shape 4096x4096x256 --run small
 
 ``--run``: ``small``, ``medium`` or ``large`` (float64 ``warptile`` with that tile forced), ``small-gelu``
-(the small tile with ``bias | gelu`` fused), or ``cublas`` (CuPy's ``a @ b``).
+or ``medium-gelu`` (that tile with ``bias | gelu`` fused), or ``cublas`` (CuPy's ``a @ b``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dxgemm import epilogues as E  # noqa: E402
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--shape", default="4096x4096x256")
-parser.add_argument("--run", choices=["small", "medium", "large", "small-gelu", "cublas"], default="small")
+parser.add_argument("--run", choices=["small", "medium", "large", "small-gelu", "medium-gelu", "cublas"], default="small")
 args = parser.parse_args()
 m, n, k = (int(x) for x in args.shape.split("x"))
 rng = cp.random.default_rng(0)

@@ -11,7 +11,8 @@ then anywhere (no GPU)::
 
 Prints each opcode's share of the warp-stall samples, split by reason (``wait``: a fixed-latency
 dependency, ``math``: the pipe is busy, ``long_sb``: waiting on global/local memory or a barrier
-try-wait, ``short_sb``: shared memory, ...), then the instructions with the most samples.
+try-wait, ``short_sb``: shared memory, ...), for a DMMA kernel the same split at its last DMMA
+(the K loop against the epilogue and stores after it), then the instructions with the most samples.
 """
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ def _number(text: str) -> float:
         return 0.0
 
 
+def _opcode(source: str) -> str:
+    words = source.split()
+    words = words[1:] if words and words[0].startswith("@") else words
+    return words[0].split(".")[0] if words else "?"
+
+
 def main(path: str, top: int = 12) -> None:
     lines = open(path).read().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith('"Address"'))
@@ -40,9 +47,7 @@ def main(path: str, top: int = 12) -> None:
     total = sum(_number(r[col[samples]]) for r in data) or 1.0
     by_opcode: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for r in data:
-        words = r[col["Source"]].split()
-        words = words[1:] if words and words[0].startswith("@") else words
-        opcode = words[0].split(".")[0] if words else "?"
+        opcode = _opcode(r[col["Source"]])
         by_opcode[opcode]["all"] += _number(r[col[samples]])
         for reason in REASONS:
             by_opcode[opcode][reason] += _number(r[col[f"stall_{reason}"]])
@@ -50,6 +55,13 @@ def main(path: str, top: int = 12) -> None:
     for opcode, c in sorted(by_opcode.items(), key=lambda kv: -kv[1]["all"])[:top]:
         parts = " ".join(f"{reason}={c[reason] / total * 100:.1f}" for reason in REASONS if c[reason] / total >= 0.001)
         print(f"  {opcode:8} {c['all'] / total * 100:5.1f}  {parts}")
+    last = max((i for i, r in enumerate(data) if _opcode(r[col["Source"]]) == "DMMA"), default=None)
+    if last is not None:  # a DMMA kernel: its K loop against what follows it (the epilogue and the stores)
+        for name, part in (("to the last DMMA", data[:last + 1]), ("after it", data[last + 1:])):
+            share = sum(_number(r[col[samples]]) for r in part) / total * 100
+            parts = " ".join(f"{reason}={v:.1f}" for reason in REASONS
+                             if (v := sum(_number(r[col[f'stall_{reason}']]) for r in part) / total * 100) >= 0.1)
+            print(f"  {name:17} {share:5.1f}  {parts}")
     print("instructions with the most samples, %")
     for r in sorted(data, key=lambda r: -_number(r[col[samples]]))[:top]:
         main_reason = max(REASONS, key=lambda reason: _number(r[col[f"stall_{reason}"]]))

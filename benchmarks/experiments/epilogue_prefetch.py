@@ -1,0 +1,131 @@
+"""Does the float64 warptile's epilogue wait on its bias loads?  (An experiment.)
+
+    . .whl/activate.sh && python benchmarks/experiments/epilogue_prefetch.py --shapes 4096x4096x256,8192x8192x512
+
+The DMMA tiles compute every value of a block before storing any (``_make_dmma_store``), and
+the first value needs its bias element, loaded from global memory only once the K loop is
+done: a wait of an L2 round trip per tile, which the medium tile (8 warps an SM) has few
+warps to cover.  ``*_pf`` tiles are the same tiles with one extra step at the start of the
+kernel: the first ``BN * 8 / 128`` threads issue ``prefetch.global.L1`` for the block's
+``BN`` bias elements (the chain here is ``alpha | bias | ...``, so the bias vector is the
+second stage's first argument), so that the epilogue's loads hit L1.  Each (tile, chain)
+is timed in interleaved rounds (``fusion.interleaved_rounds``), every output checked
+against the float64 reference first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+import numpy as np  # noqa: E402
+from llvmlite import ir  # noqa: E402
+from numba import types  # noqa: E402
+from numba.cuda.extending import intrinsic  # noqa: E402
+
+
+@intrinsic
+def prefetch_l1(typingctx, array, index):
+    """``prefetch.global.L1`` of the line holding ``array[index]`` (contiguous 1-D array)."""
+    if not (isinstance(array, types.Array) and isinstance(index, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, value=args[0])
+        idx = context.cast(builder, args[1], sig.args[1], types.uint64)
+        ptr = builder.ptrtoint(builder.gep(ary.data, [idx], inbounds=True), ir.IntType(64))
+        asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [ir.IntType(64)]), "prefetch.global.L1 [$0];", "l",
+                           side_effect=True)
+        builder.call(asm, [ptr])
+        return context.get_dummy_value()
+
+    return types.void(array, index), codegen
+
+
+def patched_warptile():
+    """``dxgemm.kernels.warptile`` with the prefetch step behind the tile flag ``prefetch_bias``."""
+    path = ROOT / "dxgemm" / "kernels" / "warptile.py"
+    src = path.read_text()
+    flag = '        UNCHECKED_PROLOGUE = bool(cfg.get("unchecked_prologue", False))\n'
+    assert src.count(flag) == 1
+    src = src.replace(flag, flag + '        PREFETCH_BIAS = bool(cfg.get("prefetch_bias", False))\n'
+                      '        PF_LINES = U(BN * 8 // 128)\n')
+    anchor = ("            tid, lane, w_row, w_col, row0, col0, um, un, uk, vec_a, vec_b, n_tiles = "
+              "place(m, n, k, flags)\n            if SPLIT:")
+    assert src.count(anchor) == 1
+    src = src.replace(anchor, anchor.replace("            if SPLIT:", "") +
+                      "            if PREFETCH_BIAS and tid < PF_LINES and col0 + tid * U(16) < un:\n"
+                      "                prefetch_l1(epi_args[1][0], col0 + tid * U(16))\n"
+                      "            if SPLIT:")
+    spec = importlib.util.spec_from_loader("dxgemm.kernels.warptile", loader=None)
+    module = importlib.util.module_from_spec(spec)
+    module.__file__ = str(path)
+    module.__dict__["prefetch_l1"] = prefetch_l1
+    exec(compile(src, str(path), "exec"), module.__dict__)
+    sys.modules["dxgemm.kernels.warptile"] = module
+    import dxgemm.kernels as kernels
+    kernels.warptile = module
+    return module
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shapes", default="4096x4096x256,8192x8192x512")
+    parser.add_argument("--tiles", default="small,medium")
+    parser.add_argument("--chains", default="none,bias,gelu,bias|gelu,bias|relu")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--reps", type=int, default=30)
+    args = parser.parse_args()
+    warptile = patched_warptile()
+    for name in args.tiles.split(","):
+        tiles = warptile.TILE_CONFIGS["float64"]
+        tiles[name + "_pf"] = dict(tiles[name], prefetch_bias=True)
+
+    import cupy as cp
+
+    import dxgemm
+    from dxgemm import _calls, _gemm
+    from dxgemm import epilogues as E
+    from dxgemm.epilogues.reference import check
+    from dxgemm.testing import check as check_gemm
+    from fusion import interleaved_rounds, operands
+
+    dtype = np.dtype(np.float64)
+    for text in args.shapes.split(","):
+        shape = tuple(int(s) for s in text.split("x"))
+        x, w, v = operands(shape, dtype)
+        x64, w64 = x.astype(np.float64), w.astype(np.float64)
+        d = cp.empty(shape[:2], dtype)
+        chains = {"none": None, "bias": E.bias(v), "gelu": E.gelu(), "bias|gelu": E.bias(v) | E.gelu(),
+                  "bias|relu": E.bias(v) | E.relu()}
+        launches = {}
+        for tile in args.tiles.split(","):
+            for variant in (tile, tile + "_pf"):
+                for label in args.chains.split(","):
+                    if variant.endswith("_pf") and "bias" not in label:
+                        continue
+                    epi = chains[label]
+                    _gemm.choose_tile = lambda *_, t=variant, **__: t
+                    _calls.clear()
+                    d.fill(cp.nan)
+                    dxgemm.gemm(x, w, d, epilogue=epi, backend="warptile")
+                    err = check_gemm(d, x64, w64, dtype) if epi is None else check(d, epi, x64, w64, dtype)
+                    if not err <= 1:
+                        raise SystemExit(f"{variant} {label}: error {err:.3g} x the bound")
+                    kept = list(_calls._entries.values())[-1]
+                    launches[f"{variant:10} {label}"] = (lambda kept=kept: kept.run(x, w, d, 1.0, 0.0, None))
+        times = interleaved_rounds(launches, rounds=args.rounds, warmup=3, reps=args.reps)
+        print(f"== {text}: median over {args.rounds} interleaved rounds (ms), spread", flush=True)
+        for label, ts in times.items():
+            print(f"  {label:24} {statistics.median(ts):.4f}  ({min(ts):.4f}-{max(ts):.4f})", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
