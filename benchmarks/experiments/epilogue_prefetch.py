@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import statistics
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "benchmarks" / "experiments")]
 
-import numpy as np  # noqa: E402
 from llvmlite import ir  # noqa: E402
 from numba import types  # noqa: E402
 from numba.cuda.extending import intrinsic  # noqa: E402
@@ -83,47 +81,14 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=30)
     args = parser.parse_args()
     warptile = patched_warptile()
+    configs, tiles = warptile.TILE_CONFIGS["float64"], []
     for name in args.tiles.split(","):
-        tiles = warptile.TILE_CONFIGS["float64"]
-        tiles[name + "_pf"] = dict(tiles[name], prefetch_bias=True)
+        configs[name + "_pf"] = dict(configs[name], prefetch_bias=True)
+        tiles += [name, name + "_pf"]
+    from tile_chain_rounds import time_tiles
 
-    import cupy as cp
-
-    import dxgemm
-    from dxgemm import _calls, _gemm
-    from dxgemm import epilogues as E
-    from dxgemm.epilogues.reference import check
-    from dxgemm.testing import check as check_gemm
-    from fusion import interleaved_rounds, operands
-
-    dtype = np.dtype(np.float64)
-    for text in args.shapes.split(","):
-        shape = tuple(int(s) for s in text.split("x"))
-        x, w, v = operands(shape, dtype)
-        x64, w64 = x.astype(np.float64), w.astype(np.float64)
-        d = cp.empty(shape[:2], dtype)
-        chains = {"none": None, "bias": E.bias(v), "gelu": E.gelu(), "bias|gelu": E.bias(v) | E.gelu(),
-                  "bias|relu": E.bias(v) | E.relu()}
-        launches = {}
-        for tile in args.tiles.split(","):
-            for variant in (tile, tile + "_pf"):
-                for label in args.chains.split(","):
-                    if variant.endswith("_pf") and "bias" not in label:
-                        continue
-                    epi = chains[label]
-                    _gemm.choose_tile = lambda *_, t=variant, **__: t
-                    _calls.clear()
-                    d.fill(cp.nan)
-                    dxgemm.gemm(x, w, d, epilogue=epi, backend="warptile")
-                    err = check_gemm(d, x64, w64, dtype) if epi is None else check(d, epi, x64, w64, dtype)
-                    if not err <= 1:
-                        raise SystemExit(f"{variant} {label}: error {err:.3g} x the bound")
-                    kept = list(_calls._entries.values())[-1]
-                    launches[f"{variant:10} {label}"] = (lambda kept=kept: kept.run(x, w, d, 1.0, 0.0, None))
-        times = interleaved_rounds(launches, rounds=args.rounds, warmup=3, reps=args.reps)
-        print(f"== {text}: median over {args.rounds} interleaved rounds (ms), spread", flush=True)
-        for label, ts in times.items():
-            print(f"  {label:24} {statistics.median(ts):.4f}  ({min(ts):.4f}-{max(ts):.4f})", flush=True)
+    time_tiles(args.shapes.split(","), tiles, args.chains.split(","), rounds=args.rounds, reps=args.reps,
+               skip=lambda tile, chain: tile.endswith("_pf") and "bias" not in chain)
     return 0
 
 

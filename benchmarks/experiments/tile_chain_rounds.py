@@ -1,0 +1,98 @@
+"""float64 warptile tiles x epilogue chains in interleaved rounds (an experiment harness).
+
+    . .whl/activate.sh && python benchmarks/experiments/tile_chain_rounds.py --tiles small,medium,large \\
+        --chains none,gelu,bias|gelu --shapes 4096x4096x256 [--variant 'wide=medium:{"threads": 256, "BN": 128}']
+
+Each (tile, chain) is built once through ``dxgemm.gemm(..., backend="warptile")`` with the
+tile forced, checked against the float64 reference, and its kept call timed in
+``fusion.interleaved_rounds`` (CUDA events, warm-up, median of ``--reps``, the order reversed
+every other round).  ``--variant NAME=BASE:JSON`` adds a tile to ``warptile.TILE_CONFIGS``:
+the tile BASE (``large`` is ``warptile.CONFIGS``) with JSON's entries changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+import numpy as np  # noqa: E402
+
+
+def add_variant(warptile, text: str) -> str:
+    name, rest = text.split("=", 1)
+    base, changes = rest.split(":", 1)
+    tiles = warptile.TILE_CONFIGS["float64"]
+    tiles[name] = dict(warptile.CONFIGS["float64"] if base == "large" else tiles[base], **json.loads(changes))
+    return name
+
+
+def time_tiles(shapes: list[str], tiles: list[str], chains: list[str], *, rounds: int, reps: int,
+               skip=lambda tile, chain: False) -> None:
+    """Print the median ms over the rounds of every (tile, chain) at each shape."""
+    import cupy as cp
+
+    import dxgemm
+    from dxgemm import _calls, _gemm
+    from dxgemm import epilogues as E
+    from dxgemm.epilogues.reference import check
+    from dxgemm.testing import check as check_gemm
+    from fusion import interleaved_rounds, operands
+
+    dtype = np.dtype(np.float64)
+    rule = _gemm.choose_tile
+    for text in shapes:
+        shape = tuple(int(s) for s in text.split("x"))
+        x, w, v = operands(shape, dtype)
+        x64, w64 = x.astype(np.float64), w.astype(np.float64)
+        d = cp.empty(shape[:2], dtype)
+        made = {"none": None, "bias": E.bias(v), "gelu": E.gelu(), "bias|gelu": E.bias(v) | E.gelu(),
+                "bias|relu": E.bias(v) | E.relu(), "relu": E.relu(), "silu": E.silu()}
+        launches = {}
+        for tile in tiles:
+            for label in chains:
+                if skip(tile, label):
+                    continue
+                epi = made[label]
+                _gemm.choose_tile = lambda *_, t=tile, **__: t
+                _calls.clear()
+                d.fill(cp.nan)
+                dxgemm.gemm(x, w, d, epilogue=epi, backend="warptile")
+                err = check_gemm(d, x64, w64, dtype) if epi is None else check(d, epi, x64, w64, dtype)
+                if not err <= 1:
+                    raise SystemExit(f"{tile} {label} {text}: error {err:.3g} x the bound")
+                kept = list(_calls._entries.values())[-1]
+                launches[f"{tile:12} {label}"] = (lambda kept=kept: kept.run(x, w, d, 1.0, 0.0, None))
+        _gemm.choose_tile = rule
+        _calls.clear()
+        times = interleaved_rounds(launches, rounds=rounds, warmup=3, reps=reps)
+        print(f"== {text}: median over {rounds} interleaved rounds (ms), spread", flush=True)
+        for label, ts in times.items():
+            print(f"  {label:26} {statistics.median(ts):.4f}  ({min(ts):.4f}-{max(ts):.4f})", flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shapes", default="4096x4096x256,8192x8192x512")
+    parser.add_argument("--tiles", default="small,medium")
+    parser.add_argument("--chains", default="none,gelu,bias|gelu")
+    parser.add_argument("--variant", action="append", default=[])
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--reps", type=int, default=30)
+    args = parser.parse_args()
+    from dxgemm.kernels import warptile
+
+    for text in args.variant:
+        add_variant(warptile, text)
+    time_tiles(args.shapes.split(","), args.tiles.split(","), args.chains.split(","), rounds=args.rounds,
+               reps=args.reps)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
