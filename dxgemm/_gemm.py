@@ -289,8 +289,10 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int 
       for more: with one block per SM its 4 warps are too few (1024^3: 0.055 against the
       small tile's 0.052 ms), but with 200 blocks it leads (1280^2 x 512: 0.046 against
       0.050, ``h100_warptile_tiles_model_check_s19.log``).  With an ``exp`` or ``erf`` per
-      element the small tile's 16 warps per SM run the FP64 epilogue faster than its 8 (not
-      for want of independent instructions: ``h100_gelu64_quarters_ab_s21.log``).  For
+      element the small tile's 16 warps per SM run the FP64 epilogue faster than its 8: ptxas
+      schedules the epilogue output after output, two FP64 chains at a time, and a dependent
+      DFMA waits ~8 cycles, so a warp alone runs it at ~42 % of the FP64 rate
+      (``benchmarks/experiments/epilogue_schedule.py``, ``h100_dfma_ilp_s22.log``).  For
       SiLU, sigmoid and tanh (libdevice's ``exp``, a division) that holds at every K
       measured: ``bias | silu`` 1.571 small against 1.626 ms medium at 8192^2 x 512, 0.430 /
       0.468 at 4096^2 x 512, a tie at 3072^2 x 768; ``bias | tanh`` 1.599 /
