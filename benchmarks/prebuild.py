@@ -14,8 +14,8 @@ The arrays are host memory posing as device arrays (``__cuda_array_interface__``
 device is the H100's properties, and each launch is a no-op; :mod:`dxgemm.pipelines._standin`
 lets NVRTC, Numba and nvJitLink compile for sm_90 without a driver.  Kernels go into
 ``$DXGEMM_CACHE_DIR``; copy that folder's ``kernels/`` (or the files ``--keys`` names) to
-the GPU host.  The toolchain that links them matters for speed: see the README's
-*Toolchain* paragraph (NVRTC/nvJitLink 13.0 builds were 10-26 % faster than 13.5).
+the GPU host.  The toolchain that links them matters for speed: see *Which toolchain
+builds the kernels* in docs/performance.md (NVRTC/nvJitLink 13.0 builds were 10-26 % faster than 13.5).
 
     DXGEMM_CACHE_DIR=/tmp/kc python benchmarks/prebuild.py                 # all parts
     DXGEMM_CACHE_DIR=/tmp/kc python benchmarks/prebuild.py fusion --list   # name them only

@@ -58,7 +58,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"  WARNING: {mismatch}")
     elif compilers["nvjitlink"] and compilers["nvjitlink"] != PREFERRED_TOOLCHAIN:
         print(f"  note: kernels built by the {PREFERRED_TOOLCHAIN} toolchain ran 10-26 % faster on the H100 than "
-              "13.5's (README: 'Which toolchain builds the kernels'); pip install \"dxgemm[ctk130]\" pins it")
+              "13.5's (docs/performance.md: 'Which toolchain builds the kernels'); "
+              "pip install \"dxgemm[ctk130]\" pins it")
     forced = os.environ.get("DXGEMM_FLOAT32_PIPELINE")
     method = (f"{forced} (DXGEMM_FLOAT32_PIPELINE) everywhere" if forced else
               f"{float32_method()}; fp32 (SIMT) where the output has a side of at most {SIMT_FLOAT32_MAX_SIDE}")
