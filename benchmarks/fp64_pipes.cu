@@ -9,7 +9,8 @@ __device__ __forceinline__ void dmma(double (&c)[4], const double (&a)[8], const
                : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(a[4]), "d"(a[5]), "d"(a[6]), "d"(a[7]),
                  "d"(b[0]), "d"(b[1]), "d"(b[2]), "d"(b[3]));
 }
-// work: 0 idle, 1 DMMA, 2 DFMA, 3 erf
+// work: 0 idle, 1 DMMA, 2 DFMA, 3 erf; 4 DMMA and 5 DFMA as one dependent chain each (latency-bound, the pipe
+// left partly idle)
 __device__ void work(int kind, int iters, double seed, double* out) {
   if (kind == 1) {
     double a[8], b[4], c[8][4];
@@ -31,6 +32,23 @@ __device__ void work(int kind, int iters, double seed, double* out) {
     }
     double s = 0; for (int j = 0; j < 8; ++j) s += x[j];
     if (s == 1.2345) out[threadIdx.x] = s;
+  } else if (kind == 4) {
+    double a[8], b[4], c[4] = {0.0, 0.0, 0.0, 0.0};
+    for (int i = 0; i < 8; ++i) a[i] = seed + i;
+    for (int i = 0; i < 4; ++i) b[i] = seed - i;
+    for (int t = 0; t < iters; ++t) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) dmma(c, a, b);
+    }
+    double s = c[0] + c[1] + c[2] + c[3];
+    if (s == 1.2345) out[threadIdx.x] = s;
+  } else if (kind == 5) {
+    double x = seed;
+    for (int t = 0; t < iters; ++t) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) x = fma(x, 0.999999, 1e-9);
+    }
+    if (x == 1.2345) out[threadIdx.x] = x;
   } else if (kind == 3) {
     double s = 0, x = seed * 1e-3 + (threadIdx.x & 31) * 0.11 - 1.7;
     for (int t = 0; t < iters; ++t) {
