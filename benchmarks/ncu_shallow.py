@@ -24,7 +24,8 @@ from dxgemm import epilogues as E  # noqa: E402
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--shape", default="4096x4096x256")
-parser.add_argument("--run", choices=["small", "medium", "large", "small-gelu", "medium-gelu", "cublas"], default="small")
+parser.add_argument("--run", choices=["small", "medium", "large", "small-gelu", "medium-gelu", "cublas"],
+                    default="small")
 args = parser.parse_args()
 m, n, k = (int(x) for x in args.shape.split("x"))
 rng = cp.random.default_rng(0)

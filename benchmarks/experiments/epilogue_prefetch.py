@@ -17,7 +17,6 @@ the bias costs ~0.001 ms on either tile at 4096x4096x256 and the prefetch change
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -47,30 +46,23 @@ def prefetch_l1(typingctx, array, index):
     return types.void(array, index), codegen
 
 
+FLAG = '        UNCHECKED_PROLOGUE = bool(cfg.get("unchecked_prologue", False))\n'
+PLACE = ("            tid, lane, w_row, w_col, row0, col0, um, un, uk, vec_a, vec_b, n_tiles = "
+         "place(m, n, k, flags)\n            if SPLIT:")
+
+
 def patched_warptile():
     """``dxgemm.kernels.warptile`` with the prefetch step behind the tile flag ``prefetch_bias``."""
-    path = ROOT / "dxgemm" / "kernels" / "warptile.py"
-    src = path.read_text()
-    flag = '        UNCHECKED_PROLOGUE = bool(cfg.get("unchecked_prologue", False))\n'
-    assert src.count(flag) == 1
-    src = src.replace(flag, flag + '        PREFETCH_BIAS = bool(cfg.get("prefetch_bias", False))\n'
-                      '        PF_LINES = U(BN * 8 // 128)\n')
-    anchor = ("            tid, lane, w_row, w_col, row0, col0, um, un, uk, vec_a, vec_b, n_tiles = "
-              "place(m, n, k, flags)\n            if SPLIT:")
-    assert src.count(anchor) == 1
-    src = src.replace(anchor, anchor.replace("            if SPLIT:", "") +
-                      "            if PREFETCH_BIAS and tid < PF_LINES and col0 + tid * U(16) < un:\n"
-                      "                prefetch_l1(epi_args[1][0], col0 + tid * U(16))\n"
-                      "            if SPLIT:")
-    spec = importlib.util.spec_from_loader("dxgemm.kernels.warptile", loader=None)
-    module = importlib.util.module_from_spec(spec)
-    module.__file__ = str(path)
-    module.__dict__["prefetch_l1"] = prefetch_l1
-    exec(compile(src, str(path), "exec"), module.__dict__)
-    sys.modules["dxgemm.kernels.warptile"] = module
-    import dxgemm.kernels as kernels
-    kernels.warptile = module
-    return module
+    from tile_chain_rounds import patched_warptile as patch
+
+    return patch([
+        (FLAG, FLAG + '        PREFETCH_BIAS = bool(cfg.get("prefetch_bias", False))\n'
+                      '        PF_LINES = U(BN * 8 // 128)\n'),
+        (PLACE, PLACE.replace("            if SPLIT:", "")
+         + "            if PREFETCH_BIAS and tid < PF_LINES and col0 + tid * U(16) < un:\n"
+         + "                prefetch_l1(epi_args[1][0], col0 + tid * U(16))\n"
+         + "            if SPLIT:"),
+    ], prefetch_l1=prefetch_l1)
 
 
 def main() -> int:

@@ -24,6 +24,30 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 import numpy as np  # noqa: E402
 
 
+def patched_warptile(replacements: list[tuple[str, str]], **names):
+    """``dxgemm.kernels.warptile`` rebuilt from its source with each ``(old, new)`` text replaced
+    (``old`` must occur exactly once) and ``names`` added to its globals, and installed in its
+    place, so that ``dxgemm`` builds every warptile kernel of this process from it.  Experiments
+    put their change behind a tile flag this way, the shipped tiles unchanged."""
+    import importlib.util
+
+    path = ROOT / "dxgemm" / "kernels" / "warptile.py"
+    src = path.read_text()
+    for old, new in replacements:
+        if src.count(old) != 1:
+            raise SystemExit(f"warptile.py no longer has exactly one {old.strip()[:60]!r}: update the experiment")
+        src = src.replace(old, new)
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("dxgemm.kernels.warptile", loader=None))
+    module.__file__ = str(path)
+    module.__dict__.update(names)
+    exec(compile(src, str(path), "exec"), module.__dict__)
+    sys.modules["dxgemm.kernels.warptile"] = module
+    import dxgemm.kernels as kernels
+
+    kernels.warptile = module
+    return module
+
+
 def add_variant(warptile, text: str) -> str:
     name, rest = text.split("=", 1)
     base, changes = rest.split(":", 1)

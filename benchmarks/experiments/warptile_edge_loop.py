@@ -13,7 +13,6 @@ same tiles built without that loop (edge blocks go through the checked copies, a
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -23,21 +22,12 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "benchmarks" / "
 
 def patched_warptile():
     """``dxgemm.kernels.warptile`` with the edge loop behind the tile flag ``edge_copies`` (default on)."""
-    path = ROOT / "dxgemm" / "kernels" / "warptile.py"
-    src = path.read_text()
+    from tile_chain_rounds import patched_warptile as patch
+
     flag = '        UNCHECKED_PROLOGUE = bool(cfg.get("unchecked_prologue", False))\n'
     edge = "                elif stream_a.edge_ok(row0, um) and stream_b.edge_ok(col0, un):\n"
-    assert src.count(flag) == 1 and src.count(edge) == 1
-    src = src.replace(flag, flag + '        EDGE_COPIES = bool(cfg.get("edge_copies", True))\n')
-    src = src.replace(edge, edge.replace("elif ", "elif EDGE_COPIES and "))
-    spec = importlib.util.spec_from_loader("dxgemm.kernels.warptile", loader=None)
-    module = importlib.util.module_from_spec(spec)
-    module.__file__ = str(path)
-    exec(compile(src, str(path), "exec"), module.__dict__)
-    sys.modules["dxgemm.kernels.warptile"] = module
-    import dxgemm.kernels as kernels
-    kernels.warptile = module
-    return module
+    return patch([(flag, flag + '        EDGE_COPIES = bool(cfg.get("edge_copies", True))\n'),
+                  (edge, edge.replace("elif ", "elif EDGE_COPIES and "))])
 
 
 def main() -> int:
