@@ -73,13 +73,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--reps", type=int, default=30)
     args = parser.parse_args()
-    warptile = patched_warptile()
-    configs, tiles = warptile.TILE_CONFIGS["float64"], []
-    for name in args.tiles.split(","):
-        configs[name + "_pf"] = dict(configs[name], prefetch_bias=True)
-        tiles += [name, name + "_pf"]
-    from tile_chain_rounds import time_tiles
+    from tile_chain_rounds import time_tiles, with_variants
 
+    tiles = with_variants(patched_warptile(), args.tiles.split(","), "_pf", prefetch_bias=True)
     time_tiles(args.shapes.split(","), tiles, args.chains.split(","), rounds=args.rounds, reps=args.reps,
                skip=lambda tile, chain: tile.endswith("_pf") and "bias" not in chain)
     return 0

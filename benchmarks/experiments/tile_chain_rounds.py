@@ -48,12 +48,17 @@ def patched_warptile(replacements: list[tuple[str, str]], **names):
     return module
 
 
-def add_variant(warptile, text: str) -> str:
-    name, rest = text.split("=", 1)
-    base, changes = rest.split(":", 1)
+def add_variant(warptile, name: str, base: str, changes: dict) -> str:
+    """Add float64 tile ``name`` to ``warptile.TILE_CONFIGS``: tile ``base`` (``large`` is
+    ``warptile.CONFIGS``) with ``changes``; returns ``name``."""
     tiles = warptile.TILE_CONFIGS["float64"]
-    tiles[name] = dict(warptile.CONFIGS["float64"] if base == "large" else tiles[base], **json.loads(changes))
+    tiles[name] = dict(warptile.CONFIGS["float64"] if base == "large" else tiles[base], **changes)
     return name
+
+
+def with_variants(warptile, bases: list[str], suffix: str, **changes) -> list[str]:
+    """Each of ``bases`` followed by its variant ``base + suffix`` with ``changes`` (:func:`add_variant`)."""
+    return [tile for base in bases for tile in (base, add_variant(warptile, base + suffix, base, changes))]
 
 
 def time_tiles(shapes: list[str], tiles: list[str], chains: list[str], *, rounds: int, reps: int,
@@ -111,8 +116,10 @@ def main() -> int:
     args = parser.parse_args()
     from dxgemm.kernels import warptile
 
-    for text in args.variant:
-        add_variant(warptile, text)
+    for text in args.variant:  # NAME=BASE:JSON
+        name, rest = text.split("=", 1)
+        base, changes = rest.split(":", 1)
+        add_variant(warptile, name, base, json.loads(changes))
     time_tiles(args.shapes.split(","), args.tiles.split(","), args.chains.split(","), rounds=args.rounds,
                reps=args.reps)
     return 0

@@ -37,14 +37,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--reps", type=int, default=50)
     args = parser.parse_args()
-    warptile = patched_warptile()
-    configs, tiles = warptile.TILE_CONFIGS["float64"], []
-    for name in args.tiles.split(","):
-        configs[name + "_noedge"] = dict(configs[name] if name != "large" else warptile.CONFIGS["float64"],
-                                         edge_copies=False)
-        tiles += [name, name + "_noedge"]
-    from tile_chain_rounds import time_tiles
+    from tile_chain_rounds import time_tiles, with_variants
 
+    tiles = with_variants(patched_warptile(), args.tiles.split(","), "_noedge", edge_copies=False)
     time_tiles(args.shapes.split(","), tiles, ["none"], rounds=args.rounds, reps=args.reps)
     return 0
 
