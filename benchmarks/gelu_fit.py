@@ -133,8 +133,14 @@ def fit_exp2(degree: int = 11) -> list[float]:
     return [float(c) for c in reversed(coef)]
 
 
-def check_float64(poly, exp_poly, top: float = TOP64) -> float:
-    """Worst error of the float64 GELU, replayed with exact FMA rounding, in units of ``|x| + |y|``."""
+def check_float64(poly, exp_poly, top: float = TOP64, table: int = 0, samples: int = 2000) -> float:
+    """Worst error of the float64 GELU, replayed with exact FMA rounding, in units of ``|x| + |y|``.
+
+    ``table = N`` (a power of two) replays the experiment's form instead
+    (``benchmarks/experiments/gelu64_ab.py``, ``_table_form``): ``j = round(N t)`` with ``P``
+    scaled by N, ``2**t = 2**(j >> log2 N) T[j mod N] 2**(r / N)``, ``T[i] = 2**(i / N)``
+    rounded to float64, ``exp_poly`` the polynomial of ``2**(r / N)`` in one Horner chain.
+    ``x`` runs over a grid of step 1/97 on [-9, 9] and ``samples`` uniform draws."""
     import math
     import random
     from fractions import Fraction
@@ -150,20 +156,26 @@ def check_float64(poly, exp_poly, top: float = TOP64) -> float:
             p = fma(p, x, c)
         return p
 
+    mpmath.mp.dps = 40
+    scaled = [c * table for c in poly] if table else poly
+    entries = [float(mpmath.power(2, mpmath.mpf(i) / table)) for i in range(table)]
+
     def gelu(x):  # the device's order: each polynomial in even and odd halves
         s = min(abs(x), top)
         s2 = s * s
-        p = fma(horner(poly[1::2], s2), s, horner(poly[0::2], s2))
+        p = fma(horner(scaled[1::2], s2), s, horner(scaled[0::2], s2))
         j = fma(s, p, SHIFTER) - SHIFTER  # round(s p)
         r = fma(s, p, -j)
+        if table:
+            scale = math.ldexp(s * entries[int(j) % table], int(j) // table - 1)
+            return fma(-scale, horner(exp_poly, r), x if x > 0 else 0.0)
         r2 = r * r
         e = fma(horner(exp_poly[1::2], r2), r, horner(exp_poly[0::2], r2))
         return fma(-s, math.ldexp(e, int(j) - 1), x if x > 0 else 0.0)
 
-    mpmath.mp.dps = 40
     u = 2.0**-53
     rng = random.Random(1)
-    xs = [i / 97 for i in range(-873, 874)] + [rng.uniform(-9, 9) for _ in range(2000)]
+    xs = [i / 97 for i in range(-873, 874)] + [rng.uniform(-9, 9) for _ in range(samples)]
     worst = 0.0
     for x in (x for x in xs if x):
         want = mpmath.mpf(x) * mpmath.ncdf(x)

@@ -46,23 +46,16 @@ def prefetch_l1(typingctx, array, index):
     return types.void(array, index), codegen
 
 
-FLAG = '        UNCHECKED_PROLOGUE = bool(cfg.get("unchecked_prologue", False))\n'
-PLACE = ("            tid, lane, w_row, w_col, row0, col0, um, un, uk, vec_a, vec_b, n_tiles = "
-         "place(m, n, k, flags)\n            if SPLIT:")
-
-
 def patched_warptile():
     """``dxgemm.kernels.warptile`` with the prefetch step behind the tile flag ``prefetch_bias``."""
-    from tile_chain_rounds import patched_warptile as patch
+    from tile_chain_rounds import patched_start_step
 
-    return patch([
-        (FLAG, FLAG + '        PREFETCH_BIAS = bool(cfg.get("prefetch_bias", False))\n'
-                      '        PF_LINES = U(BN * 8 // 128)\n'),
-        (PLACE, PLACE.replace("            if SPLIT:", "")
-         + "            if PREFETCH_BIAS and tid < PF_LINES and col0 + tid * U(16) < un:\n"
-         + "                prefetch_l1(epi_args[1][0], col0 + tid * U(16))\n"
-         + "            if SPLIT:"),
-    ], prefetch_l1=prefetch_l1)
+    return patched_start_step(
+        '        PREFETCH_BIAS = bool(cfg.get("prefetch_bias", False))\n'
+        '        PF_LINES = U(BN * 8 // 128)\n',
+        "            if PREFETCH_BIAS and tid < PF_LINES and col0 + tid * U(16) < un:\n"
+        "                prefetch_l1(epi_args[1][0], col0 + tid * U(16))\n",
+        prefetch_l1=prefetch_l1)
 
 
 def main() -> int:

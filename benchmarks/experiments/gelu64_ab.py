@@ -17,6 +17,12 @@ form; in ``h100_gelu64_split_s20.log`` ``bias|gelu`` is the Horner form and
 against the same GEMM without an epilogue, the other forms added as more chains; every
 output is checked against the float64 reference first.  ``--build`` replays the pipeline
 calls on a machine without a GPU, as ``benchmarks/prebuild.py`` does.
+
+Session 23's ``table32`` and ``table64`` take ``2**t`` from a table of ``2**(i / N)`` and a
+degree-5 polynomial (31 FP64 instructions; ``--check`` replays their accuracy on the CPU:
+1.00 and 0.78 units of ``|x| + |y|``, 1.04 and 0.84 on another sample): on the small tile at 4096x4096x256 ``bias|gelu``
+0.2286 -> 0.2254 / 0.2256 ms (``h100_gelu64_table_s23.log``), half what the instruction
+count promised; not shipped.
 """
 
 from __future__ import annotations
@@ -119,21 +125,36 @@ class GELUQuarters(_Float64Form):
     make = staticmethod(lambda: _quarters())
 
 
+def _abs_clamped():
+    """The shipped form's first step as a device function ``value -> (bits, s)``: ``s = min(|x|,
+    GELU_FLOAT64_TOP)`` on the bit pattern (NaN stays NaN), ``bits`` for ``relu``."""
+    from dxgemm.epilogues import _pointwise as W
+    from dxgemm.kernels._device import bits_of, double_of
+
+    top = W.GELU_FLOAT64_TOP
+    top_bits, inf_bits, abs_mask = int(np.float64(top).view(np.int64)), W._INF_BITS, W._ABS_MASK
+
+    @cuda.jit(device=True, inline="always")
+    def abs_clamped(value):
+        bits = bits_of(value)
+        s_bits = bits & abs_mask
+        return bits, (top if top_bits < s_bits <= inf_bits else double_of(s_bits))
+
+    return abs_clamped
+
+
 def _quarters():
     from dxgemm.epilogues import _pointwise as W
-    from dxgemm.kernels._device import bits_of, double_of, fma, low_word, times_pow2
+    from dxgemm.kernels._device import double_of, fma, low_word, times_pow2
 
     p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10 = W.GELU_FLOAT64_POLY[:11]
     p11, p12, p13, p14, p15, p16, p17, p18, p19, p20 = W.GELU_FLOAT64_POLY[11:]
     e0, e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11 = W.EXP2_FLOAT64_POLY
-    top, shifter = W.GELU_FLOAT64_TOP, W.SHIFTER
-    top_bits, inf_bits, abs_mask = int(np.float64(top).view(np.int64)), W._INF_BITS, W._ABS_MASK
+    shifter, abs_clamped = W.SHIFTER, _abs_clamped()
 
     @cuda.jit(device=True)
     def gelu(value, row, col, args):
-        bits = bits_of(value)
-        s_bits = bits & abs_mask
-        s = top if top_bits < s_bits <= inf_bits else double_of(s_bits)
+        bits, s = abs_clamped(value)
         s2 = s * s
         u = s2 * s2
         a = fma(fma(fma(fma(fma(p20, u, p16), u, p12), u, p8), u, p4), u, p0)
@@ -152,6 +173,84 @@ def _quarters():
         e = fma(r2, fma(r, ed, ec), fma(r, eb, ea))
         relu = double_of(bits & ~(bits >> 63))
         return fma(-s, times_pow2(e, low_word(shifted) - 1), relu)
+
+    return gelu
+
+
+# ``2**(r / N)`` on ``|r| <= 1/2`` (a little wider), degree 5, lowest degree first: mpmath's Chebyshev fit
+# (relative error 7.0e-17 for N = 32, 1.1e-18 for N = 64), the constant term set to 1.
+EXP2_TABLE_POLY = {
+    32: (1.0, 0.02166084939249829, 0.00023459619819719935, 1.6938509724215632e-06, 9.172616519680588e-09,
+         3.97372663797601e-11),
+    64: (1.0, 0.010830424696249145, 5.864904955048283e-05, 2.1173137155452574e-07, 5.732860097665526e-10,
+         1.241785671218856e-12),
+}
+
+
+class _TableForm(_Float64Form):
+    """Today's float64 GELU with ``2**t`` from a table: ``j = round(N t)``, ``2**t = 2**(j >> log2 N)
+    T[j mod N] 2**(r / N)``, ``T[i] = 2**(i / N)`` read from a device array of N doubles (one
+    ``LDG.64`` per element, L1-resident), ``2**(r / N)`` of degree 5 in one Horner chain instead of
+    degree 11 in two: 31 FP64 instructions instead of 37.  ``N t`` is ``s (N P(s))`` with ``P``'s
+    coefficients scaled by N (a power of two: exact).  About 1.0 (N = 32) / 0.8 (N = 64) units
+    of ``|x| + |y|`` by the exact-FMA replay (``--check``)."""
+
+    entries: int
+    _tables: dict = {}
+
+    def bind(self, ctx):
+        from dxgemm.epilogues._arrays import device_array
+        from dxgemm.epilogues._base import BoundEpilogue
+
+        bound = super().bind(ctx)
+        if ctx.dtype != np.float64:
+            return bound
+        table = self._tables.get(self.entries)
+        if table is None:
+            table = cuda.to_device(np.array([2.0 ** (i / self.entries) for i in range(self.entries)]))
+            self._tables[self.entries] = table
+        arr = device_array(table, "gelu table", ctx)
+        return BoundEpilogue(bound.key, (arr.view(),), bound.make, reads=(arr.span,))
+
+
+class GELUTable32(_TableForm):
+    tag = "q20-table32-exp2-5"
+    entries = 32
+    make = staticmethod(lambda: _table_form(32))
+
+
+class GELUTable64(_TableForm):
+    tag = "q20-table64-exp2-5"
+    entries = 64
+    make = staticmethod(lambda: _table_form(64))
+
+
+def _table_form(entries: int):
+    from dxgemm.epilogues import _pointwise as W
+    from dxgemm.kernels._device import U, double_of, fma, load_invariant, low_word, times_pow2
+
+    p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10 = (entries * c for c in W.GELU_FLOAT64_POLY[:11])
+    p11, p12, p13, p14, p15, p16, p17, p18, p19, p20 = (entries * c for c in W.GELU_FLOAT64_POLY[11:])
+    e0, e1, e2, e3, e4, e5 = EXP2_TABLE_POLY[entries]
+    mask, shift = entries - 1, entries.bit_length() - 1
+    shifter, abs_clamped = W.SHIFTER, _abs_clamped()
+
+    @cuda.jit(device=True)
+    def gelu(value, row, col, args):
+        bits, s = abs_clamped(value)
+        s2 = s * s
+        even = fma(fma(fma(fma(fma(p20, s2, p18), s2, p16), s2, p14), s2, p12), s2, p10)
+        even = fma(fma(fma(fma(fma(even, s2, p8), s2, p6), s2, p4), s2, p2), s2, p0)
+        odd = fma(fma(fma(fma(fma(p19, s2, p17), s2, p15), s2, p13), s2, p11), s2, p9)
+        odd = fma(fma(fma(fma(odd, s2, p7), s2, p5), s2, p3), s2, p1)
+        p = fma(odd, s, even)
+        shifted = fma(s, p, shifter)  # j = round(N t) in the low word
+        r = fma(s, p, shifter - shifted)
+        j = low_word(shifted)
+        e = fma(fma(fma(fma(fma(e5, r, e4), r, e3), r, e2), r, e1), r, e0)
+        st = s * load_invariant(args[0], U(j & mask))
+        relu = double_of(bits & ~(bits >> 63))
+        return fma(-times_pow2(st, (j >> shift) - 1), e, relu)
 
     return gelu
 
@@ -215,10 +314,21 @@ def main() -> int:
     parser.add_argument("--build", action="store_true", help="build the pipeline kernels without a GPU")
     parser.add_argument("--tile", help="run every float64 warptile call on this tile (default: dxgemm's choice)")
     parser.add_argument("--forms", default="halves,horner,before",
-                        help="other forms to time beside today's bias|gelu: halves, horner, before, quarters")
+                        help="other forms to time beside today's bias|gelu: halves, horner, before, quarters, "
+                             "table32, table64")
     parser.add_argument("--small-min-blocks", type=int, default=0,
                         help="build the float64 small tile for this many blocks per SM (a register cap)")
+    parser.add_argument("--check", action="store_true",
+                        help="no GPU: replay the table forms' accuracy with exact FMA rounding and exit")
     args = parser.parse_args()
+    if args.check:
+        import gelu_fit
+        from dxgemm.epilogues._pointwise import GELU_FLOAT64_POLY
+
+        for entries, poly in EXP2_TABLE_POLY.items():
+            worst = gelu_fit.check_float64(list(GELU_FLOAT64_POLY), list(poly), table=entries, samples=10000)
+            print(f"table{entries}: worst error {worst:.3f} units of |x| + |y|")
+        return 0
     if args.tile:
         import dxgemm._gemm as G
 
@@ -236,7 +346,8 @@ def main() -> int:
     shapes = [tuple(int(s) for s in text.split("x")) for text in args.shapes.split(",")]
     from dxgemm import epilogues as E
 
-    forms = {"halves": GELUHalves, "horner": GELUHorner, "before": GELUBefore, "quarters": GELUQuarters}
+    forms = {"halves": GELUHalves, "horner": GELUHorner, "before": GELUBefore, "quarters": GELUQuarters,
+             "table32": GELUTable32, "table64": GELUTable64}
     chosen_forms = [f for f in args.forms.split(",") if f]
     chains = ["bias|gelu"] + [f"bias|gelu_{f}" for f in chosen_forms]
 

@@ -48,6 +48,21 @@ def patched_warptile(replacements: list[tuple[str, str]], **names):
     return module
 
 
+FLAG = '        UNCHECKED_PROLOGUE = bool(cfg.get("unchecked_prologue", False))\n'
+PLACE = ("            tid, lane, w_row, w_col, row0, col0, um, un, uk, vec_a, vec_b, n_tiles = "
+         "place(m, n, k, flags)\n            if SPLIT:")
+
+
+def patched_start_step(flags: str, step: str, **names):
+    """:func:`patched_warptile` with ``flags`` (lines reading tile flags from ``cfg``, indented 8)
+    added to the async DMMA kernel's builder and ``step`` (lines indented 12) run in the
+    kernel right after ``place()``: the form of the start-of-kernel experiments."""
+    return patched_warptile([
+        (FLAG, FLAG + flags),
+        (PLACE, PLACE.replace("            if SPLIT:", "") + step + "            if SPLIT:"),
+    ], **names)
+
+
 def add_variant(warptile, name: str, base: str, changes: dict) -> str:
     """Add float64 tile ``name`` to ``warptile.TILE_CONFIGS``: tile ``base`` (``large`` is
     ``warptile.CONFIGS``) with ``changes``; returns ``name``."""
