@@ -77,8 +77,9 @@ def with_variants(warptile, bases: list[str], suffix: str, **changes) -> list[st
 
 
 def time_tiles(shapes: list[str], tiles: list[str], chains: list[str], *, rounds: int, reps: int,
-               skip=lambda tile, chain: False) -> None:
-    """Print the median ms over the rounds of every (tile, chain) at each shape."""
+               skip=lambda tile, chain: False, unfused: bool = False) -> None:
+    """Print the median ms over the rounds of every (tile, chain) at each shape; with ``unfused``,
+    cuBLAS alone and cuBLAS + CuPy's ``bias|gelu`` (``fusion.py``'s unfused path) in the same rounds."""
     import cupy as cp
 
     import dxgemm
@@ -86,7 +87,7 @@ def time_tiles(shapes: list[str], tiles: list[str], chains: list[str], *, rounds
     from dxgemm import epilogues as E
     from dxgemm.epilogues.reference import check
     from dxgemm.testing import check as check_gemm
-    from fusion import interleaved_rounds, operands
+    from fusion import interleaved_rounds, operands, unfused_bias_gelu
 
     dtype = np.dtype(np.float64)
     rule = _gemm.choose_tile
@@ -96,7 +97,9 @@ def time_tiles(shapes: list[str], tiles: list[str], chains: list[str], *, rounds
         x64, w64 = x.astype(np.float64), w.astype(np.float64)
         d = cp.empty(shape[:2], dtype)
         made = {"none": None, "bias": E.bias(v), "gelu": E.gelu(), "bias|gelu": E.bias(v) | E.gelu(),
-                "bias|relu": E.bias(v) | E.relu(), "relu": E.relu(), "silu": E.silu()}
+                "bias|relu": E.bias(v) | E.relu(), "relu": E.relu(), "silu": E.silu(),
+                "bias|silu": E.bias(v) | E.silu(), "bias|tanh": E.bias(v) | E.tanh(),
+                "bias|gelu_tanh": E.bias(v) | E.gelu("tanh")}
         launches = {}
         for tile in tiles:
             for label in chains:
@@ -114,6 +117,10 @@ def time_tiles(shapes: list[str], tiles: list[str], chains: list[str], *, rounds
                 launches[f"{tile:12} {label}"] = (lambda kept=kept: kept.run(x, w, d, 1.0, 0.0, None))
         _gemm.choose_tile = rule
         _calls.clear()
+        if unfused:
+            elementwise = unfused_bias_gelu(dtype)
+            launches["cublas       none"] = lambda: cp.matmul(x, w, out=d)
+            launches["cublas+cupy  bias|gelu"] = lambda: (cp.matmul(x, w, out=d), elementwise(d, v, d))
         times = interleaved_rounds(launches, rounds=rounds, warmup=3, reps=reps)
         print(f"== {text}: median over {rounds} interleaved rounds (ms), spread", flush=True)
         for label, ts in times.items():

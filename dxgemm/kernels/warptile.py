@@ -136,6 +136,11 @@ CONFIGS = {
 # two blocks per SM, held to 128 registers: the float64 exact GELU took it to 135 and one block
 # (bias | gelu at 4096x4096x256 0.288 ms against 0.243 capped, h100_gelu64_tiles_s20.log)
 _F64_SMALL = dict(kind="dmma", copy="async", threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=4, min_blocks=2)
+# cuBLAS's own kernel shape at 4096x4096x256 (h100_ncu_shallow_s18.log): 128x64x16, 4 warps of
+# 64x32 on m16n8k8, 3 stages, two blocks per SM; on m16n8k16 (30 fewer instructions a K tile),
+# or with 4 or 2 stages, slower (h100_f64_rounds_medium_variants_s19.log)
+_F64_MEDIUM = dict(kind="dmma", copy="async", mma_sm90=(16, 8), threads=128, BM=128, BN=64, BK=16, WM=64, WN=32,
+                   stages=3, min_blocks=2, unchecked_prologue=True)
 
 TILE_CONFIGS = {
     "float32": {
@@ -150,11 +155,12 @@ TILE_CONFIGS = {
         # (h100_f64_rounds_short_s21.log); where the small tile runs at deeper K (few blocks, 1000^3 and 1024^3,
         # or a transcendental epilogue) m16n8k4 does 2 % better or ties (h100_warptile_small_k8_s21.log)
         "short": dict(_F64_SMALL, mma_sm90=(16, 8)),
-        # cuBLAS's own kernel shape at 4096x4096x256 (h100_ncu_shallow_s18.log): 128x64x16, 4 warps of
-        # 64x32 on m16n8k8, 3 stages, two blocks per SM; on m16n8k16 (30 fewer instructions a K tile),
-        # or with 4 or 2 stages, slower (h100_f64_rounds_medium_variants_s19.log)
-        "medium": dict(kind="dmma", copy="async", mma_sm90=(16, 8), threads=128, BM=128, BN=64, BK=16, WM=64, WN=32,
-                       stages=3, min_blocks=2, unchecked_prologue=True),
+        "medium": _F64_MEDIUM,
+        # the medium tile with its epilogue through shared memory, 8 rows a warp at a time
+        # (_make_staged_store), for chains with an exp or erf an element: 4096x4096x256 bias | gelu
+        # 0.2182 ms against the medium tile's 0.2359 and the small tile's 0.2299
+        # (h100_warptile_staged_epilogue_warp2_s23.log)
+        "medium_staged": dict(_F64_MEDIUM, staged_epilogue=8),
         # the large tile over K slices (blockIdx.z) into a workspace: dxgemm._gemm.choose_split_k
         "split": dict(CONFIGS["float64"], split_k=True, group_m=0),
         # outputs at most 64 columns wide: cuBLAS's 1000^3 shape (128x64x32, 8 warps of 32x32, 3
@@ -364,6 +370,13 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
     SPLIT = bool(cfg.get("split_k", False))  # K sliced over gridDim.z, partial sums into a workspace
     if SPLIT and not ASYNC:
         raise ValueError("a split-K DMMA warptile needs copy='async'")
+    STAGED_ROWS = int(cfg.get("staged_epilogue", 0))  # blocks inside D: the epilogue through shared memory
+    staged_store, staged_elems = None, 0
+    if STAGED_ROWS:
+        if SPLIT or not ASYNC:
+            raise ValueError("the staged epilogue is for the cp.async DMMA warptile without split K")
+        staged_store, staged_elems = _make_staged_store(MI * HALVES, NI, epilogue, d_off, spec.layout_d == Layout.ROW,
+                                                        WN, threads // WARP, STAGED_ROWS, a_elems + b_elems)
     D_ROWS = spec.layout_d == Layout.ROW
     uGROUP = U(max(GROUP_M, 1))
 
@@ -678,6 +691,8 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
             if SPLIT:  # slice z of a workspace laid out like D, one m x n matrix after another
                 store_tile(d[U(cuda.blockIdx.z) * (um if D_ROWS else un) * U(ldd):], U(ldd), um, un, row0, col0, w_row,
                            w_col, lane, acc, epi_args)
+            elif STAGED_ROWS and row0 + uBM <= um and col0 + uBN <= un:
+                staged_store(smem, d, U(ldd), row0, col0, w_row, w_col, lane, tid // uWARP, acc, epi_args)
             else:
                 store_tile(d, U(ldd), um, un, row0, col0, w_row, w_col, lane, acc, epi_args)
 
@@ -722,7 +737,8 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
                 cuda.syncthreads()
             store_tile(d, U(ldd), um, un, row0, col0, w_row, w_col, lane, acc, epi_args)
 
-    return BuiltKernel(warptile_dmma_gemm, (threads,), BM, BN, dynamic_smem=(a_elems + b_elems) * dt.itemsize,
+    return BuiltKernel(warptile_dmma_gemm, (threads,), BM, BN,
+                       dynamic_smem=(a_elems + b_elems + staged_elems) * dt.itemsize,
                        min_blocks=cfg.get("min_blocks", 0))
 
 
@@ -785,6 +801,57 @@ def store_tile(d, ldd, um, un, row0, col0, w_row, w_col, lane, acc, epi_args):
           "is_aligned16": is_aligned16, "D_ROW": d_row}
     exec(src, ns)
     return cuda.jit(device=True, inline="always")(ns["store_tile"])
+
+
+def _make_staged_store(blocks_m: int, blocks_n: int, epilogue, d_off, d_row: bool, WN: int, warps: int, rows: int,
+                       at: int):
+    """``(staged_store, elements)``: ``staged_store(smem, d, ldd, row0, col0, w_row, w_col, lane, warp,
+    acc, epi_args)`` is the epilogue of a warp's DMMA accumulators (as in
+    :func:`_make_dmma_store`) for a block wholly inside D, through shared memory ``rows`` rows
+    at a time; ``elements``, the shared doubles it needs beyond ``at``.
+
+    Why: with its accumulators in registers, a warp's epilogue runs one output after another —
+    ptxas will not overlap independent outputs' FP64 chains without registers to spare, and
+    the medium tile sits at 255 — so a float64 GELU ran at ~42 % of the FP64 rate a warp
+    alone, and the medium tile, with two warps a scheduler, waited on its own latency.  Here
+    each warp writes ``rows`` rows of its tile to a private slice of shared memory (``at``
+    onwards, ``rows`` lines of ``WN + 8`` doubles a warp: a lane's pair in one 16-byte store,
+    four wavefronts a warp-wide store, the least its 512 bytes take), reads them back with
+    lanes along D's contiguous dimension, and runs the epilogue on its ``rows * WN / 32``
+    values, independent and with the accumulators' registers freed behind them; the
+    replayed SASS reaches ~70 % of the FP64 rate (``benchmarks/experiments/
+    warptile_staged_epilogue.py --schedule``).  No barrier: the slice is the warp's own
+    (``syncwarp`` between writing and reading it, and before refilling it).  A warp stores 32
+    consecutive columns of a row of row-major D (8 rows of 4 columns, column-major)."""
+    if rows % 8 or (8 * blocks_m) % rows or (WN % 32 and 32 % WN) or 32 % rows or at % 2:
+        raise ValueError(f"staged epilogue: {rows} rows of a {8 * blocks_m}x{WN} warp tile at {at} do not fit")
+    ld = WN + 8 if d_row else WN + 4
+    groups, per_lane = rows // 8, rows * WN // WARP
+    sync = "cuda.syncthreads()" if SIMULATOR else "cuda.syncwarp()"  # the simulator has no syncwarp
+    lines = [f"    base = U({at}) + warp * U({rows * ld})", "    r = lane >> U(2)", "    c = (lane & U(3)) * U(2)"]
+    for chunk in range(8 * blocks_m // rows):
+        for g in range(groups):
+            for j in range(blocks_n):
+                a = 2 * ((chunk * groups + g) * blocks_n + j)
+                lines.append(f"    store_vec(smem, base + (r + U({8 * g})) * U({ld}) + c + U({8 * j}), "
+                             f"(acc[{a}], acc[{a + 1}]))")
+        lines.append(f"    {sync}")
+        for t in range(per_lane):
+            if not d_row:  # lanes down the rows
+                i, j = f"(lane % U({rows}))", f"(U({t * (WARP // rows)}) + lane // U({rows}))"
+            elif WN >= WARP:
+                i, j = f"U({t // (WN // WARP)})", f"(lane + U({WARP * (t % (WN // WARP))}))"
+            else:
+                i, j = f"(U({t * (WARP // WN)}) + lane // U({WN}))", f"(lane % U({WN}))"
+            row, col = f"row0 + w_row + U({chunk * rows}) + {i}", f"col0 + w_col + {j}"
+            lines.append(f"    v{t} = epilogue(smem[base + {i} * U({ld}) + {j}], {row}, {col}, epi_args)")
+            lines.append(f"    d[d_off({row}, {col}, ldd)] = v{t}")
+        lines.append(f"    {sync}")
+    src = ("def staged_store(smem, d, ldd, row0, col0, w_row, w_col, lane, warp, acc, epi_args):\n"
+           + "\n".join(lines) + "\n")
+    ns = {"U": U, "cuda": cuda, "epilogue": epilogue, "d_off": d_off, "store_vec": store_vec}
+    exec(src, ns)
+    return cuda.jit(device=True, inline="always")(ns["staged_store"]), warps * rows * ld
 
 
 def _run_store(width: int, epilogue, d_off, vector: bool):
