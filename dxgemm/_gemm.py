@@ -288,22 +288,25 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int 
       more blocks than SMs and from K = 64, or ``medium_min_k`` where an epilogue stage asks
       for more: with one block per SM its 4 warps are too few (1024^3: 0.055 against the
       small tile's 0.052 ms), but with 200 blocks it leads (1280^2 x 512: 0.046 against
-      0.050, ``h100_warptile_tiles_model_check_s19.log``).  With an ``exp`` or ``erf`` per
-      element the small tile's 16 warps per SM run the FP64 epilogue faster than its 8: ptxas
-      schedules the epilogue output after output, two FP64 chains at a time, and a dependent
-      DFMA waits ~8 cycles, so a warp alone runs it at ~42 % of the FP64 rate
-      (``benchmarks/experiments/epilogue_schedule.py``, ``h100_dfma_ilp_s22.log``).  For
-      SiLU, sigmoid and tanh (libdevice's ``exp``, a division) that holds at every K
-      measured: ``bias | silu`` 1.571 small against 1.626 ms medium at 8192^2 x 512, 0.430 /
-      0.468 at 4096^2 x 512, a tie at 3072^2 x 768; ``bias | tanh`` 1.599 /
-      1.755 and 0.336 / 0.359 (``h100_warptile_tiles_transcendental_s21.log``).  The exact
-      GELU (two half-depth chains, 37 FP64 instructions) keeps the small tile only at short K,
-      where the epilogue is a large part of the time: ``bias | gelu`` 4096^2 x 256 0.229
-      small against 0.235 medium, 8192^2 x 384 1.227 / 1.255, 4096^2 x 384 a tie; from K =
-      512 the medium tile's faster main loop wins, 8192^2 x 512 1.537 / 1.487, 3072^2 x 512
-      0.255 / 0.250, 3072^2 x 768 0.345 / 0.311, and at K = 1024 it also beats the large tile
-      where the model says so (3072^2 x 1024 0.392 against 0.426 large; 4096^2 x 1024 large
-      0.683 against 0.705; ``h100_warptile_tiles_gelu_log2_s21.log``).
+      0.050, ``h100_warptile_tiles_model_check_s19.log``).  With libdevice's ``exp``
+      and a division per element (SiLU, sigmoid, tanh) the small tile's 16 warps per SM run
+      the FP64 epilogue faster than its 8: ptxas schedules such an epilogue output after
+      output, two FP64 chains at a time, and a dependent DFMA waits ~8 cycles, so a warp alone
+      runs it at ~42 % of the FP64 rate (``benchmarks/experiments/epilogue_schedule.py``,
+      ``h100_dfma_ilp_s22.log``).  That holds at every K measured: ``bias | silu`` 1.571
+      small against 1.626 ms medium at 8192^2 x 512, 0.430 / 0.468 at 4096^2 x 512, a tie at
+      3072^2 x 768; ``bias | tanh`` 1.599 / 1.755 and 0.336 / 0.359
+      (``h100_warptile_tiles_transcendental_s21.log``), and still with the medium tile's
+      epilogue taken through shared memory (``bias | silu`` 4096^2 x 256 0.242 / 0.278,
+      ``bias | tanh`` 0.263 / 0.327; ``h100_tiles_staged_chains_s23.log``).  The exact GELU
+      (37 FP64 instructions, no branch) runs there as fast as on the small tile: each warp
+      stages its values in shared memory, and with the accumulators' registers free ptxas
+      overlaps eight outputs' chains (``warptile._make_staged_store``), so the medium tile's
+      faster main loop decides at every K measured: ``bias | gelu`` 4096^2 x 256 0.2139
+      against the small tile's 0.2288, 2048^2 x 256 0.0598 / 0.0619, 4096^2 x 512 0.362 /
+      0.406, 8192^2 x 384 1.29 / 1.35, 3072^2 x 768 0.292 / 0.344
+      (``h100_tiles_staged_chains_s23.log``; before the staging the small tile had led below
+      K = 512, ``h100_warptile_tiles_gelu_log2_s21.log``).
 
     Below K = 64 a small-tile pick runs as ``"short"``, the same tile on m16n8k8
     (``h100_f64_rounds_short_s21.log``: 4096^2 x 40 0.0590 against 0.0634 ms, 8192^2 x 32

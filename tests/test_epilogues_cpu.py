@@ -89,12 +89,21 @@ def test_every_epilogue_on_every_rung(name, dtype, backend, rng):
 
 @pytest.mark.parametrize("name", ["custom", "store", "bias_row"])
 @pytest.mark.parametrize("layout_c", ["row", "col"])
-def test_float64_warptile_interior_blocks(name, layout_c, rng):
-    """float64 warptile blocks wholly inside D store through straight-line code (every value,
-    then every store: 16 bytes a run into row-major D, an element at a time into column-major
-    D); row/col-dependent epilogues catch a value sent to the wrong element.  130 x 70 on the
-    64x64 tile: two interior blocks, the rest edges."""
-    m, n, k = 130, 70, 20
+@pytest.mark.parametrize(("tile", "m", "n"), [("tiny", 130, 70), ("medium", 150, 70)])
+def test_float64_warptile_interior_blocks(monkeypatch, tile, m, n, name, layout_c, rng):
+    """float64 warptile blocks wholly inside D store through straight-line code: the tiny tile
+    every value, then every store (16 bytes a run into row-major D, an element at a time into
+    column-major D); the medium tile through shared memory, 8 rows a warp at a time
+    (``warptile._make_staged_store``: lanes along a row of row-major D, down the rows of
+    column-major D).  Row/col-dependent epilogues catch a value sent to the wrong element.
+    130 x 70 on the 64x64 tile: two interior blocks, the rest edges; 150 x 70 on the 128x64
+    tile: one interior block, three on the edges."""
+    import dxgemm._gemm as gemm_module
+    from dxgemm.kernels.warptile import TILE_CONFIGS
+
+    assert ("staged_epilogue" in TILE_CONFIGS["float64"][tile]) == (tile == "medium")
+    monkeypatch.setattr(gemm_module, "choose_tile", lambda *args, **kwargs: tile)
+    k = 20
     a, b = _operands(rng, np.float64, m, n, k)
     d = poisoned((m, n), np.float64, layout_c)
     epilogue = _make(name, rng, np.float64, m, n)

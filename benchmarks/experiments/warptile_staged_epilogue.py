@@ -1,22 +1,30 @@
-"""Does the float64 medium tile's epilogue run faster from shared memory?  (An experiment.)
+"""The float64 medium tile's epilogue through shared memory, and without.  (An experiment.)
 
-    . .whl/activate.sh && python benchmarks/experiments/warptile_staged_epilogue.py --shapes 4096x4096x256
-    python benchmarks/experiments/warptile_staged_epilogue.py --schedule     # CPU only: the SASS replay
+    . .whl/activate.sh && python benchmarks/experiments/warptile_staged_epilogue.py --shapes 4096x4096x256 --rows 0,8,16
+    python benchmarks/experiments/warptile_staged_epilogue.py --schedule --rows 0,8,16     # CPU only: the SASS replay
 
-The medium tile's float64 GELU epilogue waits on its own FP64 latency: ptxas evaluates it
+The medium tile's float64 GELU epilogue had waited on its own FP64 latency: ptxas evaluated it
 one output after another, two chains at a time (``epilogue_schedule.py``: 42 % of the FP64
-rate for one warp alone), and the kernel sits at 255 registers, half of them the 64
-accumulators a thread still holds while its epilogue runs.  Given registers to spare, ptxas
-does overlap independent outputs: four GELUs on values loaded from memory, compiled with
+rate for one warp alone), the kernel at 255 registers, half of them the 64 accumulators a
+thread still held while its epilogue ran.  Given registers to spare, ptxas does overlap
+independent outputs: four GELUs on values loaded from memory, compiled with
 ``--maxrregcount=255``, replay at 59 % against 32 % under its default register target
-(session 23, CPU).  ``*_st`` tiles free the registers first: after the K loop the block
-writes its accumulators to the shared memory the K loop used (a barrier either side), and
-each thread then takes ``UNROLL`` elements at a time, consecutive threads consecutive
-columns, through the epilogue to a coalesced store.  Interior blocks only; edge blocks
-store as before.  ``--schedule`` replays the SASS for one warp (``epilogue_schedule.py``'s
-model); the default times each (tile, chain) in interleaved rounds
-(``tile_chain_rounds.time_tiles``), every output checked against the float64 reference
-first.
+(session 23, CPU).  So the shipped medium tile stages its accumulators in shared memory
+first (``warptile._make_staged_store``, the tile flag ``staged_epilogue``: rows a warp
+stages at a time); ``--rows`` times the medium tile with other values of that flag (0: the
+accumulators stored from registers, as before session 23), ``--schedule`` replays each
+one's SASS after its last DMMA for one warp (``epilogue_schedule.py``'s model: 42 % at 0,
+~70 % staged, the staged code measured alone).  The timing is
+``tile_chain_rounds.time_tiles``'s interleaved rounds, every output checked against the
+float64 reference first; ``--unfused`` adds cuBLAS and cuBLAS + CuPy ``bias|gelu`` to them.
+
+Session 23's logs (``h100_warptile_staged_epilogue*_s23.log``) come from this script as it
+was at commit baa6c13, with its own copy of the staging: the whole block staged in the K
+loop's shared memory between two barriers (``medium_stU``, U elements a thread at a time:
+4096x4096x256 ``bias|gelu`` 0.2240-0.2385 ms against 0.2339-0.2361 unstaged), and each warp
+staging its own rows with no barrier (``medium_wRxU``: 8x8 0.2182, 16x8 0.2188-0.2200,
+32 rows a warp too much shared memory for two blocks an SM, 0.2675); 8 rows a warp, every
+value of them at once, is what shipped.
 """
 
 from __future__ import annotations
@@ -28,126 +36,31 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "benchmarks" / "experiments")]
 
-from numba import cuda  # noqa: E402
 
-from dxgemm.kernels._device import SIMULATOR, U, store_vec  # noqa: E402
+def staged_share(sass: str) -> tuple[int, float]:
+    """``epilogue_schedule.one_warp_share`` of the staged epilogue alone where the SASS has one:
+    from the first 16-byte shared store after the last DMMA (the first staged write) to the
+    first ``EXIT`` after it (ptxas lays the staged path out first, the edge blocks' after it)."""
+    import epilogue_schedule as ES
 
-STORE = "    store_tile = _make_dmma_store(MI * HALVES, NI, store_run, epilogue, d_off, D_ROW, BM, BN)\n"
-CALL = """            else:
-                store_tile(d, U(ldd), um, un, row0, col0, w_row, w_col, lane, acc, epi_args)
-
-    else:
-"""
-SMEM = "dynamic_smem=(a_elems + b_elems) * dt.itemsize"
-SMEM_PAD = 4
-
-
-def make_staged_store(blocks_m: int, blocks_n: int, epilogue, d_off, BM: int, BN: int, WN: int, threads: int,
-                      unroll: int, warp_rows: int, extra_at: int):
-    """``(staged_store, extra)``: ``staged_store(smem, d, ldd, row0, col0, w_row, w_col, lane, tid, acc,
-    epi_args)`` for an interior block, and the shared doubles it needs beyond the K loop's.
-
-    ``warp_rows = 0``: the whole block's accumulators to the K loop's shared memory (``BM``
-    lines of ``BN + SMEM_PAD``; a barrier either side), then ``unroll`` elements a thread at
-    a time through the epilogue to D, consecutive threads consecutive columns.
-    ``warp_rows = R``: no barrier; each warp stages its own tile ``R`` rows at a time through
-    a private slice after the K loop's (``extra_at`` on; lines of ``WN + 8`` doubles, a lane's
-    pair in one 16-byte store: four wavefronts a warp-wide store, the least 512 bytes take),
-    and takes ``unroll`` elements a lane at a time, a warp storing 32 consecutive columns."""
-    newline = "\n"
-
-    def epilogue_loop(count: int, index: str, load: str, row: str, col: str, indent: str) -> list[str]:
-        if count % unroll:
-            raise ValueError(f"{count} elements a thread do not split into runs of {unroll}")
-        body = []
-        for u in range(unroll):
-            body.append(f"{indent}    at{u} = {index} * (q * U({unroll}) + U({u}))")
-            body.append(f"{indent}    i{u}, j{u} = {load.format(u=u)}")
-            body.append(f"{indent}    v{u} = smem[{row.format(u=u)}]")
-        for u in range(unroll):
-            body.append(f"{indent}    w{u} = epilogue(v{u}, {col.format(u=u)}, epi_args)")
-        for u in range(unroll):
-            body.append(f"{indent}    d[d_off({col.format(u=u)}, ldd)] = w{u}")
-        return [f"{indent}for q in range(U({count // unroll})):"] + body
-
-    if not warp_rows:
-        ld = BN + SMEM_PAD
-        lines = ["    cuda.syncthreads()", "    r = w_row + (lane >> U(2))", "    c = w_col + (lane & U(3)) * U(2)"]
-        for i in range(blocks_m):
-            for j in range(blocks_n):
-                for e in range(2):
-                    lines.append(f"    smem[(r + U({8 * i})) * U({ld}) + c + U({8 * j + e})] = "
-                                 f"acc[{2 * (i * blocks_n + j) + e}]")
-        lines.append("    cuda.syncthreads()")
-        lines += epilogue_loop(BM * BN // threads, f"tid + U({threads})", f"at{{u}} // U({BN}), at{{u}} % U({BN})",
-                               f"i{{u}} * U({ld}) + j{{u}}", "row0 + i{u}, col0 + j{u}", "    ")
-        extra, block = 0, BM * ld
-    else:
-        if warp_rows % 8 or (8 * blocks_m) % warp_rows:
-            raise ValueError(f"warp_rows must be a multiple of 8 dividing {8 * blocks_m}, got {warp_rows}")
-        ld = WN + 8
-        sync_warp = "    cuda.syncthreads()" if SIMULATOR else "    cuda.syncwarp()"  # the simulator has no syncwarp
-        lines = [f"    base = U({extra_at}) + (tid // U(32)) * U({warp_rows * ld})",
-                 "    r = lane >> U(2)", "    c = (lane & U(3)) * U(2)"]
-        groups = warp_rows // 8
-        for chunk in range(8 * blocks_m // warp_rows):
-            for g in range(groups):
-                i = chunk * groups + g
-                for j in range(blocks_n):
-                    a = 2 * (i * blocks_n + j)
-                    lines.append(f"    store_vec(smem, base + (r + U({8 * g})) * U({ld}) + c + U({8 * j}), "
-                                 f"(acc[{a}], acc[{a + 1}]))")
-            lines.append(sync_warp)
-            lines += epilogue_loop(warp_rows * WN // 32, "lane + U(32)", f"at{{u}} // U({WN}), at{{u}} % U({WN})",
-                                   f"base + i{{u}} * U({ld}) + j{{u}}",
-                                   f"row0 + w_row + U({chunk * warp_rows}) + i{{u}}, col0 + w_col + j{{u}}", "    ")
-            lines.append(sync_warp)
-        extra, block = (threads // 32) * warp_rows * ld, 0
-    src = ("def staged_store(smem, d, ldd, row0, col0, w_row, w_col, lane, tid, acc, epi_args):\n"
-           + newline.join(lines) + "\n")
-    ns = {"U": U, "cuda": cuda, "epilogue": epilogue, "d_off": d_off, "store_vec": store_vec}
-    exec(src, ns)
-    return cuda.jit(device=True, inline="always")(ns["staged_store"]), extra, block
-
-
-def patched_warptile():
-    """``dxgemm.kernels.warptile`` with the staged epilogue behind the tile flags ``staged_unroll``
-    and ``warp_rows``."""
-    from tile_chain_rounds import patched_warptile as patch
-
-    return patch([
-        (STORE, STORE
-         + '    STAGED = int(cfg.get("staged_unroll", 0))\n'
-         + "    STAGED_EXTRA = 0\n"
-         + "    if STAGED:\n"
-         + "        staged_store, STAGED_EXTRA, staged_block = make_staged_store(\n"
-         + "            MI * HALVES, NI, epilogue, d_off, BM, BN, WN, threads, STAGED, int(cfg.get('warp_rows', 0)),\n"
-         + "            NSTAGES * (A_STAGE + B_STAGE))\n"
-         + "        if staged_block > NSTAGES * (A_STAGE + B_STAGE):\n"
-         + "            raise ValueError('the staged epilogue needs more shared memory than the K loop')\n"),
-        (CALL, """            elif STAGED and row0 + uBM <= um and col0 + uBN <= un:
-                staged_store(smem, d, U(ldd), row0, col0, w_row, w_col, lane, tid, acc, epi_args)
-            else:
-                store_tile(d, U(ldd), um, un, row0, col0, w_row, w_col, lane, acc, epi_args)
-
-    else:
-"""),
-        (SMEM, SMEM.replace("(a_elems + b_elems)", "(a_elems + b_elems + STAGED_EXTRA)")),
-    ], make_staged_store=make_staged_store)
+    lines = sass.splitlines()
+    last = max(i for i, line in enumerate(lines) if "DMMA" in line)
+    first = next((i for i in range(last, len(lines)) if "STS.128" in lines[i]), None)
+    if first is None:
+        return ES.one_warp_share(sass)
+    end = next(i for i in range(first, len(lines)) if "EXIT" in lines[i])
+    return ES.one_warp_share("  /*0000*/ DMMA R0, R0;\n" + "\n".join(lines[first:end]))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shapes", default="4096x4096x256,8192x8192x512")
-    parser.add_argument("--tiles", default="small,medium")
-    parser.add_argument("--staged", default="medium", help="tiles to add a staged variant of")
-    parser.add_argument("--unroll", default="8,16", help="block staging: elements a thread takes at a time")
-    parser.add_argument("--warp", default="16x8,32x8,32x16", help="warp staging: ROWSxUNROLL, rows a warp stages "
-                        "at a time and elements a lane takes at a time")
-    parser.add_argument("--chains", default="none,gelu,bias|gelu")
+    parser.add_argument("--tiles", default="small", help="tiles to time beside the medium ones")
+    parser.add_argument("--rows", default="0,8,16", help="the medium tile's staged_epilogue values to compare")
+    parser.add_argument("--chains", default="none,bias|gelu")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--reps", type=int, default=30)
-    parser.add_argument("--schedule", action="store_true", help="CPU only: replay the SASS of each tile")
+    parser.add_argument("--schedule", action="store_true", help="CPU only: replay the SASS of each medium tile")
     parser.add_argument("--unfused", action="store_true", help="also time cuBLAS and cuBLAS + CuPy bias|gelu")
     args = parser.parse_args()
     if args.schedule:
@@ -156,27 +69,22 @@ def main() -> int:
         _pretend_sm90()
     from tile_chain_rounds import add_variant
 
-    warptile = patched_warptile()
-    tiles = args.tiles.split(",")
-    for base in args.staged.split(","):
-        tiles += [add_variant(warptile, f"{base}_st{u}", base, {"staged_unroll": int(u)})
-                  for u in args.unroll.split(",") if u]
-        for text in args.warp.split(","):  # ROWSxUNROLL
-            if text:
-                rows, unroll = text.split("x")
-                tiles.append(add_variant(warptile, f"{base}_w{rows}x{unroll}", base,
-                                         {"staged_unroll": int(unroll), "warp_rows": int(rows)}))
+    from dxgemm.kernels import warptile
+
+    medium = [add_variant(warptile, f"medium_r{rows}", "medium", {"staged_epilogue": int(rows)})
+              for rows in args.rows.split(",")]
     if args.schedule:
         import epilogue_schedule as ES
 
-        print(f"{'tile':10} {'regs':>4} {'FP64 after last DMMA':>21} {'one warp':>9}")
-        for tile in tiles:
+        print(f"{'tile':10} {'regs':>4} {'FP64 in the replay':>19} {'one warp':>9}")
+        for tile in medium:
             regs, sass = ES.sass_of(ES.build_ptx(tile, "shipped"), [])
-            count, share = ES.one_warp_share(sass)
-            print(f"{tile:10} {regs:>4} {count:21d} {share:9.0%}", flush=True)
+            count, share = staged_share(sass)
+            print(f"{tile:10} {regs:>4} {count:19d} {share:9.0%}", flush=True)
         return 0
     from tile_chain_rounds import time_tiles
 
+    tiles = [t for t in args.tiles.split(",") if t] + medium
     time_tiles(args.shapes.split(","), tiles, args.chains.split(","), rounds=args.rounds, reps=args.reps,
                unfused=args.unfused)
     return 0

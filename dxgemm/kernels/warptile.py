@@ -138,9 +138,12 @@ CONFIGS = {
 _F64_SMALL = dict(kind="dmma", copy="async", threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=4, min_blocks=2)
 # cuBLAS's own kernel shape at 4096x4096x256 (h100_ncu_shallow_s18.log): 128x64x16, 4 warps of
 # 64x32 on m16n8k8, 3 stages, two blocks per SM; on m16n8k16 (30 fewer instructions a K tile),
-# or with 4 or 2 stages, slower (h100_f64_rounds_medium_variants_s19.log)
+# or with 4 or 2 stages, slower (h100_f64_rounds_medium_variants_s19.log).  Blocks inside D take
+# their epilogue through shared memory, 8 rows a warp at a time (_make_staged_store): bias | gelu
+# at 4096x4096x256 0.2139 ms against 0.2361 without and the small tile's 0.2288, 3072x3072x768
+# 0.2916 against 0.3313, the bare GEMM 1-6 % faster too (h100_tiles_staged_chains_s23.log)
 _F64_MEDIUM = dict(kind="dmma", copy="async", mma_sm90=(16, 8), threads=128, BM=128, BN=64, BK=16, WM=64, WN=32,
-                   stages=3, min_blocks=2, unchecked_prologue=True)
+                   stages=3, min_blocks=2, unchecked_prologue=True, staged_epilogue=8)
 
 TILE_CONFIGS = {
     "float32": {
@@ -156,11 +159,6 @@ TILE_CONFIGS = {
         # or a transcendental epilogue) m16n8k4 does 2 % better or ties (h100_warptile_small_k8_s21.log)
         "short": dict(_F64_SMALL, mma_sm90=(16, 8)),
         "medium": _F64_MEDIUM,
-        # the medium tile with its epilogue through shared memory, 8 rows a warp at a time
-        # (_make_staged_store), for chains with an exp or erf an element: 4096x4096x256 bias | gelu
-        # 0.2182 ms against the medium tile's 0.2359 and the small tile's 0.2299
-        # (h100_warptile_staged_epilogue_warp2_s23.log)
-        "medium_staged": dict(_F64_MEDIUM, staged_epilogue=8),
         # the large tile over K slices (blockIdx.z) into a workspace: dxgemm._gemm.choose_split_k
         "split": dict(CONFIGS["float64"], split_k=True, group_m=0),
         # outputs at most 64 columns wide: cuBLAS's 1000^3 shape (128x64x32, 8 warps of 32x32, 3
@@ -181,12 +179,16 @@ same tile on m16n8k8, takes K below 64 (4096x4096x40 0.0590 against 0.0634 ms, 1
 ``h100_f64_rounds_short_s21.log``).  ``"tiny"``
 halves it to 64x64 for the smallest outputs (512^3: 0.030 ms against 0.042).  ``"medium"``,
 cuBLAS's own shallow-K kernel shape, has the small tile's 128x64 blocks as 4 warps of 64x32
-on m16n8k8, half the instructions per multiply-add: where its blocks fill every SM twice and
-the epilogue has no ``exp``/``erf``, it beats the small tile by 3-12 % and, where its finer
-waves fit the SMs better, the large one (2560^2 x 1024: 0.89x against 0.79x,
-``h100_f64_rounds_tile_model_s19.log``; 4096^2 x 256: 0.89x
-cuBLAS against 0.84x; ``h100_warptile_tiles_medium_s18.log``, ``dxgemm._gemm.choose_tile``),
-and with its first K tiles copied unchecked too 0.92x (``h100_f64_rounds_prologue_s18.log``).
+on m16n8k8, half the instructions per multiply-add: where its blocks fill every SM twice, it
+beats the small tile by 3-12 % and, where its finer waves fit the SMs better, the large one
+(2560^2 x 1024: 0.89x against 0.79x, ``h100_f64_rounds_tile_model_s19.log``; 4096^2 x 256:
+0.89x cuBLAS against 0.84x; ``h100_warptile_tiles_medium_s18.log``,
+``dxgemm._gemm.choose_tile``), and with its first K tiles copied unchecked too 0.92x
+(``h100_f64_rounds_prologue_s18.log``).  Its blocks inside D run the epilogue from shared
+memory (:func:`_make_staged_store`), which took its exact-GELU epilogue past the small
+tile's (``bias | gelu`` 4096^2 x 256 0.2139 ms against 0.2288, where it had been 0.2361;
+``h100_tiles_staged_chains_s23.log``); an epilogue with libdevice's ``exp`` and a division
+(SiLU, sigmoid, tanh) still runs faster on the small tile's 16 warps an SM.
 
 float32 ``"small"`` (64x128, 8 warps of 32x32) and ``"tiny"`` (64x64, 8 warps of 32x16)
 give small and skinny problems the blocks the 128x128 tile leaves idle
