@@ -180,8 +180,9 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     unaligned operands (4097^3: 1.03x / 0.77x cuBLAS, warptile's checked copies), skinny
     outputs that warptile does not split over K (below), and at K = 128 calls whose epilogue
     is ``transcendental`` (an ``exp``, ``erf`` or ``tanh`` per element).  Since the float64
-    exact GELU lost libdevice's ``erf`` (session 20) warptile's small tile leads with
-    ``bias | gelu`` at every other shallow K measured, the two interleaved in rounds
+    exact GELU lost libdevice's ``erf`` (session 20) warptile's small tile (since session 23
+    the medium one, faster still: ``choose_tile``) leads with ``bias | gelu`` at every other
+    shallow K measured, the two interleaved in rounds
     (``h100_backends_gelu64_s20.log``, pipeline / warptile ms): 4096^2 x 256 0.249 / 0.243,
     8192^2 x 512 1.73 / 1.64, 2048^2 x 256 0.070 / 0.066, 6144^2 x 512 0.943 / 0.902,
     4096^2 x 768 0.599 / 0.573, but 4096^2 x 128 0.161 / 0.168; SiLU and sigmoid (libdevice
