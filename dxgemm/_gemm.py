@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any
 
@@ -108,7 +109,7 @@ def gemm(
     if backend == "auto":
         backend = choose_backend(dtype, m, n, k, pipeline=_pipeline_reason(device) is None,
                                  aligned=flags == FLAG_VEC_A | FLAG_VEC_B, transcendental=chain.transcendental,
-                                 sms=sm_count())
+                                 medium_min_k=chain.medium_tile_min_k, sms=sm_count())
     if backend == "pipeline":
         from .pipelines._dispatch import PipelineUnavailable, matrix_of, prepare
 
@@ -150,11 +151,12 @@ def gemm(
 
 
 def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = False, aligned: bool = True,
-                   transcendental: bool = False, sms: int = 132) -> str:
+                   transcendental: bool = False, medium_min_k: float = math.inf, sms: int = 132) -> str:
     """The backend ``"auto"`` runs (``pipeline``: whether the pipeline can run on this device;
     ``aligned``: whether both operands take 16-byte accesses, :func:`~.kernels.vector_flags`;
     ``transcendental``: whether the call's epilogue has a stage with an ``exp``, ``erf`` or
-    ``tanh`` per element, :attr:`dxgemm.epilogues.Epilogue.transcendental`; ``sms``: the
+    ``tanh`` per element, :attr:`dxgemm.epilogues.Epilogue.transcendental`, and
+    ``medium_min_k`` its :attr:`~dxgemm.epilogues.Epilogue.medium_tile_min_k`; ``sms``: the
     device's SMs).
 
     float64 skinny outputs with deep K (at least 128 rows and 64 columns, few output tiles,
@@ -179,13 +181,17 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     8192^2 x 512 1.426 against 1.549, 4096^2 x 128 0.114 against 0.122.  The pipeline keeps
     unaligned operands (4097^3: 1.03x / 0.77x cuBLAS, warptile's checked copies), skinny
     outputs that warptile does not split over K (below), and at K = 128 calls whose epilogue
-    is ``transcendental`` (an ``exp``, ``erf`` or ``tanh`` per element).  Since the float64
+    is ``transcendental`` (an ``exp``, ``erf`` or ``tanh`` per element) and keeps warptile on
+    its small tile (``medium_min_k > k``: SiLU, sigmoid, tanh, custom).  Since the float64
     exact GELU lost libdevice's ``erf`` (session 20) warptile's small tile (since session 23
     the medium one, faster still: ``choose_tile``) leads with ``bias | gelu`` at every other
     shallow K measured, the two interleaved in rounds
     (``h100_backends_gelu64_s20.log``, pipeline / warptile ms): 4096^2 x 256 0.249 / 0.243,
     8192^2 x 512 1.73 / 1.64, 2048^2 x 256 0.070 / 0.066, 6144^2 x 512 0.943 / 0.902,
-    4096^2 x 768 0.599 / 0.573, but 4096^2 x 128 0.161 / 0.168; SiLU and sigmoid (libdevice
+    4096^2 x 768 0.599 / 0.573, but 4096^2 x 128 0.161 / 0.168 (on the medium tile, with its
+    epilogue staged in shared memory, warptile leads there too: 0.1599 / 0.1443, and 0.2489 /
+    0.2154 at 4096^2 x 256, ``h100_backends_gelu64_staged_s23.log``; so the pipeline keeps K =
+    128 only for chains that stay on the small tile); SiLU and sigmoid (libdevice
     ``exp``) by 6-12 % at 4096^2 x 256, 8192^2 x 512, 2048^2 x 256 and 6144^2 x 512
     (``h100_backends_transcendental_s20.log``: ``silu`` 0.265 / 0.241 ms at 4096^2 x 256,
     ``sigmoid`` 0.246 / 0.232).  Before it the two had tied
@@ -252,7 +258,8 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     if not pipeline:
         return "warptile"
     if dt == np.float64:
-        if k < 128 or m * n * k < 2**28 or (aligned and min(m, n) > 256 and (k > 128 or not transcendental)):
+        heavy = transcendental and medium_min_k > k  # an epilogue that keeps warptile on its small tile
+        if k < 128 or m * n * k < 2**28 or (aligned and min(m, n) > 256 and (k > 128 or not heavy)):
             return "warptile"
         tile = choose_tile("warptile", dt, m, n, k, sms)  # any tile but large: the same split count
         if aligned and m >= 128 and n >= 64 and choose_split_k("warptile", dt, m, n, k, tile, sms) > 1:
