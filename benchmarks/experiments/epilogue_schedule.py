@@ -16,7 +16,10 @@ chains interleaved in the source and the PTX), ``quarters`` (``gelu64_ab.py``'s 
 chains of a quarter depth).  Session 22: 42 %, 42 %, 45 % on the medium tile, 41 %, 40 %, 44 %
 on the small one: ptxas schedules the GELU element after element whatever the PTX order
 (``pair``'s PTX is interleaved four ways; its SASS is not), and ``--register-usage-level
-10`` does not change that.
+10`` does not change that.  Since session 23 the medium tile's interior blocks run the
+epilogue from shared memory (``warptile._make_staged_store``), which this replay, taking
+everything after the last DMMA, mixes with the edge blocks' path: for the medium tile as it
+is now, and as it was, see ``warptile_staged_epilogue.py --schedule`` (72 % against 42 %).
 """
 
 from __future__ import annotations
