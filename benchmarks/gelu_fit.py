@@ -133,6 +133,21 @@ def fit_exp2(degree: int = 11) -> list[float]:
     return [float(c) for c in reversed(coef)]
 
 
+def fma_exact(a: float, b: float, c: float) -> float:
+    """``a * b + c`` rounded once to float64, as the device's FMA does."""
+    from fractions import Fraction
+
+    return float(Fraction(a) * Fraction(b) + Fraction(c))
+
+
+def horner_exact(coef, x: float) -> float:
+    """The polynomial ``coef`` (lowest degree first) at ``x`` by Horner's rule in :func:`fma_exact`."""
+    p = coef[-1]
+    for c in reversed(coef[:-1]):
+        p = fma_exact(p, x, c)
+    return p
+
+
 def check_float64(poly, exp_poly, top: float = TOP64, table: int = 0, samples: int = 2000) -> float:
     """Worst error of the float64 GELU, replayed with exact FMA rounding, in units of ``|x| + |y|``.
 
@@ -143,19 +158,10 @@ def check_float64(poly, exp_poly, top: float = TOP64, table: int = 0, samples: i
     ``x`` runs over a grid of step 1/97 on [-9, 9] and ``samples`` uniform draws."""
     import math
     import random
-    from fractions import Fraction
 
     from dxgemm.epilogues._pointwise import SHIFTER
 
-    def fma(a, b, c):
-        return float(Fraction(a) * Fraction(b) + Fraction(c))
-
-    def horner(coef, x):
-        p = coef[-1]
-        for c in reversed(coef[:-1]):
-            p = fma(p, x, c)
-        return p
-
+    fma, horner = fma_exact, horner_exact
     mpmath.mp.dps = 40
     scaled = [c * table for c in poly] if table else poly
     entries = [float(mpmath.power(2, mpmath.mpf(i) / table)) for i in range(table)]
