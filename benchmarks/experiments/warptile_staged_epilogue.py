@@ -22,7 +22,8 @@ float64 reference first; ``--unfused`` adds cuBLAS and cuBLAS + CuPy ``bias|gelu
 against 42 %; the small tile 69 % against 41 % at its 128).
 
 Session 23's logs (``h100_warptile_staged_epilogue*_s23.log``) come from this script as it
-was at commit baa6c13, with its own copy of the staging: the whole block staged in the K
+was at commit baa6c13 (or, the first, an earlier form of it), run against warptile.py as at
+ed47dad, with its own copy of the staging: the whole block staged in the K
 loop's shared memory between two barriers (``medium_stU``, U elements a thread at a time:
 4096x4096x256 ``bias|gelu`` 0.2240-0.2385 ms against 0.2339-0.2361 unstaged), and each warp
 staging its own rows with no barrier (``medium_wRxU``: 8x8 0.2182, 16x8 0.2188-0.2200,
