@@ -229,21 +229,16 @@ def _table_form(entries: int):
     from dxgemm.epilogues import _pointwise as W
     from dxgemm.kernels._device import U, double_of, fma, load_invariant, low_word, times_pow2
 
-    p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10 = (entries * c for c in W.GELU_FLOAT64_POLY[:11])
-    p11, p12, p13, p14, p15, p16, p17, p18, p19, p20 = (entries * c for c in W.GELU_FLOAT64_POLY[11:])
+    poly = tuple(entries * c for c in W.GELU_FLOAT64_POLY)
     e0, e1, e2, e3, e4, e5 = EXP2_TABLE_POLY[entries]
+    degree20_halves = W.degree20_halves
     mask, shift = entries - 1, entries.bit_length() - 1
     shifter, abs_clamped = W.SHIFTER, _abs_clamped()
 
     @cuda.jit(device=True)
     def gelu(value, row, col, args):
         bits, s = abs_clamped(value)
-        s2 = s * s
-        even = fma(fma(fma(fma(fma(p20, s2, p18), s2, p16), s2, p14), s2, p12), s2, p10)
-        even = fma(fma(fma(fma(fma(even, s2, p8), s2, p6), s2, p4), s2, p2), s2, p0)
-        odd = fma(fma(fma(fma(fma(p19, s2, p17), s2, p15), s2, p13), s2, p11), s2, p9)
-        odd = fma(fma(fma(fma(odd, s2, p7), s2, p5), s2, p3), s2, p1)
-        p = fma(odd, s, even)
+        p = degree20_halves(s, poly)
         shifted = fma(s, p, shifter)  # j = round(N t) in the low word
         r = fma(s, p, shifter - shifted)
         j = low_word(shifted)

@@ -33,17 +33,11 @@ TOP_BITS, INF_BITS, ABS_MASK = int(np.float64(TOP).view(np.int64)), W._INF_BITS,
 @cuda.jit(device=True)
 def gelu_args(value, row, col, args):
     """The shipped float64 GELU (``_pointwise._gelu_float64``) with the coefficients taken from ``args``."""
-    (p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, p12, p13, p14, p15, p16, p17, p18, p19, p20,
-     e0, e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11) = args
+    e0, e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11 = args[21:]
     bits = bits_of(value)
     s_bits = bits & ABS_MASK
     s = TOP if TOP_BITS < s_bits <= INF_BITS else double_of(s_bits)
-    s2 = s * s
-    even = fma(fma(fma(fma(fma(p20, s2, p18), s2, p16), s2, p14), s2, p12), s2, p10)
-    even = fma(fma(fma(fma(fma(even, s2, p8), s2, p6), s2, p4), s2, p2), s2, p0)
-    odd = fma(fma(fma(fma(fma(p19, s2, p17), s2, p15), s2, p13), s2, p11), s2, p9)
-    odd = fma(fma(fma(fma(odd, s2, p7), s2, p5), s2, p3), s2, p1)
-    p = fma(odd, s, even)
+    p = W.degree20_halves(s, args[:21])
     shifted = fma(s, p, SHIFTER)
     r = fma(s, p, SHIFTER - shifted)
     r2 = r * r

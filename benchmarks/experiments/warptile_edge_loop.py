@@ -22,11 +22,11 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "benchmarks" / "
 
 def patched_warptile():
     """``dxgemm.kernels.warptile`` with the edge loop behind the tile flag ``edge_copies`` (default on)."""
+    from tile_chain_rounds import FLAG
     from tile_chain_rounds import patched_warptile as patch
 
-    flag = '        UNCHECKED_PROLOGUE = bool(cfg.get("unchecked_prologue", False))\n'
     edge = "                elif stream_a.edge_ok(row0, um) and stream_b.edge_ok(col0, un):\n"
-    return patch([(flag, flag + '        EDGE_COPIES = bool(cfg.get("edge_copies", True))\n'),
+    return patch([(FLAG, FLAG + '        EDGE_COPIES = bool(cfg.get("edge_copies", True))\n'),
                   (edge, edge.replace("elif ", "elif EDGE_COPIES and "))])
 
 

@@ -257,6 +257,18 @@ _ABS_MASK = (1 << 63) - 1
 _INF_BITS = 0x7FF0000000000000
 
 
+@cuda.jit(device=True, inline="always")
+def degree20_halves(s, c):
+    """``c[0] + c[1] s + ... + c[20] s**20`` (a tuple of 21 coefficients) in even and odd halves,
+    two chains of half the depth: the float64 exact GELU's ``P`` (:func:`_gelu_float64`)."""
+    s2 = s * s
+    even = fma(fma(fma(fma(fma(c[20], s2, c[18]), s2, c[16]), s2, c[14]), s2, c[12]), s2, c[10])
+    even = fma(fma(fma(fma(fma(even, s2, c[8]), s2, c[6]), s2, c[4]), s2, c[2]), s2, c[0])
+    odd = fma(fma(fma(fma(fma(c[19], s2, c[17]), s2, c[15]), s2, c[13]), s2, c[11]), s2, c[9])
+    odd = fma(fma(fma(fma(odd, s2, c[7]), s2, c[5]), s2, c[3]), s2, c[1])
+    return fma(odd, s, even)
+
+
 def _gelu_float64() -> Callable:
     """Exact GELU in float64 as ``relu(x) - s * Phi(-s)``, ``s = min(|x|, 8.3)``, ``Phi(-s) = 2**t(s) / 2``.
 
@@ -277,8 +289,7 @@ def _gelu_float64() -> Callable:
     ``x``, where ``1 + erf`` loses digits.  NaN stays NaN (``s`` carries it); ``+inf`` gives
     ``+inf`` and ``-inf`` gives ``-8.3 Phi(-8.3)``, about ``-4e-16``.
     """
-    p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10 = GELU_FLOAT64_POLY[:11]
-    p11, p12, p13, p14, p15, p16, p17, p18, p19, p20 = GELU_FLOAT64_POLY[11:]
+    poly = GELU_FLOAT64_POLY
     e0, e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11 = EXP2_FLOAT64_POLY
     top, shifter = GELU_FLOAT64_TOP, SHIFTER
     top_bits, inf_bits, abs_mask = int(np.float64(top).view(np.int64)), _INF_BITS, _ABS_MASK
@@ -288,12 +299,7 @@ def _gelu_float64() -> Callable:
         bits = bits_of(value)
         s_bits = bits & abs_mask
         s = top if top_bits < s_bits <= inf_bits else double_of(s_bits)  # NaN stays NaN
-        s2 = s * s
-        even = fma(fma(fma(fma(fma(p20, s2, p18), s2, p16), s2, p14), s2, p12), s2, p10)
-        even = fma(fma(fma(fma(fma(even, s2, p8), s2, p6), s2, p4), s2, p2), s2, p0)
-        odd = fma(fma(fma(fma(fma(p19, s2, p17), s2, p15), s2, p13), s2, p11), s2, p9)
-        odd = fma(fma(fma(fma(odd, s2, p7), s2, p5), s2, p3), s2, p1)
-        p = fma(odd, s, even)
+        p = degree20_halves(s, poly)
         shifted = fma(s, p, shifter)  # t = s p rounded to an integer j, held in the low word
         r = fma(s, p, shifter - shifted)  # t - j, |r| <= 1/2
         r2 = r * r
