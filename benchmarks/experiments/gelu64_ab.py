@@ -259,6 +259,7 @@ def _session20(halves: bool):
     e0, e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11 = EXP_POLY
     top, zero, shifter = W.GELU_FLOAT64_TOP, 0.0, W.SHIFTER
     minus_log2e, minus_ln2_hi, minus_ln2_lo = -W.LOG2E, -LN2_HI, -LN2_LO
+    degree11_halves = W.degree11_halves
 
     @cuda.jit(device=True)
     def gelu_halves(value, row, col, args):
@@ -273,11 +274,8 @@ def _session20(halves: bool):
         shifted = fma(q, minus_log2e, shifter)
         j = shifted - shifter
         r = fma(j, minus_ln2_lo, fma(j, minus_ln2_hi, -q))
-        r2 = r * r
-        e_even = fma(fma(fma(fma(fma(e10, r2, e8), r2, e6), r2, e4), r2, e2), r2, e0)
-        e_odd = fma(fma(fma(fma(fma(e11, r2, e9), r2, e7), r2, e5), r2, e3), r2, e1)
         relu = zero if value <= zero else value
-        return fma(-s, times_pow2(fma(e_odd, r, e_even), low_word(shifted) - 1), relu)
+        return fma(-s, times_pow2(degree11_halves(r, EXP_POLY), low_word(shifted) - 1), relu)
 
     @cuda.jit(device=True)
     def gelu_horner(value, row, col, args):

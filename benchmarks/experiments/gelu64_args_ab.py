@@ -33,18 +33,14 @@ TOP_BITS, INF_BITS, ABS_MASK = int(np.float64(TOP).view(np.int64)), W._INF_BITS,
 @cuda.jit(device=True)
 def gelu_args(value, row, col, args):
     """The shipped float64 GELU (``_pointwise._gelu_float64``) with the coefficients taken from ``args``."""
-    e0, e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11 = args[21:]
     bits = bits_of(value)
     s_bits = bits & ABS_MASK
     s = TOP if TOP_BITS < s_bits <= INF_BITS else double_of(s_bits)
     p = W.degree20_halves(s, args[:21])
     shifted = fma(s, p, SHIFTER)
     r = fma(s, p, SHIFTER - shifted)
-    r2 = r * r
-    e_even = fma(fma(fma(fma(fma(e10, r2, e8), r2, e6), r2, e4), r2, e2), r2, e0)
-    e_odd = fma(fma(fma(fma(fma(e11, r2, e9), r2, e7), r2, e5), r2, e3), r2, e1)
     relu = double_of(bits & ~(bits >> 63))
-    return fma(-s, times_pow2(fma(e_odd, r, e_even), low_word(shifted) - 1), relu)
+    return fma(-s, times_pow2(W.degree11_halves(r, args[21:]), low_word(shifted) - 1), relu)
 
 
 class GELUArgs(W.GELU):

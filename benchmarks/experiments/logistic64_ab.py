@@ -82,7 +82,9 @@ def branch_free_quotient(times_value: bool):
     (SiLU) or 1 (sigmoid), with no branch (the module docstring)."""
     from dxgemm.kernels._device import bits_of, double_of, fma, low_word, times_pow2
 
-    e0, e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11 = EXP_POLY
+    from dxgemm.epilogues._pointwise import degree11_halves
+
+    exp_poly = EXP_POLY
     top_bits, abs_mask, inf_bits = int(np.float64(Z_TOP).view(np.int64)), (1 << 63) - 1, 0x7FF0000000000000
     sign = -(1 << 63)  # the sign bit, as a signed 64-bit integer
     shifter, log2e, minus_hi, minus_lo, one = SHIFTER, LOG2E, -LN2_HI, -LN2_LO, 1.0
@@ -97,10 +99,7 @@ def branch_free_quotient(times_value: bool):
         shifted = fma(z, log2e, shifter)  # j = round(z log2 e) in the low word
         j = shifted - shifter
         r = fma(j, minus_lo, fma(j, minus_hi, z))
-        r2 = r * r
-        even = fma(fma(fma(fma(fma(e10, r2, e8), r2, e6), r2, e4), r2, e2), r2, e0)
-        odd = fma(fma(fma(fma(fma(e11, r2, e9), r2, e7), r2, e5), r2, e3), r2, e1)
-        d = one + times_pow2(fma(odd, r, even), low_word(shifted))
+        d = one + times_pow2(degree11_halves(r, exp_poly), low_word(shifted))
         y = rcp_approx64(d)
         y = fma(y, fma(-d, y, one), y)
         y = fma(y, fma(-d, y, one), y)

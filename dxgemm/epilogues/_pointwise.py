@@ -269,6 +269,16 @@ def degree20_halves(s, c):
     return fma(odd, s, even)
 
 
+@cuda.jit(device=True, inline="always")
+def degree11_halves(r, c):
+    """``c[0] + c[1] r + ... + c[11] r**11`` (a tuple of 12 coefficients) in even and odd halves:
+    the float64 exact GELU's ``2**r`` (:data:`EXP2_FLOAT64_POLY`, :func:`_gelu_float64`)."""
+    r2 = r * r
+    even = fma(fma(fma(fma(fma(c[10], r2, c[8]), r2, c[6]), r2, c[4]), r2, c[2]), r2, c[0])
+    odd = fma(fma(fma(fma(fma(c[11], r2, c[9]), r2, c[7]), r2, c[5]), r2, c[3]), r2, c[1])
+    return fma(odd, r, even)
+
+
 def _gelu_float64() -> Callable:
     """Exact GELU in float64 as ``relu(x) - s * Phi(-s)``, ``s = min(|x|, 8.3)``, ``Phi(-s) = 2**t(s) / 2``.
 
@@ -289,8 +299,7 @@ def _gelu_float64() -> Callable:
     ``x``, where ``1 + erf`` loses digits.  NaN stays NaN (``s`` carries it); ``+inf`` gives
     ``+inf`` and ``-inf`` gives ``-8.3 Phi(-8.3)``, about ``-4e-16``.
     """
-    poly = GELU_FLOAT64_POLY
-    e0, e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11 = EXP2_FLOAT64_POLY
+    poly, exp2_poly = GELU_FLOAT64_POLY, EXP2_FLOAT64_POLY
     top, shifter = GELU_FLOAT64_TOP, SHIFTER
     top_bits, inf_bits, abs_mask = int(np.float64(top).view(np.int64)), _INF_BITS, _ABS_MASK
 
@@ -302,11 +311,8 @@ def _gelu_float64() -> Callable:
         p = degree20_halves(s, poly)
         shifted = fma(s, p, shifter)  # t = s p rounded to an integer j, held in the low word
         r = fma(s, p, shifter - shifted)  # t - j, |r| <= 1/2
-        r2 = r * r
-        e_even = fma(fma(fma(fma(fma(e10, r2, e8), r2, e6), r2, e4), r2, e2), r2, e0)
-        e_odd = fma(fma(fma(fma(fma(e11, r2, e9), r2, e7), r2, e5), r2, e3), r2, e1)
         relu = double_of(bits & ~(bits >> 63))  # value, or +0 when its sign bit is set
-        return fma(-s, times_pow2(fma(e_odd, r, e_even), low_word(shifted) - 1), relu)
+        return fma(-s, times_pow2(degree11_halves(r, exp2_poly), low_word(shifted) - 1), relu)
 
     return gelu
 
