@@ -41,7 +41,7 @@ from numba import cuda, types
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "benchmarks" / "experiments")]
 
-from dxgemm.epilogues._pointwise import LOG2E, SHIFTER, Sigmoid, SiLU  # noqa: E402
+from dxgemm.epilogues._pointwise import GELU, LOG2E, SHIFTER, Sigmoid, SiLU  # noqa: E402
 from dxgemm.kernels._device import SIMULATOR  # noqa: E402
 
 from gelu64_ab import EXP_POLY, LN2_HI, LN2_LO  # noqa: E402  (exp(r) on |r| <= ln(2) / 2, degree 11)
@@ -77,9 +77,9 @@ else:
         return types.float64(types.float64), codegen
 
 
-def branch_free_quotient(times_value: bool):
-    """Device function ``(value, row, col, args)``: ``num / (1 + exp(-value))``, ``num`` the value
-    (SiLU) or 1 (sigmoid), with no branch (the module docstring)."""
+def branch_free_quotient():
+    """Device function ``(num, z)``: ``num / (1 + exp(z))`` with no branch (the module docstring);
+    ``z`` is clamped to +-708 on its bit pattern, NaN kept."""
     from dxgemm.kernels._device import bits_of, double_of, fma, low_word, times_pow2
 
     from dxgemm.epilogues._pointwise import degree11_halves
@@ -87,15 +87,14 @@ def branch_free_quotient(times_value: bool):
     exp_poly = EXP_POLY
     top_bits, abs_mask, inf_bits = int(np.float64(Z_TOP).view(np.int64)), (1 << 63) - 1, 0x7FF0000000000000
     sign = -(1 << 63)  # the sign bit, as a signed 64-bit integer
-    shifter, log2e, minus_hi, minus_lo, one = SHIFTER, LOG2E, -LN2_HI, -LN2_LO, 1.0
+    shifter, log2e, minus_hi, minus_lo, one, zero = SHIFTER, LOG2E, -LN2_HI, -LN2_LO, 1.0, 0.0
 
     @cuda.jit(device=True)
-    def quotient(value, row, col, args):
-        bits = bits_of(value)
-        s_bits = bits & abs_mask
-        z = -value
-        if top_bits < s_bits <= inf_bits:  # |x| > 708, not NaN: z = -sign(x) 708
-            z = double_of(((bits ^ sign) & sign) | top_bits)
+    def quotient(num, z):
+        bits = bits_of(z)
+        z_bits = bits & abs_mask
+        if top_bits < z_bits <= inf_bits:  # |z| > 708, not NaN: +-708
+            z = double_of((bits & sign) | top_bits)
         shifted = fma(z, log2e, shifter)  # j = round(z log2 e) in the low word
         j = shifted - shifter
         r = fma(j, minus_lo, fma(j, minus_hi, z))
@@ -103,12 +102,38 @@ def branch_free_quotient(times_value: bool):
         y = rcp_approx64(d)
         y = fma(y, fma(-d, y, one), y)
         y = fma(y, fma(-d, y, one), y)
-        num = value if times_value else one
-        q = num * y
+        # beyond z = 708 the quotient is below |num| 1e-307: 0 (and NaN for an infinite num, as num / inf)
+        q = num * (zero if 0 <= bits and top_bits < z_bits <= inf_bits else y)
         corrected = fma(fma(-d, q, num), y, q)
-        return q if top_bits < s_bits else corrected  # |x| > 708, inf or NaN: inf - inf would be NaN
+        return q if top_bits < z_bits else corrected  # |z| > 708, inf or NaN: inf - inf would be NaN
 
     return quotient
+
+
+def branch_free_logistic(times_value: bool):
+    """Device function ``(value, row, col, args)``: SiLU (``times_value``) or sigmoid."""
+    quotient, one = branch_free_quotient(), 1.0
+
+    @cuda.jit(device=True)
+    def logistic(value, row, col, args):
+        return quotient(value if times_value else one, -value)
+
+    return logistic
+
+
+def branch_free_gelu_tanh():
+    """Device function ``(value, row, col, args)``: the tanh GELU as ``x / (1 + exp(z))``,
+    ``z = -2 sqrt(2/pi) (x + 0.044715 x^3)`` (``_pointwise._gelu_tanh``'s form), on the
+    branch-free quotient."""
+    quotient = branch_free_quotient()
+    c0 = -2 * math.sqrt(2 / math.pi)
+    c1 = c0 * 0.044715
+
+    @cuda.jit(device=True)
+    def gelu_tanh(value, row, col, args):
+        return quotient(value, value * (c0 + c1 * value * value))
+
+    return gelu_tanh
 
 
 class SiLUBranchFree(SiLU):
@@ -119,7 +144,7 @@ class SiLUBranchFree(SiLU):
 
     @staticmethod
     def _device(t):
-        return branch_free_quotient(True) if t is np.float64 else SiLU._device(t)
+        return branch_free_logistic(True) if t is np.float64 else SiLU._device(t)
 
 
 class SigmoidBranchFree(Sigmoid):
@@ -130,15 +155,30 @@ class SigmoidBranchFree(Sigmoid):
 
     @staticmethod
     def _device(t):
-        return branch_free_quotient(False) if t is np.float64 else Sigmoid._device(t)
+        return branch_free_logistic(False) if t is np.float64 else Sigmoid._device(t)
 
 
-def replay(x: float, times_value: bool) -> float:
+class GELUTanhBranchFree(GELU):
+    """``gelu(approximate="tanh")`` with :func:`branch_free_gelu_tanh` in float64 under its own formula tag."""
+
+    def __init__(self):
+        super().__init__("tanh")
+
+    def _formula(self, dtype: np.dtype) -> tuple:
+        return ("bf-exp11-rcp2",) if dtype == np.float64 else super()._formula(dtype)
+
+    @staticmethod
+    def _device(t, approximate):
+        return branch_free_gelu_tanh() if t is np.float64 else GELU._device(t, approximate)
+
+
+def replay_quotient(num: float, z: float) -> float:
     """:func:`branch_free_quotient` on the CPU, each FMA rounded once (``gelu_fit.fma_exact``), the first
     reciprocal guess ``1 / d`` rounded to 20 bits."""
     from gelu_fit import fma_exact as fma, horner_exact as horner
 
-    z = -x if abs(x) <= Z_TOP or math.isnan(x) else -math.copysign(Z_TOP, x)
+    clamped = abs(z) > Z_TOP and not math.isnan(z)
+    z = math.copysign(Z_TOP, z) if clamped else z
     shifted = fma(z, LOG2E, SHIFTER)
     j = shifted - SHIFTER
     r = fma(j, -LN2_LO, fma(j, -LN2_HI, z))
@@ -148,9 +188,26 @@ def replay(x: float, times_value: bool) -> float:
     y = math.ldexp(round(mantissa * 2**20) / 2**20, exponent)
     y = fma(y, fma(-d, y, 1.0), y)
     y = fma(y, fma(-d, y, 1.0), y)
-    num = x if times_value else 1.0
-    q = num * y
-    return q if abs(x) > Z_TOP else fma(fma(-d, q, num), y, q)
+    q = num * (0.0 if clamped and z > 0 else y)
+    return q if clamped else fma(fma(-d, q, num), y, q)
+
+
+def replay(x: float, form: str) -> float:
+    """One of the three forms (``silu``, ``sigmoid``, ``gelu_tanh``) on the CPU, as the device computes it."""
+    if form == "gelu_tanh":
+        c0 = -2 * math.sqrt(2 / math.pi)
+        return replay_quotient(x, x * (c0 + c0 * 0.044715 * x * x))
+    return replay_quotient(x if form == "silu" else 1.0, -x)
+
+
+def reference(x, form: str):
+    """The form in mpmath (40 digits)."""
+    import mpmath
+
+    x = mpmath.mpf(x)
+    if form == "gelu_tanh":
+        return x / 2 * (1 + mpmath.tanh(mpmath.sqrt(2 / mpmath.pi) * (x + mpmath.mpf(0.044715) * x**3)))
+    return (x if form == "silu" else 1) / (1 + mpmath.exp(-x))
 
 
 def check() -> None:
@@ -164,15 +221,15 @@ def check() -> None:
     xs = [i / 64 for i in range(-2560, 2561)] + [rng.uniform(-40, 40) for _ in range(4000)]
     xs += [s * v for s in (1, -1) for v in (707.9, 708.0, 708.1, 745.0, 1e4, 1e300)]
     u = 2.0**-53
-    for name, times_value in (("silu", True), ("sigmoid", False)):
+    for form in ("silu", "sigmoid", "gelu_tanh"):
         worst, at = 0.0, None
         for x in (x for x in xs if x):
-            want = (mpmath.mpf(x) if times_value else 1) / (1 + mpmath.exp(-mpmath.mpf(x)))
-            got = replay(x, times_value)
+            want = reference(x, form)
+            got = replay(x, form)
             err = float(abs(got - want) / (u * (abs(x) + abs(want))))
             if err > worst:
                 worst, at = err, x
-        print(f"{name}_bf: worst error {worst:.3f} units of |x| + |y| (at x = {at!r})")
+        print(f"{form}_bf: worst error {worst:.3f} units of |x| + |y| (at x = {at!r})")
 
 
 def sass_counts() -> None:
@@ -185,8 +242,9 @@ def sass_counts() -> None:
     import epilogue_schedule as ES
     from numba import float64
 
-    for name, f in (("silu", SiLU._device(np.float64)), ("silu_bf", branch_free_quotient(True)),
-                    ("sigmoid", Sigmoid._device(np.float64)), ("sigmoid_bf", branch_free_quotient(False))):
+    for name, f in (("silu", SiLU._device(np.float64)), ("silu_bf", branch_free_logistic(True)),
+                    ("sigmoid", Sigmoid._device(np.float64)), ("sigmoid_bf", branch_free_logistic(False)),
+                    ("gelu_tanh", GELU._device(np.float64, "tanh")), ("gelu_tanh_bf", branch_free_gelu_tanh())):
         for n in (1, 8):
             # every load before any store: x and y might alias, and the staged epilogue's loads are
             # from shared memory, which its global stores cannot alias
@@ -212,6 +270,8 @@ def main() -> int:
     parser.add_argument("--shapes", default="4096x4096x256,8192x8192x512")
     parser.add_argument("--tile", default="auto", help="float64 warptile tiles to force, comma-separated, or auto")
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--chains", default="bias|silu,bias|silu_bf,bias|sigmoid,bias|sigmoid_bf",
+                        help="today's chains and the _bf forms: also bias|gelu_tanh,bias|gelu_tanh_bf")
     parser.add_argument("--check", action="store_true", help="no GPU: accuracy replay and SASS counts")
     args = parser.parse_args()
     if args.check:
@@ -222,7 +282,7 @@ def main() -> int:
     import epilogue_cost
     from dxgemm import epilogues as E
 
-    chains = ["bias|silu", "bias|silu_bf", "bias|sigmoid", "bias|sigmoid_bf"]
+    chains = args.chains.split(",")
     chosen = G.choose_tile
     shapes = [tuple(int(s) for s in text.split("x")) for text in args.shapes.split(",")]
     print(f"== float64 SiLU and sigmoid, libdevice against branch-free (_bf): {args.rounds} interleaved rounds of "
@@ -232,8 +292,10 @@ def main() -> int:
         for shape in shapes:
             times = epilogue_cost.cost_rounds(
                 shape, np.dtype(np.float64), "warptile", chains, rounds=args.rounds, warmup=3, reps=50,
-                extra=lambda v: {"bias|silu_bf": E.bias(v) | SiLUBranchFree(),
-                                 "bias|sigmoid_bf": E.bias(v) | SigmoidBranchFree()})
+                extra=lambda v: {"bias|silu": E.bias(v) | E.silu(), "bias|sigmoid": E.bias(v) | E.sigmoid(),
+                                 "bias|silu_bf": E.bias(v) | SiLUBranchFree(),
+                                 "bias|sigmoid_bf": E.bias(v) | SigmoidBranchFree(),
+                                 "bias|gelu_tanh_bf": E.bias(v) | GELUTanhBranchFree()})
             epilogue_cost.report(f"{tile:7} {'x'.join(map(str, shape)):>15}", times, chains)
     G.choose_tile = chosen
     return 0
