@@ -135,6 +135,7 @@ def main() -> int:
     parser.add_argument("--variant", action="append", default=[])
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--unfused", action="store_true", help="also time cuBLAS and cuBLAS + CuPy bias|gelu")
     args = parser.parse_args()
     from dxgemm.kernels import warptile
 
@@ -143,7 +144,7 @@ def main() -> int:
         base, changes = rest.split(":", 1)
         add_variant(warptile, name, base, json.loads(changes))
     time_tiles(args.shapes.split(","), args.tiles.split(","), args.chains.split(","), rounds=args.rounds,
-               reps=args.reps)
+               reps=args.reps, unfused=args.unfused)
     return 0
 
 

@@ -9,9 +9,11 @@ most GPUs are many times slower than the FP32 ones.  ``math.erf``/``math.exp``/`
 float32 forms of GELU, tanh-GELU, SiLU and sigmoid are rewritten around one ``exp2`` (and,
 for the last three, an approximate division) because in a fused GEMM the epilogue's
 instructions compete with the main loop's for issue slots: each SASS instruction per
-element is visible in the kernel's time at shallow K.  float64 tanh-GELU is rewritten
-the same way around libdevice's ``exp`` (one path instead of ``tanh``'s two), and the
-float64 exact GELU around an ``exp`` of its own (no float64<->float32 conversions).
+element is visible in the kernel's time at shallow K.  In float64 the epilogue shares
+the FP64 pipe with the DMMA main loop, and ptxas overlaps independent outputs only on
+straight-line code, so float64 tanh-GELU, SiLU and sigmoid share one quotient with an
+``exp`` and an approximate reciprocal of their own and no branch, and the float64 exact
+GELU has its own ``2**t`` (no float64<->float32 conversions).
 
 Scalar parameters (``slope``, ``lo``/``hi``, ``s``) are run-time arguments, cast to the
 accumulator's dtype at bind time, so a new value reuses the compiled kernel.  What changes
@@ -32,7 +34,8 @@ from typing import Any, Callable
 import numpy as np
 from numba import cuda
 
-from ..kernels._device import bits_of, divide_approx, double_of, exp2_approx, fma, low_word, times_pow2
+from ..kernels._device import (bits_of, divide_approx, double_of, exp2_approx, fma, low_word, rcp_approx64,
+                               times_pow2)
 from ._base import BoundEpilogue, Epilogue, EpilogueContext
 
 
@@ -162,14 +165,13 @@ class GELU(Pointwise):
 
     @property
     def medium_tile_min_k(self) -> float:
-        # the float64 exact form: since the medium tile runs its epilogue from shared memory, as
-        # fast as the small tile at every K measured (h100_tiles_staged_chains_s23.log); the tanh
-        # form keeps libdevice's exp and a division
-        return 0.0 if self.variant == ("none",) else math.inf
+        # both float64 forms are branch-free, and the medium tile, running its epilogue from shared
+        # memory, leads at every K measured (h100_tiles_staged_chains_s23.log, h100_logistic64_s24.log)
+        return 0.0
 
     def _formula(self, dtype: np.dtype) -> tuple:
         if dtype != np.float32:
-            return ("q20-exp2-11-int",) if self.variant == ("none",) else ("sigmoid-exp",)
+            return ("q20-exp2-11-int",) if self.variant == ("none",) else ("sigmoid-exp11-rcp2",)
         return ("ex2ftz-poly9",) if self.variant == ("none",) else ("sigmoid-ex2ftz",)
 
     @staticmethod
@@ -249,6 +251,22 @@ EXP2_FLOAT64_POLY = (
 )
 """``2**r`` on ``|r| <= 1 / 2``, lowest degree first (Chebyshev fit, mpmath): relative error 3e-18."""
 
+EXP_FLOAT64_POLY = (
+    1.0, 1.0, 0.5000000000000019, 0.1666666666666668, 0.04166666666648768, 0.008333333333319568,
+    0.0013888888952424726, 0.00019841269890131665, 2.480148536466595e-05, 2.7557240828098965e-06,
+    2.763268316490701e-07, 2.511007107635293e-08,
+)
+"""``exp(r)`` on ``|r| <= ln(2) / 2``, lowest degree first (fitted in mpmath in session 20): relative
+error 1.6e-17.  The float64 logistic quotient's ``exp`` (:func:`_quotient_float64`)."""
+
+LN2_HI = float.fromhex("0x1.62e42fefa39efp-1")
+LN2_LO = float.fromhex("0x1.abc9e3b39803fp-56")
+"""``ln 2`` in two parts, ``LN2_HI`` its float64 rounding and ``LN2_LO`` the rest (within 6e-34)."""
+
+EXP_FLOAT64_CLAMP = 708.0
+"""The float64 quotient clamps ``|z|`` here: ``exp(708)`` and ``1 + exp(708)`` are finite, and
+their reciprocal and ``exp(-708)`` are normal numbers (``rcp.approx.ftz`` flushes subnormals)."""
+
 SHIFTER = 1.5 * 2.0**52
 """``t + SHIFTER`` rounds ``t`` to an integer held in the low word
 (:func:`~dxgemm.kernels._device.low_word`)."""
@@ -272,7 +290,8 @@ def degree20_halves(s, c):
 @cuda.jit(device=True, inline="always")
 def degree11_halves(r, c):
     """``c[0] + c[1] r + ... + c[11] r**11`` (a tuple of 12 coefficients) in even and odd halves:
-    the float64 exact GELU's ``2**r`` (:data:`EXP2_FLOAT64_POLY`, :func:`_gelu_float64`)."""
+    the float64 exact GELU's ``2**r`` (:data:`EXP2_FLOAT64_POLY`, :func:`_gelu_float64`) and the
+    logistic quotient's ``exp(r)`` (:data:`EXP_FLOAT64_POLY`, :func:`_quotient_float64`)."""
     r2 = r * r
     even = fma(fma(fma(fma(fma(c[10], r2, c[8]), r2, c[6]), r2, c[4]), r2, c[2]), r2, c[0])
     odd = fma(fma(fma(fma(fma(c[11], r2, c[9]), r2, c[7]), r2, c[5]), r2, c[3]), r2, c[1])
@@ -324,23 +343,61 @@ def _over_one_plus_exp(t: type) -> tuple[Callable, float]:
     float32 reads ``z`` in base 2 (factor ``log2 e``) and computes one ``exp2_approx`` (one
     ``MUFU.EX2``) and one ``divide_approx`` (``div.approx``, 2 ulp), both in
     :mod:`dxgemm.kernels._device`: 4-5 SASS instructions where ``expf`` and IEEE division
-    took about 20.  float64 (factor 1) keeps libdevice's ``exp`` and IEEE division: one path
-    of ~30 FP64 instructions.  The logistic stages and the tanh GELU are all this quotient
+    took about 20.  float64 (factor 1): :func:`_quotient_float64`, one path of 24 FP64
+    instructions.  The logistic stages and the tanh GELU are all this quotient
     (``sigmoid(w) = 1 / (1 + exp(-w))``), so none subtracts nearly equal numbers."""
+    if t is np.float64:
+        return _quotient_float64(), 1.0
     one = t(1)
-    if t is np.float32:
-
-        @cuda.jit(device=True)
-        def quotient(num, z):
-            return divide_approx(num, one + exp2_approx(z))
-
-        return quotient, LOG2E
 
     @cuda.jit(device=True)
     def quotient(num, z):
-        return num / (one + math.exp(z))
+        return divide_approx(num, one + exp2_approx(z))
 
-    return quotient, 1.0
+    return quotient, LOG2E
+
+
+def _quotient_float64() -> Callable:
+    """float64 ``num / (1 + exp(z))`` with no branch, as a device function ``(num, z)``.
+
+    libdevice's ``exp`` and IEEE division took ~29 FP64 instructions and a dozen branches
+    (their special-case paths), and ptxas does not overlap independent outputs' chains across
+    branches: eight SiLUs in a row replayed (``benchmarks/experiments/epilogue_schedule.py``'s
+    one-warp model) at 20 % of the FP64 rate, and on the warptile medium tile, whose
+    epilogue runs eight outputs a lane from shared memory, ``bias | silu`` cost +63 % over the
+    bare GEMM at 4096x4096x256.  Here ``z`` is clamped to +-708 on its bit pattern (NaN
+    kept), ``exp(z) = 2**j exp(r)`` with ``j = round(z log2 e)`` (the shifter trick), ``r = z -
+    j ln 2`` with ``ln 2`` in two parts and ``exp(r)`` of degree 11 (:data:`EXP_FLOAT64_POLY`,
+    even and odd halves), ``2**j`` an integer add to the exponent; the quotient is
+    ``rcp_approx64``'s first guess, two Newton steps and one correction of the product.
+    24 FP64 instructions and one MUFU, no branch: eight outputs replay at 46 %, and ``bias |
+    silu`` costs +23 % (``h100_logistic64_s24.log``).  Beyond ``z = 708`` the quotient,
+    below ``1e-307 |num|``, is 0 (NaN for an infinite ``num``, as ``num / inf``); below ``z =
+    -708`` it is ``num`` to the last bit, without the correction (``inf - inf`` would make it
+    NaN).  Worst errors, replayed with exact FMA rounding and a coarser first guess than the
+    hardware's (``benchmarks/experiments/logistic64_ab.py --check``): SiLU 0.95, sigmoid 1.5,
+    the tanh GELU 0.86 units of ``|x| + |y|``."""
+    exp_poly, log2e, shifter, minus_hi, minus_lo = EXP_FLOAT64_POLY, LOG2E, SHIFTER, -LN2_HI, -LN2_LO
+    top_bits, inf_bits, abs_mask = int(np.float64(EXP_FLOAT64_CLAMP).view(np.int64)), _INF_BITS, _ABS_MASK
+    sign, one, zero = -(1 << 63), 1.0, 0.0  # the sign bit as a signed 64-bit integer
+
+    @cuda.jit(device=True)
+    def quotient(num, z):
+        bits = bits_of(z)
+        z_bits = bits & abs_mask
+        if top_bits < z_bits <= inf_bits:  # |z| > 708, not NaN
+            z = double_of((bits & sign) | top_bits)
+        shifted = fma(z, log2e, shifter)  # j = round(z log2 e) in the low word
+        j = shifted - shifter
+        r = fma(j, minus_lo, fma(j, minus_hi, z))
+        d = one + times_pow2(degree11_halves(r, exp_poly), low_word(shifted))
+        y = rcp_approx64(d)
+        y = fma(y, fma(-d, y, one), y)
+        y = fma(y, fma(-d, y, one), y)
+        q = num * (zero if 0 <= bits and top_bits < z_bits <= inf_bits else y)
+        return q if top_bits < z_bits else fma(fma(-d, q, num), y, q)
+
+    return quotient
 
 
 def _gelu_tanh(t: type) -> Callable:
@@ -348,10 +405,10 @@ def _gelu_tanh(t: type) -> Callable:
     (:func:`_over_one_plus_exp`).
 
     ``(1 + tanh(u)) / 2 = sigmoid(2u)``, so ``0.5 x (1 + tanh(u)) = x / (1 + exp(-2u))``.
-    float32: 7 SASS instructions where libdevice's ``tanhf`` took 18.  float64: one path of
-    ~31 FP64 instructions, where libdevice's ``tanh`` has two branches (a polynomial below
-    |u| = 0.55, an ``exp`` and a reciprocal above) that a warp of GEMM outputs usually takes
-    both of, ~46 in all.  No cancellation in ``1 + tanh(u)`` for negative ``x``.  The error:
+    float32: 7 SASS instructions where libdevice's ``tanhf`` took 18.  float64: 27 FP64
+    instructions and no branch (:func:`_quotient_float64`), where libdevice's ``tanh`` has two
+    branches (a polynomial below |u| = 0.55, an ``exp`` and a reciprocal above) that a warp
+    of GEMM outputs usually takes both of, ~46 in all, and its ``exp`` and IEEE division ~31.  No cancellation in ``1 + tanh(u)`` for negative ``x``.  The error:
     one unit of ``z`` moves the result by at most ``0.22 |z| u |x|`` (``sigmoid'(w) w`` peaks
     at 0.22); ``exp`` and the division add about 2 units (float32) or 1.5 (float64).  NaN
     gives NaN, ``+inf`` gives ``+inf`` and ``-inf`` NaN, as the tanh form does.
@@ -387,7 +444,11 @@ class SiLU(Pointwise):
     stage_name = "silu"
 
     def _formula(self, dtype: np.dtype) -> tuple:
-        return ("ex2ftz-fastdiv",) if dtype == np.float32 else ()
+        return ("ex2ftz-fastdiv",) if dtype == np.float32 else ("exp11-rcp2",)
+
+    @property
+    def medium_tile_min_k(self) -> float:
+        return 0.0  # branch-free in float64 (_quotient_float64): h100_logistic64_s24.log
 
     @staticmethod
     def _device(t):
@@ -414,7 +475,11 @@ class Sigmoid(Pointwise):
     stage_name = "sigmoid"
 
     def _formula(self, dtype: np.dtype) -> tuple:
-        return ("ex2ftz-fastdiv",) if dtype == np.float32 else ()
+        return ("ex2ftz-fastdiv",) if dtype == np.float32 else ("exp11-rcp2",)
+
+    @property
+    def medium_tile_min_k(self) -> float:
+        return 0.0  # branch-free in float64 (_quotient_float64): h100_logistic64_s24.log
 
     @staticmethod
     def _device(t):

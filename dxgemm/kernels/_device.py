@@ -349,6 +349,10 @@ def make_tile_loader(
 # for ``|y| > 2**126``, where ``y = 1 + 2**z`` has overflowed or nearly so and the exact
 # quotient is below 1e-37.
 #
+# ``rcp_approx64(x)``: float64 ``1 / x`` to about 20 bits as ``rcp.approx.ftz.f64`` (one
+# ``MUFU.RCP64H``; subnormal results flush to zero), the first guess two Newton steps refine
+# (``epilogues._pointwise._quotient_float64``), where IEEE division branches to a slow path.
+#
 # float64 ``fma(a, b, c)``: one rounding (libdevice's ``fma``, ``DFMA``), where ``a * b + c``
 # leaves the contraction to the compiler.  ``low_word(t)``: the low 32 bits of a float64 as
 # a signed integer; after ``t = fma(y, c, 1.5 * 2**52)`` they are ``round(y * c)`` (the
@@ -387,6 +391,12 @@ if SIMULATOR:
     def double_of(i):
         return struct.unpack("<d", struct.pack("<q", int(i)))[0]
 
+    def rcp_approx64(x):
+        if not math.isfinite(x) or x == 0:
+            return 1.0 / x if x else math.copysign(math.inf, x)
+        mantissa, exponent = math.frexp(1.0 / x)  # 1 / x to 20 bits, coarser than the hardware
+        return math.ldexp(round(mantissa * 2**20) / 2**20, exponent)
+
 else:
     from numba.core import cgutils
     from numba.cuda import libdevice
@@ -419,6 +429,19 @@ else:
                                 [args[0]])
 
         return types.float32(z), codegen
+
+    @intrinsic
+    def rcp_approx64(typingctx, x):
+        """float64 ``1 / x`` to about 20 bits as one ``rcp.approx.ftz.f64`` (see above)."""
+        if x != types.float64:
+            return None
+
+        def codegen(context, builder, sig, args):
+            f64 = ir.DoubleType()
+            return builder.call(ir.InlineAsm(ir.FunctionType(f64, [f64]), "rcp.approx.ftz.f64 $0, $1;", "=d,d"),
+                                [args[0]])
+
+        return types.float64(x), codegen
 
     divide_approx = libdevice.fast_fdividef
     fma = libdevice.fma
