@@ -232,8 +232,9 @@ def check() -> None:
         print(f"{form}_bf: worst error {worst:.3f} units of |x| + |y| (at x = {at!r})")
 
 
-def sass_counts() -> None:
-    """FP64 instructions, MUFU and branches an element in sm_90 SASS, today's forms and these."""
+def print_sass_counts(forms) -> None:
+    """FP64 instructions, MUFU and branches an element in sm_90 SASS of each ``(name, device function)``,
+    one and eight outputs a thread, and the one-warp replay's share of the FP64 rate."""
     import re
 
     from resources import _pretend_sm90
@@ -242,9 +243,7 @@ def sass_counts() -> None:
     import epilogue_schedule as ES
     from numba import float64
 
-    for name, f in (("silu", SiLU._device(np.float64)), ("silu_bf", branch_free_logistic(True)),
-                    ("sigmoid", Sigmoid._device(np.float64)), ("sigmoid_bf", branch_free_logistic(False)),
-                    ("gelu_tanh", GELU._device(np.float64, "tanh")), ("gelu_tanh_bf", branch_free_gelu_tanh())):
+    for name, f in forms:
         for n in (1, 8):
             # every load before any store: x and y might alias, and the staged epilogue's loads are
             # from shared memory, which its global stores cannot alias
@@ -258,9 +257,16 @@ def sass_counts() -> None:
             ops = re.findall(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass, flags=re.M)
             fp64 = sum(o.split(".")[0] in ("DFMA", "DMUL", "DADD") for o in ops)
             share = ES.one_warp_share("  /*0000*/ DMMA R0, R0;\n" + sass)[1]
-            print(f"{name:11} x{n}: {regs:>3} registers, {fp64 / n:5.1f} FP64 and "
+            print(f"{name:12} x{n}: {regs:>3} registers, {fp64 / n:5.1f} FP64 and "
                   f"{sum(o.startswith('MUFU') for o in ops) / n:.1f} MUFU an element, "
                   f"{sum(o.startswith('BRA') for o in ops)} branches, one warp {share:.0%}")
+
+
+def sass_counts() -> None:
+    """:func:`print_sass_counts` of today's forms and these."""
+    print_sass_counts([("silu", SiLU._device(np.float64)), ("silu_bf", branch_free_logistic(True)),
+                       ("sigmoid", Sigmoid._device(np.float64)), ("sigmoid_bf", branch_free_logistic(False)),
+                       ("gelu_tanh", GELU._device(np.float64, "tanh")), ("gelu_tanh_bf", branch_free_gelu_tanh())])
 
 
 def main() -> int:
