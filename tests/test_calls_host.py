@@ -192,35 +192,35 @@ def test_copied_inputs_and_mismatched_arguments_are_not_kept():
 
 def test_warptile_tile_rule():
     """float64 warptile: tiny tile for few outputs; at short K and middling sizes medium (two blocks
-    per SM; under both GELUs, SiLU and sigmoid too, branch-free in float64 and staged in shared
-    memory there, never under tanh or custom) or small; large otherwise."""
+    per SM; under every built-in stage too, branch-free in float64 and staged in shared memory
+    there, never under custom) or small; large otherwise."""
     from dxgemm._gemm import choose_tile
 
     f64, f32 = np.dtype(np.float64), np.dtype(np.float32)
     gelu = (E.bias(np.ones(3)) | E.gelu()).medium_tile_min_k
-    tanh = (E.gelu() | E.tanh()).medium_tile_min_k
-    assert gelu == 0 and tanh == math.inf and (E.bias(np.ones(3)) | E.relu()).medium_tile_min_k == 0
+    custom = (E.gelu() | E.custom(lambda x, row, col: x)).medium_tile_min_k
+    assert gelu == 0 and custom == math.inf and (E.bias(np.ones(3)) | E.relu()).medium_tile_min_k == 0
     assert E.gelu("tanh").medium_tile_min_k == E.silu().medium_tile_min_k == E.sigmoid().medium_tile_min_k == 0
-    assert E.custom(lambda x, row, col: x).medium_tile_min_k == math.inf
+    assert E.tanh().medium_tile_min_k == 0
     assert choose_tile("warptile", f64, 4096, 4096, 4096) == "large"
     assert choose_tile("warptile", f64, 2048, 2048, 1024) == "large"
     assert choose_tile("warptile", f64, 2048, 2048, 1023) == "medium"
     assert choose_tile("warptile", f64, 2048, 2048, 1023, medium_min_k=gelu) == "medium"
     assert choose_tile("warptile", f64, 2048, 2048, 511, medium_min_k=gelu) == "medium"
-    assert choose_tile("warptile", f64, 2048, 2048, 511, medium_min_k=tanh) == "small"
+    assert choose_tile("warptile", f64, 2048, 2048, 511, medium_min_k=custom) == "small"
     assert choose_tile("warptile", f64, 8192, 8192, 512) == "medium"  # h100_warptile_tiles_medium_s18.log
     # bias | gelu (h100_tiles_staged_chains_s23.log)
     assert choose_tile("warptile", f64, 8192, 8192, 512, medium_min_k=gelu) == "medium"
     assert choose_tile("warptile", f64, 8192, 8192, 384, medium_min_k=gelu) == "medium"
-    # bias | tanh, libdevice's (h100_warptile_tiles_transcendental_s21.log)
-    assert choose_tile("warptile", f64, 8192, 8192, 512, medium_min_k=tanh) == "small"
-    assert choose_tile("warptile", f64, 2560, 2560, 1024, medium_min_k=tanh) == "large"
-    # bias | silu, sigmoid, the tanh GELU, branch-free (h100_logistic64_s24.log)
+    # a custom stage, as bias | tanh with libdevice's tanh (h100_warptile_tiles_transcendental_s21.log)
+    assert choose_tile("warptile", f64, 8192, 8192, 512, medium_min_k=custom) == "small"
+    assert choose_tile("warptile", f64, 2560, 2560, 1024, medium_min_k=custom) == "large"
+    # bias | silu, sigmoid, the tanh GELU, tanh, branch-free (h100_logistic64_s24.log, h100_tanh64_s24.log)
     silu = E.silu().medium_tile_min_k
     assert choose_tile("warptile", f64, 8192, 8192, 512, medium_min_k=silu) == "medium"
     assert choose_tile("warptile", f64, 4096, 4096, 256, medium_min_k=silu) == "medium"
     assert choose_tile("warptile", f64, 4096, 4096, 256, medium_min_k=gelu) == "medium"
-    assert choose_tile("warptile", f64, 4096, 4096, 256, medium_min_k=tanh) == "small"
+    assert choose_tile("warptile", f64, 4096, 4096, 256, medium_min_k=custom) == "small"
     assert choose_tile("warptile", f64, 3072, 3072, 1024, medium_min_k=gelu) == "medium"  # 9 x 0.53 against 5
     assert choose_tile("warptile", f64, 4096, 4096, 1024, medium_min_k=gelu) == "large"  # 16 x 0.53 against 8
     assert choose_tile("warptile", f64, 8192, 8192, 32) == "short"  # the small tile on m16n8k8
@@ -245,7 +245,7 @@ def test_warptile_tile_rule():
     assert choose_tile("warptile", f64, 2000, 2000, 1000) == "medium"  # K below 1024, 512 tiles
     assert choose_tile("warptile", f64, 2000, 2000, 1000, medium_min_k=gelu) == "medium"
     assert choose_tile("warptile", f64, 2000, 2000, 500, medium_min_k=gelu) == "medium"
-    assert choose_tile("warptile", f64, 2000, 2000, 500, medium_min_k=tanh) == "small"
+    assert choose_tile("warptile", f64, 2000, 2000, 500, medium_min_k=custom) == "small"
     assert choose_tile("warptile", f64, 4096, 4096, 40) == "short"  # K below 64
     assert choose_tile("warptile", f64, 4096, 4096, 40, medium_min_k=gelu) == "short"
     assert choose_tile("warptile", f64, 600, 600, 40) == "tiny"
@@ -273,9 +273,9 @@ def test_transcendental_stages():
                   E.custom(lambda x, row, col: x)):
         assert heavy.transcendental, heavy
         assert (light | heavy).transcendental and (light | heavy).medium_tile_min_k == heavy.medium_tile_min_k
-        # the branch-free float64 forms (both GELUs, SiLU, sigmoid) run on the medium tile, their epilogue
-        # staged in shared memory; libdevice's tanh and custom functions keep the small
-        assert heavy.medium_tile_min_k == (math.inf if heavy.name.split(":")[0] in ("tanh", "custom") else 0), heavy
+        # the branch-free float64 forms (both GELUs, SiLU, sigmoid, tanh) run on the medium tile, their
+        # epilogue staged in shared memory; custom functions keep the small
+        assert heavy.medium_tile_min_k == (math.inf if heavy.name.startswith("custom") else 0), heavy
 
 
 @pytest.mark.parametrize(("changes", "message"), [

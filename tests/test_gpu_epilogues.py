@@ -147,30 +147,31 @@ def test_gelu_float64_on_the_gpu(cp, backend):
     assert np.isnan(out[4])
 
 
-LOGISTIC = {  # float64 stage, its value in extended precision, its special values (inf, -inf, NaN, -1000, 1000)
+BRANCH_FREE = {  # float64 stage, its value in extended precision, its special values (inf, -inf, NaN, -1000, 1000)
     "silu": (E.silu, lambda x: x / (1 + np.exp(-x)), [np.inf, np.nan, np.nan, 0.0, 1000.0]),
     "sigmoid": (E.sigmoid, lambda x: 1 / (1 + np.exp(-x)), [1.0, 0.0, np.nan, 0.0, 1.0]),
     "gelu_tanh": (lambda: E.gelu("tanh"), lambda x: x / 2 * (1 + np.tanh(np.sqrt(np.longdouble(2) / np.pi)
                                                                         * (x + np.longdouble(0.044715) * x**3))),
                   [np.inf, np.nan, np.nan, 0.0, 1000.0]),
+    "tanh": (E.tanh, np.tanh, [1.0, -1.0, np.nan, -1.0, 1.0]),
 }
 
 
 @pytest.mark.parametrize("backend", ["warptile", "pipeline"])
-@pytest.mark.parametrize("name", list(LOGISTIC))
-def test_logistic_float64_on_the_gpu(cp, backend, name):
-    """float64 SiLU, sigmoid and the tanh GELU on the hardware (one branch-free quotient,
-    ``_pointwise._quotient_float64``): within 3 float64 units of ``|x| + |y|`` of the value in
-    numpy's extended precision from -40 to 40 (x exact: ``A @ I``; the replay's worst errors
-    are 0.95, 1.5 and 0.86 units, and the reference rounds once more), on ``warptile``'s
-    medium tile (the epilogue staged in shared memory) and the pipeline, and the special
-    values, as ``num / (1 + exp(-x))`` gives them (``-inf`` NaN where ``num`` is ``x``)."""
+@pytest.mark.parametrize("name", list(BRANCH_FREE))
+def test_branch_free_float64_stages_on_the_gpu(cp, backend, name):
+    """float64 SiLU, sigmoid, the tanh GELU (one branch-free quotient, ``_pointwise._quotient_float64``)
+    and tanh (``_tanh_float64``) on the hardware: within 3 float64 units of ``|x| + |y|`` of the
+    value in numpy's extended precision from -40 to 40 (x exact: ``A @ I``; the replays' worst
+    errors are 0.95, 1.5, 0.86 and 1.16 units, and the reference rounds once more), on
+    ``warptile``'s medium tile (the epilogue staged in shared memory) and the pipeline, and the
+    special values, as ``num / (1 + exp(-x))`` gives them (``-inf`` NaN where ``num`` is ``x``)."""
     from dxgemm._gemm import choose_tile
     from dxgemm.kernels import sm_count
 
     if backend not in dxgemm.BACKENDS:
         pytest.skip(f"{backend} is not available")
-    make, reference, special_want = LOGISTIC[name]
+    make, reference, special_want = BRANCH_FREE[name]
     x = np.concatenate([np.linspace(-40, 40, 8192 * 256 - 6), [0.0, -0.0, 1e-300, -1e-300, 707.5, -707.5]])
     a, eye = cp.asarray(x.reshape(8192, 256)), cp.eye(256, dtype=cp.float64)
     assert choose_tile("warptile", np.float64, 8192, 256, 256, sm_count(), make().medium_tile_min_k) == "medium"

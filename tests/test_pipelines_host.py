@@ -589,7 +589,7 @@ def test_choose_backend():
     assert choose_backend(np.dtype(np.float64), 2048, 256, 8192, pipeline=True, aligned=False) == "pipeline"
     assert choose_backend(np.dtype(np.float64), 2048, 256, 1024, pipeline=True) == "pipeline"  # K < 2048: no split
     assert choose_backend(np.dtype(np.float64), 8192, 8192, 512, pipeline=True) == "warptile"  # the medium tile
-    # a transcendental chain that keeps warptile on its small tile (bias | tanh): warptile from K = 256,
+    # a transcendental chain that keeps warptile on its small tile (a custom stage): warptile from K = 256,
     # the pipeline at K = 128 (h100_backends_gelu64_s20.log, when the exact GELU ran there too)
     assert choose_backend(np.dtype(np.float64), 8192, 8192, 512, pipeline=True, transcendental=True) == "warptile"
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 256, pipeline=True, transcendental=True) == "warptile"
@@ -600,7 +600,7 @@ def test_choose_backend():
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 128, pipeline=True, transcendental=True,
                           medium_min_k=gelu) == "warptile"
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 128, pipeline=True, transcendental=True,
-                          medium_min_k=E.tanh().medium_tile_min_k) == "pipeline"
+                          medium_min_k=E.custom(lambda x, row, col: x).medium_tile_min_k) == "pipeline"
     # a light chain (bias | relu) stays on warptile (h100_auto_choice_epilogues_s18.log)
     assert choose_backend(np.dtype(np.float64), 8192, 8192, 512, pipeline=True, transcendental=False) == "warptile"
     assert choose_backend(np.dtype(np.float64), 8192, 8192, 1024, pipeline=True, transcendental=True) == "warptile"

@@ -259,6 +259,18 @@ EXP_FLOAT64_POLY = (
 """``exp(r)`` on ``|r| <= ln(2) / 2``, lowest degree first (fitted in mpmath in session 20): relative
 error 1.6e-17.  The float64 logistic quotient's ``exp`` (:func:`_quotient_float64`)."""
 
+EXPM1_FLOAT64_Q = (
+    0.5, 0.1666666666666667, 0.04166666666666667, 0.008333333333326136, 0.0013888888888883748,
+    0.00019841269874820627, 2.4801587325547743e-05, 2.7557255400206422e-06, 2.75572736431103e-07,
+    2.5105217004720745e-08, 2.0914686968086876e-09,
+)
+"""``Q(r) = (expm1(r) - r) / r**2`` on ``|r| <= ln(2) / 2``, lowest degree first (Chebyshev fit in
+mpmath, ``benchmarks/experiments/tanh64_ab.py --fit``): absolute error 1.4e-18.  float64
+``tanh``'s ``expm1`` (:func:`_tanh_float64`)."""
+
+TANH_FLOAT64_CLAMP = 22.0
+"""float64 ``tanh`` clamps ``|x|`` here: ``tanh(22) = 1 - 1.6e-19`` rounds to 1."""
+
 LN2_HI = float.fromhex("0x1.62e42fefa39efp-1")
 LN2_LO = float.fromhex("0x1.abc9e3b39803fp-56")
 """``ln 2`` in two parts, ``LN2_HI`` its float64 rounding and ``LN2_LO`` the rest (within 6e-34)."""
@@ -296,6 +308,35 @@ def degree11_halves(r, c):
     even = fma(fma(fma(fma(fma(c[10], r2, c[8]), r2, c[6]), r2, c[4]), r2, c[2]), r2, c[0])
     odd = fma(fma(fma(fma(fma(c[11], r2, c[9]), r2, c[7]), r2, c[5]), r2, c[3]), r2, c[1])
     return fma(odd, r, even)
+
+
+@cuda.jit(device=True, inline="always")
+def degree10_halves(r, c):
+    """``c[0] + c[1] r + ... + c[10] r**10`` (a tuple of 11 coefficients) in even and odd halves:
+    float64 ``tanh``'s ``Q`` (:data:`EXPM1_FLOAT64_Q`, :func:`_tanh_float64`)."""
+    r2 = r * r
+    even = fma(fma(fma(fma(fma(c[10], r2, c[8]), r2, c[6]), r2, c[4]), r2, c[2]), r2, c[0])
+    odd = fma(fma(fma(fma(c[9], r2, c[7]), r2, c[5]), r2, c[3]), r2, c[1])
+    return fma(odd, r, even)
+
+
+@cuda.jit(device=True, inline="always")
+def reduce_ln2(z):
+    """``(shifted, r)`` with ``z = j ln 2 + r``: ``j = round(z log2 e)`` in ``shifted``'s low word
+    (the shifter trick, :func:`~dxgemm.kernels._device.low_word`) and ``|r| <= ln(2) / 2``, ``ln 2``
+    in two parts (:data:`LN2_HI`, :data:`LN2_LO`)."""
+    shifted = fma(z, LOG2E, SHIFTER)
+    j = shifted - SHIFTER
+    return shifted, fma(j, -LN2_LO, fma(j, -LN2_HI, z))
+
+
+@cuda.jit(device=True, inline="always")
+def reciprocal_float64(d):
+    """``1 / d`` for a normal ``d`` with a normal reciprocal: ``rcp_approx64``'s ~20 bits and two
+    Newton steps, within about a unit (no branch, where IEEE division has a slow path)."""
+    y = rcp_approx64(d)
+    y = fma(y, fma(-d, y, 1.0), y)
+    return fma(y, fma(-d, y, 1.0), y)
 
 
 def _gelu_float64() -> Callable:
@@ -377,7 +418,7 @@ def _quotient_float64() -> Callable:
     NaN).  Worst errors, replayed with exact FMA rounding and a coarser first guess than the
     hardware's (``benchmarks/experiments/logistic64_ab.py --check``): SiLU 0.95, sigmoid 1.5,
     the tanh GELU 0.86 units of ``|x| + |y|``."""
-    exp_poly, log2e, shifter, minus_hi, minus_lo = EXP_FLOAT64_POLY, LOG2E, SHIFTER, -LN2_HI, -LN2_LO
+    exp_poly = EXP_FLOAT64_POLY
     top_bits, inf_bits, abs_mask = int(np.float64(EXP_FLOAT64_CLAMP).view(np.int64)), _INF_BITS, _ABS_MASK
     sign, one, zero = -(1 << 63), 1.0, 0.0  # the sign bit as a signed 64-bit integer
 
@@ -387,13 +428,9 @@ def _quotient_float64() -> Callable:
         z_bits = bits & abs_mask
         if top_bits < z_bits <= inf_bits:  # |z| > 708, not NaN
             z = double_of((bits & sign) | top_bits)
-        shifted = fma(z, log2e, shifter)  # j = round(z log2 e) in the low word
-        j = shifted - shifter
-        r = fma(j, minus_lo, fma(j, minus_hi, z))
+        shifted, r = reduce_ln2(z)
         d = one + times_pow2(degree11_halves(r, exp_poly), low_word(shifted))
-        y = rcp_approx64(d)
-        y = fma(y, fma(-d, y, one), y)
-        y = fma(y, fma(-d, y, one), y)
+        y = reciprocal_float64(d)
         q = num * (zero if 0 <= bits and top_bits < z_bits <= inf_bits else y)
         return q if top_bits < z_bits else fma(fma(-d, q, num), y, q)
 
@@ -500,13 +537,60 @@ class Sigmoid(Pointwise):
         return 0.25
 
 
+def _tanh_float64() -> Callable:
+    """float64 ``tanh`` with no branch, as ``sign(x) T(a)``, ``a = min(|x|, 22)`` on the bit pattern.
+
+    libdevice's ``tanh`` has two paths (a polynomial below ``|x| = 0.55``, an ``exp`` and a
+    reciprocal above), which a warp of GEMM outputs usually takes both of, and branches keep
+    ptxas from overlapping independent outputs (:func:`_quotient_float64`).  Here, with
+    ``e = expm1(-2a)``, ``T(a) = -e / (2 + e)``: no ``1 - exp`` cancellation for small ``a``.
+    ``expm1(z) = 2**j expm1(r) + (2**j - 1)`` (:func:`reduce_ln2`; ``2**j - 1`` is exact for
+    the ``j`` that matter), ``expm1(r) = r + r**2 Q(r)`` (:data:`EXPM1_FLOAT64_Q`), and the
+    quotient :func:`reciprocal_float64` and one correction; the sign goes back on the bit
+    pattern, so ``-0`` stays ``-0``.  27 FP64 instructions and one MUFU, where libdevice's
+    paths hold 33 and branch; eight outputs replay at 50 % of the FP64 rate against 20 %
+    (``benchmarks/experiments/tanh64_ab.py --check``).  Worst error, replayed with exact FMA
+    rounding: 1.16 units of ``|x| + |y|`` (2.5 units of ``y``).  NaN stays NaN."""
+    q_poly = EXPM1_FLOAT64_Q
+    top_bits, inf_bits, abs_mask = int(np.float64(TANH_FLOAT64_CLAMP).view(np.int64)), _INF_BITS, _ABS_MASK
+    sign, one, two = -(1 << 63), 1.0, 2.0
+
+    @cuda.jit(device=True)
+    def tanh(value, row, col, args):
+        bits = bits_of(value)
+        a_bits = bits & abs_mask
+        if top_bits < a_bits <= inf_bits:  # |x| > 22, not NaN
+            a_bits = top_bits
+        a = double_of(a_bits)
+        shifted, r = reduce_ln2(-(a + a))
+        t = times_pow2(one, low_word(shifted))  # 2**j, j <= 0
+        e = fma(t, fma(r * r, degree10_halves(r, q_poly), r), t - one)  # expm1(-2a), in (-1, 0]
+        d = two + e
+        y = reciprocal_float64(d)
+        q = -e * y
+        q = fma(fma(-d, q, -e), y, q)
+        return double_of((bits_of(q) & abs_mask) | (bits & sign))
+
+    return tanh
+
+
 class Tanh(Pointwise):
     """``tanh(x)``."""
 
     stage_name = "tanh"
 
+    def _formula(self, dtype: np.dtype) -> tuple:
+        return ("expm1-q10-rcp2",) if dtype == np.float64 else ()
+
+    @property
+    def medium_tile_min_k(self) -> float:
+        return 0.0  # branch-free in float64 (_tanh_float64): h100_tanh64_s24.log
+
     @staticmethod
     def _device(t):
+        if t is np.float64:
+            return _tanh_float64()
+
         @cuda.jit(device=True)
         def tanh(value, row, col, args):
             return math.tanh(value)
