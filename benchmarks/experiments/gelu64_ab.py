@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from dxgemm.epilogues._pointwise import GELU  # noqa: E402
+from dxgemm.epilogues._pointwise import EXP_FLOAT64_POLY, GELU, LN2_HI, LN2_LO  # noqa: E402
 
 
 class _Float64Form(GELU):
@@ -90,13 +90,7 @@ P_LN = (
     9.613312954229088e-09, -1.9552465692841886e-09, 2.979381534404043e-10, -3.4070080426390893e-11,
     2.8510755521700977e-12, -1.6519928113973384e-13, 5.9267091038202275e-15, -9.915606711656569e-17,
 )
-EXP_POLY = (
-    1.0, 1.0, 0.5000000000000019, 0.1666666666666668, 0.04166666666648768, 0.008333333333319568,
-    0.0013888888952424726, 0.00019841269890131665, 2.480148536466595e-05, 2.7557240828098965e-06,
-    2.763268316490701e-07, 2.511007107635293e-08,
-)
-LN2_HI = float.fromhex("0x1.62e42fefa39efp-1")
-LN2_LO = float.fromhex("0x1.abc9e3b39803fp-56")
+EXP_POLY = EXP_FLOAT64_POLY  # exp(r) on |r| <= ln(2) / 2
 
 
 class GELUHalves(_Float64Form):
