@@ -181,8 +181,10 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     8192^2 x 512 1.426 against 1.549, 4096^2 x 128 0.114 against 0.122.  The pipeline keeps
     unaligned operands (4097^3: 1.03x / 0.77x cuBLAS, warptile's checked copies), skinny
     outputs that warptile does not split over K (below), and at K = 128 calls whose epilogue
-    is ``transcendental`` (an ``exp``, ``erf`` or ``tanh`` per element) and keeps warptile on
-    its small tile (``medium_min_k > k``: SiLU, sigmoid, tanh, custom).  Since the float64
+    is ``transcendental`` and keeps warptile on its small tile (``medium_min_k > k``: a
+    ``custom`` stage; every built-in stage now runs on the medium tile, where warptile leads at
+    K = 128 too: ``bias | silu`` 0.1330 against the pipeline's 0.1517 ms at 4096^2 x 128,
+    0.2094 / 0.2395 at 4096^2 x 256, ``h100_backends_silu64_s24.log``).  Since the float64
     exact GELU lost libdevice's ``erf`` (session 20) warptile's small tile (since session 23
     the medium one, faster still: ``choose_tile``) leads with ``bias | gelu`` at every other
     shallow K measured, the two interleaved in rounds
@@ -296,25 +298,25 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int 
       more blocks than SMs and from K = 64, or ``medium_min_k`` where an epilogue stage asks
       for more: with one block per SM its 4 warps are too few (1024^3: 0.055 against the
       small tile's 0.052 ms), but with 200 blocks it leads (1280^2 x 512: 0.046 against
-      0.050, ``h100_warptile_tiles_model_check_s19.log``).  With libdevice's ``exp``
-      and a division per element (SiLU, sigmoid, tanh) the small tile's 16 warps per SM run
-      the FP64 epilogue faster than its 8: ptxas schedules such an epilogue output after
-      output, two FP64 chains at a time, and a dependent DFMA waits ~8 cycles, so a warp alone
-      runs it at ~42 % of the FP64 rate (``benchmarks/experiments/epilogue_schedule.py``,
-      ``h100_dfma_ilp_s22.log``).  That holds at every K measured: ``bias | silu`` 1.571
-      small against 1.626 ms medium at 8192^2 x 512, 0.430 / 0.468 at 4096^2 x 512, a tie at
-      3072^2 x 768; ``bias | tanh`` 1.599 / 1.755 and 0.336 / 0.359
-      (``h100_warptile_tiles_transcendental_s21.log``), and still with the medium tile's
-      epilogue taken through shared memory (``bias | silu`` 4096^2 x 256 0.242 / 0.278,
-      ``bias | tanh`` 0.263 / 0.327; ``h100_tiles_staged_chains_s23.log``).  The exact GELU
-      (37 FP64 instructions, no branch) runs there as fast as on the small tile: each warp
-      stages its values in shared memory, and with the accumulators' registers free ptxas
-      overlaps eight outputs' chains (``warptile._make_staged_store``), so the medium tile's
-      faster main loop decides at every K measured: ``bias | gelu`` 4096^2 x 256 0.2139
-      against the small tile's 0.2288, 2048^2 x 256 0.0598 / 0.0619, 4096^2 x 512 0.362 /
-      0.406, 8192^2 x 384 1.29 / 1.35, 3072^2 x 768 0.292 / 0.344
-      (``h100_tiles_staged_chains_s23.log``; before the staging the small tile had led below
-      K = 512, ``h100_warptile_tiles_gelu_log2_s21.log``).
+      0.050, ``h100_warptile_tiles_model_check_s19.log``).  Every built-in stage runs
+      there: the medium tile's warps stage their values in shared memory and run the
+      epilogue on eight outputs a lane with the accumulators' registers free
+      (``warptile._make_staged_store``), and every float64 activation is straight-line code
+      (the exact GELU, 37 FP64 instructions; SiLU, sigmoid, the tanh GELU and tanh, 24-27,
+      ``epilogues._pointwise._quotient_float64`` and ``_tanh_float64``), so ptxas overlaps
+      the eight outputs' chains and the medium tile's faster main loop decides at every K
+      measured: ``bias | gelu`` 4096^2 x 256 0.2139 against the small tile's 0.2288, 2048^2
+      x 256 0.0598 / 0.0619, 4096^2 x 512 0.362 / 0.406, 8192^2 x 384 1.29 / 1.35, 3072^2 x
+      768 0.292 / 0.344 (``h100_tiles_staged_chains_s23.log``); ``bias | silu`` 0.2115 /
+      0.2303 at 4096^2 x 256 (``h100_logistic64_s24.log``), 0.371 / 0.384 at 4096^2 x 512,
+      0.289 / 0.341 at 3072^2 x 768, 0.0571 / 0.0615 at 2048^2 x 256, the tanh GELU alike
+      (``h100_tiles_logistic_s24.log``); ``bias | tanh`` 0.2055 / 0.2069 at 4096^2 x 256
+      (``h100_tanh64_s24.log``).  Before, an epilogue with branches (libdevice's ``exp`` and
+      IEEE division, or ``tanh``) ran output after output, a dependent DFMA waiting ~8
+      cycles, and the small tile's 16 warps an SM hid that better than the medium tile's 8:
+      ``bias | silu`` 0.242 small against 0.278 ms staged medium at 4096^2 x 256, ``bias |
+      tanh`` 0.263 / 0.327 (``h100_tiles_staged_chains_s23.log``).  A ``custom`` stage, which
+      may branch, keeps the small tile.
 
     Below K = 64 a small-tile pick runs as ``"short"``, the same tile on m16n8k8
     (``h100_f64_rounds_short_s21.log``: 4096^2 x 40 0.0590 against 0.0634 ms, 8192^2 x 32

@@ -96,10 +96,11 @@ class Epilogue(abc.ABC):
         """The least K from which the float64 ``warptile`` may run this stage on its medium tile
         (8 warps per SM) rather than the small one (16): 0 for a stage that is not
         :attr:`transcendental`, ``inf`` (never) for one that is, unless measured otherwise.
-        The medium tile's main loop is the faster, but with half the warps per SM it runs some
-        long FP64 epilogues slower (libdevice's ``exp`` and a division: SiLU, sigmoid, tanh),
-        which decides where K is short (``dxgemm._gemm.choose_tile``); the exact GELU, staged
-        in shared memory there, runs as fast on it (0)."""
+        The medium tile's main loop is the faster, but with half the warps per SM it ran long
+        FP64 epilogues with branches slower (libdevice's ``exp`` and a division), which decided
+        where K is short (``dxgemm._gemm.choose_tile``).  Every built-in stage is straight-line
+        code now and, staged in shared memory there, runs as fast on it (0); a ``custom``
+        function may branch (``inf``)."""
         return math.inf if self.transcendental else 0.0
 
     @abc.abstractmethod

@@ -195,8 +195,10 @@ beats the small tile by 3-12 % and, where its finer waves fit the SMs better, th
 (``h100_f64_rounds_prologue_s18.log``).  Its blocks inside D run the epilogue from shared
 memory (:func:`_make_staged_store`), which took its exact-GELU epilogue past the small
 tile's (``bias | gelu`` 4096^2 x 256 0.2139 ms against 0.2288, where it had been 0.2361;
-``h100_tiles_staged_chains_s23.log``); an epilogue with libdevice's ``exp`` and a division
-(SiLU, sigmoid, tanh) still runs faster on the small tile's 16 warps an SM.
+``h100_tiles_staged_chains_s23.log``), and, once they lost their branches, SiLU, sigmoid, tanh
+and the tanh GELU past it too (``bias | silu`` 0.2115 against 0.2303, ``bias | tanh`` 0.2055
+against 0.2069, where libdevice's forms had taken 0.2806 and 0.3418 on it;
+``h100_logistic64_s24.log``, ``h100_tanh64_s24.log``).
 
 float32 ``"small"`` (64x128, 8 warps of 32x32) and ``"tiny"`` (64x64, 8 warps of 32x16)
 give small and skinny problems the blocks the 128x128 tile leaves idle
