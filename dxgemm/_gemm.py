@@ -12,7 +12,7 @@ from . import _arrays, _calls
 from ._arrays import Operand, as_operand
 from ._streams import numba_stream, stream_handle
 from .epilogues._base import AlphaBeta, Chain, Epilogue, EpilogueContext
-from .kernels import FLAG_VEC_A, FLAG_VEC_B, RUNGS, KernelSpec, get_kernel, sm_count, vector_flags
+from .kernels import FLAG_VEC_A, FLAG_VEC_B, RUNGS, KernelSpec, get_kernel, l2_cache_bytes, sm_count, vector_flags
 from .kernels._device import SIMULATOR
 
 BACKENDS: tuple[str, ...] = RUNGS + ("pipeline",)
@@ -127,7 +127,7 @@ def gemm(
             _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta, c is not None)
             return out
     sms = sm_count()
-    tile = choose_tile(backend, dtype, m, n, k, sms, chain.medium_tile_min_k)
+    tile = choose_tile(backend, dtype, m, n, k, sms, chain.medium_tile_min_k, l2_cache_bytes())
     slices = choose_split_k(backend, dtype, m, n, k, tile, sms)
     if slices > 1:
         part, reduce, plain = _warptile_split_k(op_a, op_b, op_d, m, n, k, flags, bound, numba_stream(handle), slices)
@@ -276,10 +276,10 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
 
 
 def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int = 132,
-                medium_min_k: float = 0.0) -> str:
+                medium_min_k: float = 0.0, l2_bytes: int = 50 * 2**20) -> str:
     """The tile configuration of a handwritten rung (``KernelSpec.tile``); ``medium_min_k``:
     the largest :attr:`~dxgemm.epilogues.Epilogue.medium_tile_min_k` of the call's epilogue
-    stages (0 without an epilogue).
+    stages (0 without an epilogue); ``l2_bytes``: the device's L2 cache (an H100's 50 MiB).
 
     Only ``warptile`` has several (``warptile.TILE_CONFIGS``; float32's rule is in the code
     below, with its log).  float64 has four, and the choice is wave quantization.  Each
@@ -317,6 +317,18 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int 
       ``bias | silu`` 0.242 small against 0.278 ms staged medium at 4096^2 x 256, ``bias |
       tanh`` 0.263 / 0.327 (``h100_tiles_staged_chains_s23.log``).  A ``custom`` stage, which
       may branch, keeps the small tile.
+
+    Below K = 1024 a medium-tile pick runs as ``"medium_grouped"`` (the same tile, its blocks
+    launched in groups of 8 tile rows that sweep the columns, as the large tile's are in groups
+    of 16) where B, ``n k`` elements, takes more than half the L2 (deeper K, where the medium
+    tile is picked for outputs of about 3072^2 and less, was not measured grouped).  Blocks launched row after row
+    sweep all of B for every two tile rows (two blocks an SM), and the stream of D's stores
+    through L2 takes much of the rest, so such a B comes from DRAM each time; a group of 8
+    rows needs an eighth of it at once.  At 8192^2 x 512 (B 32 MiB) ``bias | gelu`` 1.501
+    against 1.553 and 1.581 ms in two runs, 8192^2 x 1024 bare 2.636 against 3.004; where
+    B is smaller, a tie or slightly slower (4096^2 x 256 0.2199 against 0.2171, 8192^2 x 256
+    and 3072^2 x 768 ties within the rounds' spread; 6144^2 x 512, B 24 MiB, 0.842 against
+    0.861; ``h100_medium_group_m_s24.log``, ``h100_tiles_group_large8_s24.log``).
 
     Below K = 64 a small-tile pick runs as ``"short"``, the same tile on m16n8k8
     (``h100_f64_rounds_short_s21.log``: 4096^2 x 40 0.0590 against 0.0634 ms, 8192^2 x 32
@@ -363,6 +375,8 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int 
             continue
         costs[tile] = block_cost * -(-blocks // sms)
     best = min(costs, key=costs.__getitem__)
+    if best == "medium" and k < 1024 and 2 * n * k * np.dtype(dtype).itemsize > l2_bytes:
+        return "medium_grouped"
     return "short" if best == "small" and k < 64 else best
 
 

@@ -208,16 +208,22 @@ def test_warptile_tile_rule():
     assert choose_tile("warptile", f64, 2048, 2048, 1023, medium_min_k=gelu) == "medium"
     assert choose_tile("warptile", f64, 2048, 2048, 511, medium_min_k=gelu) == "medium"
     assert choose_tile("warptile", f64, 2048, 2048, 511, medium_min_k=custom) == "small"
-    assert choose_tile("warptile", f64, 8192, 8192, 512) == "medium"  # h100_warptile_tiles_medium_s18.log
+    assert choose_tile("warptile", f64, 8192, 8192, 512, l2_bytes=2**27) == "medium"  # h100_warptile_tiles_medium_s18.log
+    # B over half the L2: blocks in groups of 8 tile rows (h100_medium_group_m_s24.log)
+    assert choose_tile("warptile", f64, 8192, 8192, 512) == "medium_grouped"  # B 32 MiB of an H100's 50
+    assert choose_tile("warptile", f64, 4099, 8191, 520) == "medium_grouped"
+    assert choose_tile("warptile", f64, 8192, 8192, 384) == choose_tile("warptile", f64, 6144, 6144, 512) == "medium"
+    assert choose_tile("warptile", f64, 8192, 8192, 512, l2_bytes=2**26) == "medium"  # B half of 64 MiB
+    assert choose_tile("warptile", f64, 8192, 8192, 1024) == "large"
     # bias | gelu (h100_tiles_staged_chains_s23.log)
-    assert choose_tile("warptile", f64, 8192, 8192, 512, medium_min_k=gelu) == "medium"
+    assert choose_tile("warptile", f64, 8192, 8192, 512, medium_min_k=gelu) == "medium_grouped"
     assert choose_tile("warptile", f64, 8192, 8192, 384, medium_min_k=gelu) == "medium"
     # a custom stage, as bias | tanh with libdevice's tanh (h100_warptile_tiles_transcendental_s21.log)
     assert choose_tile("warptile", f64, 8192, 8192, 512, medium_min_k=custom) == "small"
     assert choose_tile("warptile", f64, 2560, 2560, 1024, medium_min_k=custom) == "large"
     # bias | silu, sigmoid, the tanh GELU, tanh, branch-free (h100_logistic64_s24.log, h100_tanh64_s24.log)
     silu = E.silu().medium_tile_min_k
-    assert choose_tile("warptile", f64, 8192, 8192, 512, medium_min_k=silu) == "medium"
+    assert choose_tile("warptile", f64, 8192, 8192, 512, medium_min_k=silu) == "medium_grouped"
     assert choose_tile("warptile", f64, 4096, 4096, 256, medium_min_k=silu) == "medium"
     assert choose_tile("warptile", f64, 4096, 4096, 256, medium_min_k=gelu) == "medium"
     assert choose_tile("warptile", f64, 4096, 4096, 256, medium_min_k=custom) == "small"

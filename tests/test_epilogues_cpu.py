@@ -89,7 +89,7 @@ def test_every_epilogue_on_every_rung(name, dtype, backend, rng):
 
 @pytest.mark.parametrize("name", ["custom", "store", "bias_row"])
 @pytest.mark.parametrize("layout_c", ["row", "col"])
-@pytest.mark.parametrize(("tile", "m", "n"), [("tiny", 130, 70), ("medium", 150, 70)])
+@pytest.mark.parametrize(("tile", "m", "n"), [("tiny", 130, 70), ("medium", 150, 70), ("medium_grouped", 270, 70)])
 def test_float64_warptile_interior_blocks(monkeypatch, tile, m, n, name, layout_c, rng):
     """float64 warptile blocks wholly inside D store through straight-line code: the tiny tile
     every value, then every store (16 bytes a run into row-major D, an element at a time into
@@ -98,16 +98,17 @@ def test_float64_warptile_interior_blocks(monkeypatch, tile, m, n, name, layout_
     column-major D).  Row/col-dependent epilogues catch a value sent to the wrong element.
     130 x 70 on the 64x64 tile: two interior blocks, the rest edges; 150 x 70 on the 128x64
     tile: one interior block, three on the edges, here with alpha and beta * C too (an element
-    left unwritten keeps C's value)."""
+    left unwritten keeps C's value); 270 x 70 on the grouped 128x64 tile: three tile rows in one
+    group of 8, two interior blocks."""
     import dxgemm._gemm as gemm_module
     from dxgemm.kernels.warptile import TILE_CONFIGS
 
-    assert ("staged_epilogue" in TILE_CONFIGS["float64"][tile]) == (tile == "medium")
+    assert ("staged_epilogue" in TILE_CONFIGS["float64"][tile]) == tile.startswith("medium")
     monkeypatch.setattr(gemm_module, "choose_tile", lambda *args, **kwargs: tile)
     k = 20
     a, b = _operands(rng, np.float64, m, n, k)
     epilogue = _make(name, rng, np.float64, m, n)
-    if tile == "medium":
+    if tile.startswith("medium"):
         _run_and_check(epilogue, a, b, np.float64, backend="warptile", alpha=0.75, beta=-1.5,
                        c=rng.standard_normal((m, n)), layout_c=layout_c)
     else:

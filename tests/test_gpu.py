@@ -129,6 +129,13 @@ def test_warptile_fp64_medium_tile(cp, shape):
     _check_chosen_float64_tile(cp, shape, "medium", alpha=-0.5, beta=1.5)
 
 
+@pytest.mark.parametrize("shape", [(8192, 8192, 512), (4099, 8191, 520)], ids=lambda s: "x".join(map(str, s)))
+def test_warptile_fp64_medium_grouped_tile(cp, shape):
+    """float64 ``warptile`` where ``choose_tile`` groups the medium tile's blocks (B over half of an
+    H100's L2): aligned and odd operands, into row- and column-major C with alpha and beta."""
+    _check_chosen_float64_tile(cp, shape, "medium_grouped", alpha=1.25, beta=-0.5)
+
+
 @pytest.mark.parametrize("shape", [(4096, 4096, 40), (2001, 1999, 33)], ids=lambda s: "x".join(map(str, s)))
 def test_warptile_fp64_short_tile(cp, shape):
     """float64 ``warptile`` below K = 64, where ``choose_tile`` takes the short tile (the small
@@ -140,10 +147,10 @@ def _check_chosen_float64_tile(cp, shape, tile, alpha, beta):
     """``choose_tile`` takes ``tile`` for ``shape``, and ``warptile`` on it computes ``alpha A B +
     beta C`` into row- and column-major C."""
     from dxgemm._gemm import choose_tile
-    from dxgemm.kernels import sm_count
+    from dxgemm.kernels import l2_cache_bytes, sm_count
 
     m, n, k = shape
-    assert choose_tile("warptile", np.float64, m, n, k, sm_count()) == tile
+    assert choose_tile("warptile", np.float64, m, n, k, sm_count(), l2_bytes=l2_cache_bytes()) == tile
     a, b = _operands(cp, m, n, k, np.float64, seed=k)
     c0 = cp.random.default_rng(m).standard_normal((m, n))
     for order in ("C", "F"):

@@ -50,7 +50,7 @@ def vector_flags(a_ptr: int, a_ld: int, b_ptr: int, b_ld: int, itemsize: int) ->
             | (FLAG_VEC_B if b_ptr % 16 == 0 and b_ld % width == 0 else 0))
 
 __all__ = ["RUNGS", "KernelSpec", "Layout", "CompiledKernel", "get_kernel", "kernel_signature", "compile_count",
-           "compile_rung", "sm_count", "FLAG_VEC_A", "FLAG_VEC_B", "vector_flags"]
+           "compile_rung", "sm_count", "l2_cache_bytes", "FLAG_VEC_A", "FLAG_VEC_B", "vector_flags"]
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,20 @@ def sm_count() -> int:
 
 
 _sm_counts: dict[int, int] = {}
+
+
+def l2_cache_bytes() -> int:
+    """L2 cache of the current device in bytes (the simulator's: 50 MiB, an H100's)."""
+    if SIMULATOR:
+        return 50 * 2**20
+    device = cuda.get_current_device()
+    size = _l2_sizes.get(device.id)
+    if size is None:
+        size = _l2_sizes[device.id] = device.L2_CACHE_SIZE
+    return size
+
+
+_l2_sizes: dict[int, int] = {}
 
 STATIC_SMEM_LIMIT = 48 * 1024
 """Shared memory a block may use without opting in (static arrays can never exceed it)."""

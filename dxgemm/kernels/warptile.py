@@ -167,6 +167,11 @@ TILE_CONFIGS = {
         # or a transcendental epilogue) m16n8k4 does 2 % better or ties (h100_warptile_small_k8_s21.log)
         "short": dict(_F64_SMALL, mma_sm90=(16, 8)),
         "medium": _F64_MEDIUM,
+        # blocks in groups of 8 tile rows sweeping the columns, for B too large to stay in L2 while
+        # the tile rows go by (dxgemm._gemm.choose_tile): 8192x8192x512 bias | gelu 1.501 against
+        # 1.553 / 1.581 ms in two runs, 8192x8192x1024 bare 2.636 against 3.004 (h100_medium_group_m_s24.log,
+        # h100_tiles_group_large8_s24.log); at 4096x4096x256, where A and B stay in L2, 1 % slower
+        "medium_grouped": dict(_F64_MEDIUM, group_m=8),
         # the large tile over K slices (blockIdx.z) into a workspace: dxgemm._gemm.choose_split_k
         "split": dict(CONFIGS["float64"], split_k=True, group_m=0),
         # outputs at most 64 columns wide: cuBLAS's 1000^3 shape (128x64x32, 8 warps of 32x32, 3
