@@ -229,28 +229,35 @@ def main() -> int:
         check()
         sass_counts()
         return 0
+    title = "float64 SiLU, sigmoid, tanh GELU, libdevice (_ld) against today's"
+    time_forms(title, args.chains.split(","), args.tile.split(","), args.shapes, args.rounds,
+               lambda E, v: {"bias|silu": E.bias(v) | E.silu(), "bias|sigmoid": E.bias(v) | E.sigmoid(),
+                             "bias|silu_ld": E.bias(v) | SiLULibdevice(),
+                             "bias|sigmoid_ld": E.bias(v) | SigmoidLibdevice(),
+                             "bias|gelu_tanh_ld": E.bias(v) | GELUTanhLibdevice()})
+    return 0
+
+
+def time_forms(title: str, chains: list[str], tiles: list[str], shapes: str, rounds: int, extra) -> None:
+    """``epilogue_cost.py``'s interleaved rounds of ``chains`` against the bare GEMM on float64
+    warptile, each of ``tiles`` forced in turn (``auto``: dxgemm's choice); ``extra(E, v)``
+    builds the chains by name from ``dxgemm.epilogues`` and the bias vector."""
     import dxgemm._gemm as G
     import epilogue_cost
     from dxgemm import epilogues as E
 
-    chains = args.chains.split(",")
     chosen = G.choose_tile
-    shapes = [tuple(int(s) for s in text.split("x")) for text in args.shapes.split(",")]
-    print(f"== float64 SiLU, sigmoid, tanh GELU, libdevice (_ld) against today's: {args.rounds} interleaved rounds of "
-          "epilogue_cost.py, each the median of 50 CUDA-event timings")
-    for tile in args.tile.split(","):
-        G.choose_tile = chosen if tile == "auto" else (lambda *a, t=tile, **k: t)
-        for shape in shapes:
-            times = epilogue_cost.cost_rounds(
-                shape, np.dtype(np.float64), "warptile", chains, rounds=args.rounds, warmup=3, reps=50,
-                extra=lambda v: {"bias|silu": E.bias(v) | E.silu(), "bias|sigmoid": E.bias(v) | E.sigmoid(),
-                                 "bias|silu_ld": E.bias(v) | SiLULibdevice(),
-                                 "bias|sigmoid_ld": E.bias(v) | SigmoidLibdevice(),
-                                 "bias|gelu_tanh_ld": E.bias(v) | GELUTanhLibdevice()})
-            epilogue_cost.report(f"{tile:7} {'x'.join(map(str, shape)):>15}", times, chains)
-    G.choose_tile = chosen
-    return 0
-
+    print(f"== {title}: {rounds} interleaved rounds of epilogue_cost.py, each the median of 50 CUDA-event timings")
+    try:
+        for tile in tiles:
+            G.choose_tile = chosen if tile == "auto" else (lambda *a, t=tile, **k: t)
+            for text in shapes.split(","):
+                shape = tuple(int(s) for s in text.split("x"))
+                times = epilogue_cost.cost_rounds(shape, np.dtype(np.float64), "warptile", chains, rounds=rounds,
+                                                  warmup=3, reps=50, extra=lambda v: extra(E, v))
+                epilogue_cost.report(f"{tile:7} {text:>15}", times, chains)
+    finally:
+        G.choose_tile = chosen
 
 if __name__ == "__main__":
     sys.exit(main())

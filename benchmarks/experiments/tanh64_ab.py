@@ -143,23 +143,11 @@ def main() -> int:
         check()
         sass_counts()
         return 0
-    import dxgemm._gemm as G
-    import epilogue_cost
-    from dxgemm import epilogues as E
+    from logistic64_ab import time_forms
 
-    chains = ["bias|tanh_ld", "bias|tanh"]
-    chosen = G.choose_tile
-    shapes = [tuple(int(s) for s in text.split("x")) for text in args.shapes.split(",")]
-    print(f"== float64 tanh, libdevice (_ld) against today's: {args.rounds} interleaved rounds of "
-          "epilogue_cost.py, each the median of 50 CUDA-event timings")
-    for tile in args.tile.split(","):
-        G.choose_tile = chosen if tile == "auto" else (lambda *a, t=tile, **k: t)
-        for shape in shapes:
-            times = epilogue_cost.cost_rounds(
-                shape, np.dtype(np.float64), "warptile", chains, rounds=args.rounds, warmup=3, reps=50,
-                extra=lambda v: {"bias|tanh": E.bias(v) | E.tanh(), "bias|tanh_ld": E.bias(v) | TanhLibdevice()})
-            epilogue_cost.report(f"{tile:7} {'x'.join(map(str, shape)):>15}", times, chains)
-    G.choose_tile = chosen
+    time_forms("float64 tanh, libdevice (_ld) against today's", ["bias|tanh_ld", "bias|tanh"], args.tile.split(","),
+               args.shapes, args.rounds,
+               lambda E, v: {"bias|tanh": E.bias(v) | E.tanh(), "bias|tanh_ld": E.bias(v) | TanhLibdevice()})
     return 0
 
 

@@ -71,30 +71,26 @@ class CompiledKernel:
 
 def sm_count() -> int:
     """SMs of the current device (the simulator's: 132, an H100's, so host rules see real figures)."""
-    if SIMULATOR:
-        return 132
-    device = cuda.get_current_device()
-    count = _sm_counts.get(device.id)
-    if count is None:
-        count = _sm_counts[device.id] = device.MULTIPROCESSOR_COUNT
-    return count
-
-
-_sm_counts: dict[int, int] = {}
+    return _device_attribute("MULTIPROCESSOR_COUNT", simulated=132)
 
 
 def l2_cache_bytes() -> int:
     """L2 cache of the current device in bytes (the simulator's: 50 MiB, an H100's)."""
+    return _device_attribute("L2_CACHE_SIZE", simulated=50 * 2**20)
+
+
+def _device_attribute(name: str, simulated: int) -> int:
+    """The current device's ``CU_DEVICE_ATTRIBUTE_<name>``, read once per device."""
     if SIMULATOR:
-        return 50 * 2**20
+        return simulated
     device = cuda.get_current_device()
-    size = _l2_sizes.get(device.id)
-    if size is None:
-        size = _l2_sizes[device.id] = device.L2_CACHE_SIZE
-    return size
+    value = _attributes.get((device.id, name))
+    if value is None:
+        value = _attributes[device.id, name] = getattr(device, name)
+    return value
 
 
-_l2_sizes: dict[int, int] = {}
+_attributes: dict[tuple[int, str], int] = {}
 
 STATIC_SMEM_LIMIT = 48 * 1024
 """Shared memory a block may use without opting in (static arrays can never exceed it)."""

@@ -417,31 +417,28 @@ else:
 
         return array.dtype(array, index), codegen
 
-    @intrinsic
-    def exp2_approx(typingctx, z):
-        """float32 ``2**z`` as one ``ex2.approx.ftz.f32`` (see above)."""
-        if z != types.float32:
-            return None
+    def _one_instruction(ptx: str, scalar: types.Float, ir_type: ir.Type, constraint: str, doc: str):
+        """An intrinsic that runs the PTX instruction ``ptx`` (``$0`` its result, ``$1`` its operand)
+        on one ``scalar``; ``constraint`` is the PTX register class (``f``, ``d``)."""
 
-        def codegen(context, builder, sig, args):
-            f32 = ir.FloatType()
-            return builder.call(ir.InlineAsm(ir.FunctionType(f32, [f32]), "ex2.approx.ftz.f32 $0, $1;", "=f,f"),
-                                [args[0]])
+        @intrinsic
+        def one_instruction(typingctx, x):
+            if x != scalar:
+                return None
 
-        return types.float32(z), codegen
+            def codegen(context, builder, sig, args):
+                asm = ir.InlineAsm(ir.FunctionType(ir_type, [ir_type]), ptx, f"={constraint},{constraint}")
+                return builder.call(asm, [args[0]])
 
-    @intrinsic
-    def rcp_approx64(typingctx, x):
-        """float64 ``1 / x`` to about 20 bits as one ``rcp.approx.ftz.f64`` (see above)."""
-        if x != types.float64:
-            return None
+            return scalar(x), codegen
 
-        def codegen(context, builder, sig, args):
-            f64 = ir.DoubleType()
-            return builder.call(ir.InlineAsm(ir.FunctionType(f64, [f64]), "rcp.approx.ftz.f64 $0, $1;", "=d,d"),
-                                [args[0]])
+        one_instruction.__doc__ = doc
+        return one_instruction
 
-        return types.float64(x), codegen
+    exp2_approx = _one_instruction("ex2.approx.ftz.f32 $0, $1;", types.float32, ir.FloatType(), "f",
+                                   "float32 ``2**z`` as one ``ex2.approx.ftz.f32`` (see above).")
+    rcp_approx64 = _one_instruction("rcp.approx.ftz.f64 $0, $1;", types.float64, ir.DoubleType(), "d",
+                                    "float64 ``1 / x`` to about 20 bits as one ``rcp.approx.ftz.f64`` (see above).")
 
     divide_approx = libdevice.fast_fdividef
     fma = libdevice.fma
