@@ -208,7 +208,8 @@ def test_warptile_tile_rule():
     assert choose_tile("warptile", f64, 2048, 2048, 1023, medium_min_k=gelu) == "medium"
     assert choose_tile("warptile", f64, 2048, 2048, 511, medium_min_k=gelu) == "medium"
     assert choose_tile("warptile", f64, 2048, 2048, 511, medium_min_k=custom) == "small"
-    assert choose_tile("warptile", f64, 8192, 8192, 512, l2_bytes=2**27) == "medium"  # h100_warptile_tiles_medium_s18.log
+    # h100_warptile_tiles_medium_s18.log (an L2 that holds B)
+    assert choose_tile("warptile", f64, 8192, 8192, 512, l2_bytes=2**27) == "medium"
     # B over half the L2: blocks in groups of 8 tile rows (h100_medium_group_m_s24.log)
     assert choose_tile("warptile", f64, 8192, 8192, 512) == "medium_grouped"  # B 32 MiB of an H100's 50
     assert choose_tile("warptile", f64, 4099, 8191, 520) == "medium_grouped"

@@ -445,9 +445,10 @@ def _gelu_tanh(t: type) -> Callable:
     float32: 7 SASS instructions where libdevice's ``tanhf`` took 18.  float64: 27 FP64
     instructions and no branch (:func:`_quotient_float64`), where libdevice's ``tanh`` has two
     branches (a polynomial below |u| = 0.55, an ``exp`` and a reciprocal above) that a warp
-    of GEMM outputs usually takes both of, ~46 in all, and its ``exp`` and IEEE division ~31.  No cancellation in ``1 + tanh(u)`` for negative ``x``.  The error:
-    one unit of ``z`` moves the result by at most ``0.22 |z| u |x|`` (``sigmoid'(w) w`` peaks
-    at 0.22); ``exp`` and the division add about 2 units (float32) or 1.5 (float64).  NaN
+    of GEMM outputs usually takes both of, ~46 in all, and its ``exp`` and IEEE division ~31.
+    No cancellation in ``1 + tanh(u)`` for negative ``x``.  The error: one unit of ``z``
+    moves the result by at most ``0.22 |z| u |x|`` (``sigmoid'(w) w`` peaks at 0.22); ``exp``
+    and the division add about 2 units (float32) or 1.5 (float64).  NaN
     gives NaN, ``+inf`` gives ``+inf`` and ``-inf`` NaN, as the tanh form does.
     """
     quotient, scale = _over_one_plus_exp(t)
