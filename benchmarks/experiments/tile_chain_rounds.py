@@ -87,7 +87,7 @@ def time_tiles(shapes: list[str], tiles: list[str], chains: list[str], *, rounds
     from dxgemm import epilogues as E
     from dxgemm.epilogues.reference import check
     from dxgemm.testing import check as check_gemm
-    from fusion import interleaved_rounds, operands, unfused_bias_gelu
+    from fusion import _shift_by_column, interleaved_rounds, operands, unfused_bias_gelu
 
     dtype = np.dtype(np.float64)
     rule = _gemm.choose_tile
@@ -99,7 +99,8 @@ def time_tiles(shapes: list[str], tiles: list[str], chains: list[str], *, rounds
         made = {"none": None, "bias": E.bias(v), "gelu": E.gelu(), "bias|gelu": E.bias(v) | E.gelu(),
                 "bias|relu": E.bias(v) | E.relu(), "relu": E.relu(), "silu": E.silu(),
                 "bias|silu": E.bias(v) | E.silu(), "bias|tanh": E.bias(v) | E.tanh(),
-                "bias|gelu_tanh": E.bias(v) | E.gelu("tanh")}
+                "bias|gelu_tanh": E.bias(v) | E.gelu("tanh"), "bias|sigmoid": E.bias(v) | E.sigmoid(),
+                "custom": E.custom(_shift_by_column, v)}  # x + v[col], a light custom stage
         launches = {}
         for tile in tiles:
             for label in chains:
@@ -110,7 +111,8 @@ def time_tiles(shapes: list[str], tiles: list[str], chains: list[str], *, rounds
                 _calls.clear()
                 d.fill(cp.nan)
                 dxgemm.gemm(x, w, d, epilogue=epi, backend="warptile")
-                err = check_gemm(d, x64, w64, dtype) if epi is None else check(d, epi, x64, w64, dtype)
+                err = (check_gemm(d, x64, w64, dtype) if epi is None  # the custom stage is x + v[col]
+                       else check(d, epi, x64, w64, dtype, custom_lipschitz=1.0))
                 if not err <= 1:
                     raise SystemExit(f"{tile} {label} {text}: error {err:.3g} x the bound")
                 kept = list(_calls._entries.values())[-1]
