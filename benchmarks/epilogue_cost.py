@@ -41,6 +41,7 @@ def cost_rounds(shape, dtype: np.dtype, backend: str, chains: list[str], *, roun
 
     ``extra(bias)`` may add chains by name, built on the operands' bias vector."""
     import cupy as cp
+    from tqdm import tqdm
 
     from dxgemm.epilogues.reference import check
     from dxgemm.testing import check as check_gemm
@@ -53,8 +54,8 @@ def cost_rounds(shape, dtype: np.dtype, backend: str, chains: list[str], *, roun
     singles = ",".join(c for c in chains if c not in epilogues)  # single stages, by fusion.py's names
     epilogues.update(overhead_epilogues(singles, shape[1], dtype, cp))
     labels = ["none"] + chains
-    for label in labels:  # compile/load and check each kernel once
-        d.fill(cp.nan)
+    for label in tqdm(labels, desc=f"build and check {'x'.join(map(str, shape))}", unit="kernel", leave=False):
+        d.fill(cp.nan)  # each kernel compiled (or loaded) and checked once; a cold float64 one takes ~30 s
         dxgemm.gemm(x, w, d, epilogue=epilogues[label], backend=backend)
         err = (check_gemm(d, x64, w64, dtype) if label == "none" else
                check(d, epilogues[label], x64, w64, dtype, custom_lipschitz=1.0))  # fusion.py's custom: x + v[col]
