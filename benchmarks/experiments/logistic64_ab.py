@@ -33,9 +33,11 @@ kernel against the same GEMM without an epilogue, ``--tile`` forcing the float64
 
 from __future__ import annotations
 
+import copy
 import math
 import sys
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from numba import cuda
@@ -43,8 +45,9 @@ from numba import cuda
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "benchmarks" / "experiments")]
 
+from dxgemm import epilogues as E  # noqa: E402
 from dxgemm.epilogues._pointwise import (EXP_FLOAT64_CLAMP, EXP_FLOAT64_POLY, GELU, LN2_HI, LN2_LO,  # noqa: E402
-                                          LOG2E, SHIFTER, Sigmoid, SiLU)
+                                          LOG2E, SHIFTER, Pointwise, Sigmoid, SiLU)
 
 def libdevice_quotient():
     """Device function ``(num, z)``: ``num / (1 + exp(z))`` with libdevice's ``exp`` and IEEE
@@ -81,40 +84,40 @@ def libdevice_gelu_tanh():
     return gelu_tanh
 
 
-class SiLULibdevice(SiLU):
-    """``silu()`` with :func:`libdevice_quotient` in float64 under its own formula tag."""
+def float64_form(stage: Pointwise, tag: str, make: Callable, medium_tile_min_k: float | None = None) -> Pointwise:
+    """``stage`` (a built-in pointwise stage) with ``make()`` as its float64 device function under
+    formula tag ``tag`` (a kernel of its own), float32 as shipped; ``medium_tile_min_k``, if
+    given, replaces the stage's."""
+    base = type(stage)
 
-    def _formula(self, dtype: np.dtype) -> tuple:
-        return ("libdevice-exp-div",) if dtype == np.float64 else super()._formula(dtype)
+    class Form(base):
+        def _formula(self, dtype: np.dtype) -> tuple:
+            return (tag,) if dtype == np.float64 else base._formula(self, dtype)
 
-    @staticmethod
-    def _device(t):
-        return libdevice_logistic(True) if t is np.float64 else SiLU._device(t)
+        @staticmethod
+        def _device(t, *variant):
+            return make() if t is np.float64 else base._device(t, *variant)
 
+        @property
+        def medium_tile_min_k(self) -> float:
+            return base.medium_tile_min_k.fget(self) if medium_tile_min_k is None else medium_tile_min_k
 
-class SigmoidLibdevice(Sigmoid):
-    """``sigmoid()`` with :func:`libdevice_quotient` in float64 under its own formula tag."""
-
-    def _formula(self, dtype: np.dtype) -> tuple:
-        return ("libdevice-exp-div",) if dtype == np.float64 else super()._formula(dtype)
-
-    @staticmethod
-    def _device(t):
-        return libdevice_logistic(False) if t is np.float64 else Sigmoid._device(t)
+    form = copy.copy(stage)
+    form.__class__ = Form
+    return form
 
 
-class GELUTanhLibdevice(GELU):
-    """``gelu(approximate="tanh")`` with :func:`libdevice_quotient` in float64 under its own formula tag."""
+LIBDEVICE_FORMS = {
+    "silu": (E.silu, lambda: libdevice_logistic(True)),
+    "sigmoid": (E.sigmoid, lambda: libdevice_logistic(False)),
+    "gelu_tanh": (lambda: E.gelu("tanh"), libdevice_gelu_tanh),
+}
 
-    def __init__(self):
-        super().__init__("tanh")
 
-    def _formula(self, dtype: np.dtype) -> tuple:
-        return ("libdevice-exp-div",) if dtype == np.float64 else super()._formula(dtype)
-
-    @staticmethod
-    def _device(t, approximate):
-        return libdevice_gelu_tanh() if t is np.float64 else GELU._device(t, approximate)
+def libdevice_form(name: str) -> Pointwise:
+    """Stage ``name`` (``silu``, ``sigmoid``, ``gelu_tanh``) with :func:`libdevice_quotient` in float64."""
+    stage, make = LIBDEVICE_FORMS[name]
+    return float64_form(stage(), "libdevice-exp-div", make)
 
 
 def replay_quotient(num: float, z: float) -> float:
@@ -231,20 +234,18 @@ def main() -> int:
         return 0
     title = "float64 SiLU, sigmoid, tanh GELU, libdevice (_ld) against today's"
     time_forms(title, args.chains.split(","), args.tile.split(","), args.shapes, args.rounds,
-               lambda E, v: {"bias|silu": E.bias(v) | E.silu(), "bias|sigmoid": E.bias(v) | E.sigmoid(),
-                             "bias|silu_ld": E.bias(v) | SiLULibdevice(),
-                             "bias|sigmoid_ld": E.bias(v) | SigmoidLibdevice(),
-                             "bias|gelu_tanh_ld": E.bias(v) | GELUTanhLibdevice()})
+               lambda v: {"bias|silu": E.bias(v) | E.silu(), "bias|sigmoid": E.bias(v) | E.sigmoid(),
+                          **{f"bias|{name}_ld": E.bias(v) | libdevice_form(name) for name in LIBDEVICE_FORMS}})
     return 0
 
 
-def time_forms(title: str, chains: list[str], tiles: list[str], shapes: str, rounds: int, extra) -> None:
+def time_forms(title: str, chains: list[str], tiles: list[str], shapes: str, rounds: int,
+               extra: Callable[[object], dict]) -> None:
     """``epilogue_cost.py``'s interleaved rounds of ``chains`` against the bare GEMM on float64
-    warptile, each of ``tiles`` forced in turn (``auto``: dxgemm's choice); ``extra(E, v)``
-    builds the chains by name from ``dxgemm.epilogues`` and the bias vector."""
+    warptile, each of ``tiles`` forced in turn (``auto``: dxgemm's choice); ``extra(v)`` builds
+    the chains by name on the bias vector ``v``."""
     import dxgemm._gemm as G
     import epilogue_cost
-    from dxgemm import epilogues as E
 
     chosen = G.choose_tile
     print(f"== {title}: {rounds} interleaved rounds of epilogue_cost.py, each the median of 50 CUDA-event timings")
@@ -254,7 +255,7 @@ def time_forms(title: str, chains: list[str], tiles: list[str], shapes: str, rou
             for text in shapes.split(","):
                 shape = tuple(int(s) for s in text.split("x"))
                 times = epilogue_cost.cost_rounds(shape, np.dtype(np.float64), "warptile", chains, rounds=rounds,
-                                                  warmup=3, reps=50, extra=lambda v: extra(E, v))
+                                                  warmup=3, reps=50, extra=extra)
                 epilogue_cost.report(f"{tile:7} {text:>15}", times, chains)
     finally:
         G.choose_tile = chosen

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from numba import cuda
@@ -36,6 +37,7 @@ from numba import cuda
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "benchmarks" / "experiments")]
 
+from dxgemm import epilogues as E  # noqa: E402
 from dxgemm.epilogues._pointwise import (EXPM1_FLOAT64_Q, LN2_HI, LN2_LO, LOG2E, SHIFTER,  # noqa: E402
                                           TANH_FLOAT64_CLAMP, Tanh)
 
@@ -54,23 +56,21 @@ def fit_q(degree: int = 10) -> list[float]:
     return [float(c) for c in reversed(coef)]
 
 
-class TanhLibdevice(Tanh):
-    """``tanh()`` with libdevice's ``tanh`` in float64 (the form before edc489e) under its own formula tag."""
+def libdevice_tanh() -> Callable:
+    """Device function ``(value, row, col, args)``: libdevice's ``tanh`` (the float64 form before edc489e)."""
 
-    def _formula(self, dtype: np.dtype) -> tuple:
-        return ("libdevice-tanh",) if dtype == np.float64 else super()._formula(dtype)
+    @cuda.jit(device=True)
+    def tanh(value, row, col, args):
+        return math.tanh(value)
 
-    @property
-    def medium_tile_min_k(self) -> float:
-        return math.inf
+    return tanh
 
-    @staticmethod
-    def _device(t):
-        @cuda.jit(device=True)
-        def tanh(value, row, col, args):
-            return math.tanh(value)
 
-        return tanh
+def libdevice_tanh_stage() -> Tanh:
+    """``tanh()`` with :func:`libdevice_tanh` in float64, kept off the medium tile as it was."""
+    from logistic64_ab import float64_form
+
+    return float64_form(Tanh(), "libdevice-tanh", libdevice_tanh, medium_tile_min_k=math.inf)
 
 
 def replay(x: float, q_poly=EXPM1_FLOAT64_Q) -> float:
@@ -121,7 +121,7 @@ def sass_counts() -> None:
     """FP64 instructions, MUFU and branches an element in sm_90 SASS, libdevice's form and today's."""
     from logistic64_ab import print_sass_counts
 
-    print_sass_counts([("tanh_ld", TanhLibdevice._device(np.float64)), ("tanh", Tanh._device(np.float64))])
+    print_sass_counts([("tanh_ld", libdevice_tanh()), ("tanh", Tanh._device(np.float64))])
 
 
 def main() -> int:
@@ -147,7 +147,7 @@ def main() -> int:
 
     time_forms("float64 tanh, libdevice (_ld) against today's", ["bias|tanh_ld", "bias|tanh"], args.tile.split(","),
                args.shapes, args.rounds,
-               lambda E, v: {"bias|tanh": E.bias(v) | E.tanh(), "bias|tanh_ld": E.bias(v) | TanhLibdevice()})
+               lambda v: {"bias|tanh": E.bias(v) | E.tanh(), "bias|tanh_ld": E.bias(v) | libdevice_tanh_stage()})
     return 0
 
 

@@ -426,12 +426,13 @@ def _quotient_float64() -> Callable:
     def quotient(num, z):
         bits = bits_of(z)
         z_bits = bits & abs_mask
-        if top_bits < z_bits <= inf_bits:  # |z| > 708, not NaN
+        beyond = top_bits < z_bits <= inf_bits  # |z| > 708, not NaN
+        if beyond:
             z = double_of((bits & sign) | top_bits)
         shifted, r = reduce_ln2(z)
         d = one + times_pow2(degree11_halves(r, exp_poly), low_word(shifted))
         y = reciprocal_float64(d)
-        q = num * (zero if 0 <= bits and top_bits < z_bits <= inf_bits else y)
+        q = num * (zero if beyond and bits >= 0 else y)
         return q if top_bits < z_bits else fma(fma(-d, q, num), y, q)
 
     return quotient
