@@ -143,8 +143,8 @@ class KernelCall:
     than a single-row GEMM takes on the GPU); the kernel's compiled signature gives the
     parameter layout once (:func:`dxgemm.pipelines._build._param_layout`), and the flat
     array arguments are rebuilt from addresses per call.  Made from a Numba-compiled
-    kernel (:meth:`of`) or from a cubin with its recorded layout (:meth:`from_cubin`,
-    the split-K reduce kept in the on-disk cache).
+    kernel (:meth:`of`) or from a cubin with its recorded layout (:meth:`from_cubin`:
+    every rung on a GPU, kept in the on-disk cache by :mod:`dxgemm._rung_cache`).
     """
 
     def __init__(self, function: Any, kinds: list, block: tuple, tile: tuple[int, int], smem: int = 0,
@@ -168,13 +168,26 @@ class KernelCall:
 
     @classmethod
     def from_cubin(cls, cubin: bytes, entry: str, kinds: list, block: tuple, tile: tuple[int, int],
-                   device: int) -> "KernelCall":
-        """The launcher of kernel ``entry`` in ``cubin``, loaded with cuda.core on ``device``."""
+                   device: int, smem: int = 0, slices: int = 1) -> "KernelCall":
+        """The launcher of kernel ``entry`` in ``cubin``, loaded with cuda.core on ``device``.
+
+        ``smem``: the dynamic shared memory each block needs (the kernel's limit is raised to
+        it); the driver's view of the parameters must match ``kinds``, or it raises."""
+        from cuda.bindings import driver
         from cuda.core import Device, ObjectCode
+
+        from .pipelines._launch import _check_params
 
         Device(device).set_current()
         kernel = ObjectCode.from_cubin(cubin).get_kernel(entry)
-        call = cls(kernel.handle, kinds, block, tile)
+        _check_params(kernel, kinds, entry)
+        if smem > 0:
+            (err,) = driver.cuKernelSetAttribute(
+                driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem, kernel.handle,
+                device)
+            if err != driver.CUresult.CUDA_SUCCESS:
+                raise RuntimeError(f"cannot raise {entry[:40]}...'s dynamic shared memory to {smem} bytes: {err!r}")
+        call = cls(kernel.handle, kinds, block, tile, smem, slices)
         call._module = kernel  # keep the loaded module alive with the launcher
         return call
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from typing import Any
@@ -10,6 +11,7 @@ import numpy as np
 
 from . import _arrays, _calls
 from ._arrays import Operand, as_operand
+from ._rung_cache import rung_call
 from ._streams import numba_stream, stream_handle
 from .epilogues._base import AlphaBeta, Chain, Epilogue, EpilogueContext
 from .kernels import FLAG_VEC_A, FLAG_VEC_B, RUNGS, KernelSpec, get_kernel, l2_cache_bytes, sm_count, vector_flags
@@ -129,24 +131,19 @@ def gemm(
     sms = sm_count()
     tile = choose_tile(backend, dtype, m, n, k, sms, chain.medium_tile_min_k, l2_cache_bytes())
     slices = choose_split_k(backend, dtype, m, n, k, tile, sms)
-    if slices > 1:
-        part, reduce, plain = _warptile_split_k(op_a, op_b, op_d, m, n, k, flags, bound, numba_stream(handle), slices)
-        if key is not None and not SIMULATOR:
-            from .pipelines._launch import _values
-
-            call = _calls.SplitKernelCall(_calls.KernelCall.of(part, slices), _calls.KernelCall.of(reduce), slices,
-                                          _values(plain.args), device)
-            _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta, c is not None)
+    if SIMULATOR:  # nothing is compiled: Numba's simulated launch
+        _simulated_rung(backend, tile, op_a, op_b, op_d, m, n, k, flags, bound, slices)
         return out
+    from .pipelines._dispatch import matrix_of
+    from .pipelines._launch import _values
+
     spec = KernelSpec(dtype, op_a.layout, op_b.layout, op_d.layout, bound.key, None, tile=tile)
-    compiled = get_kernel(backend, spec, bound.args, bound.make)
-    compiled.launch(
-        numba_stream(handle), op_a.flat(), op_b.flat(), op_d.flat(),
-        m, n, k, op_a.ld, op_b.ld, op_d.ld, flags, bound.args,
-    )
-    if key is not None and not SIMULATOR:
-        _calls.remember(key, _calls.KernelCall.of(compiled), op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta,
-                        c is not None)
+    if slices > 1:
+        call = _warptile_split_k(spec, bound, device, slices, n)
+    else:
+        call = rung_call(backend, spec, bound, device)
+    call(matrix_of(op_a), matrix_of(op_b), matrix_of(op_d), m, n, k, _values(bound.args), handle)
+    _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta, c is not None)
     return out
 
 
@@ -429,28 +426,52 @@ def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: 
     return max(1, min(sms // tiles, -(-k // 16) // 16, 8))
 
 
-def _warptile_split_k(op_a: Operand, op_b: Operand, op_d: Operand, m: int, n: int, k: int, flags: int, bound: Any,
-                      stream: Any, slices: int) -> tuple[Any, Any, Any]:
+def _warptile_split_k(spec: KernelSpec, bound: Any, device: int, slices: int, n: int) -> "_calls.SplitKernelCall":
     """``D = epilogue(A @ B)`` as ``slices`` K slices of the float64 split tile into a
-    workspace laid out like D, then one reduce that sums them and applies the epilogue.
-    Returns the two compiled kernels and the slices' bound plain epilogue (for a repeat call)."""
+    workspace laid out like D, then one reduce that sums them and applies the epilogue
+    (:class:`dxgemm._calls.SplitKernelCall`)."""
+    from .pipelines._launch import _values
+
+    plain = _plain_chain(spec.dtype)
+    part_spec = dataclasses.replace(spec, epilogue_key=plain.key, tile=choose_split_tile(n))
+    part = rung_call("warptile", part_spec, plain, device, slices=slices)
+    reduce_spec = KernelSpec(spec.dtype, spec.layout_d, spec.layout_d, spec.layout_d, bound.key, None)
+    reduce = rung_call("splitk_reduce", reduce_spec, bound, device)
+    return _calls.SplitKernelCall(part, reduce, slices, _values(plain.args), device)
+
+
+def _plain_chain(dtype: np.dtype) -> Any:
+    """The bound alpha = 1, beta = 0 chain the K slices are computed with."""
+    return Chain((AlphaBeta(1.0, 0.0),)).bind(EpilogueContext(1, 1, dtype, adapt=None))
+
+
+def _simulated_rung(backend: str, tile: str, op_a: Operand, op_b: Operand, op_d: Operand, m: int, n: int, k: int,
+                    flags: int, bound: Any, slices: int) -> None:
+    """The rung's launch under the CUDA simulator, through Numba (split K: the slices into a
+    workspace, then the reduce, as :class:`dxgemm._calls.SplitKernelCall` does on a GPU)."""
     from .kernels import Layout
 
+    stream = numba_stream(0)
     dtype = op_a.dtype
+    spec = KernelSpec(dtype, op_a.layout, op_b.layout, op_d.layout, bound.key, None, tile=tile)
+    if slices == 1:
+        compiled = get_kernel(backend, spec, bound.args, bound.make)
+        compiled.launch(stream, op_a.flat(), op_b.flat(), op_d.flat(), m, n, k, op_a.ld, op_b.ld, op_d.ld, flags,
+                        bound.args)
+        return
     rows = op_d.layout == Layout.ROW
     workspace = as_operand(_arrays.empty_like_library(op_a, (slices * m, n) if rows else (slices * n, m)),
                            "workspace", output=True)
     ldw = n if rows else m
-    plain = Chain((AlphaBeta(1.0, 0.0),)).bind(EpilogueContext(m, n, dtype, adapt=None))
-    spec = KernelSpec(dtype, op_a.layout, op_b.layout, op_d.layout, plain.key, None, tile=choose_split_tile(n))
-    part = get_kernel("warptile", spec, plain.args, plain.make)
+    plain = _plain_chain(dtype)
+    part = get_kernel("warptile", dataclasses.replace(spec, epilogue_key=plain.key, tile=choose_split_tile(n)),
+                      plain.args, plain.make)
     part.launch(stream, op_a.flat(), op_b.flat(), workspace.flat(), m, n, k, op_a.ld, op_b.ld, ldw, flags,
                 plain.args, slices=slices)
     reduce_spec = KernelSpec(dtype, op_d.layout, op_d.layout, op_d.layout, bound.key, None)
     reduce = get_kernel("splitk_reduce", reduce_spec, bound.args, bound.make)
     reduce.launch(stream, workspace.flat(), workspace.flat(), op_d.flat(), m, n, slices, ldw, m * n, op_d.ld, 0,
                   bound.args)
-    return part, reduce, plain
 
 
 def available_backends(device: int = 0) -> tuple[str, ...]:

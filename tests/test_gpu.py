@@ -247,3 +247,55 @@ def test_warptile_fp64_async_copies(cp, layouts, n, k):
     a, b = _operands(cp, m, n, k, np.float64, seed=5)
     out = warptile_dmma(a.get(), b.get(), warptile.CONFIGS["float64"], layout_a=layouts[0], layout_b=layouts[1])
     assert_close(out, a.get(), b.get(), np.dtype(np.float64))
+
+
+_RUNGS_FROM_DISK = r"""
+import time
+t0 = time.perf_counter()
+import cupy as cp, numpy as np
+import dxgemm
+from dxgemm import epilogues as E
+from dxgemm.epilogues.reference import check
+from dxgemm.kernels import compile_count
+
+def scaled(x, row, col, w):
+    return x * w[row, col] + 0.25 * col
+
+rng = cp.random.default_rng(5)
+worst = 0.0
+# a medium tile with an activation, a custom function with an extra array, and a call split over K
+for (m, n, k), epilogue, lipschitz in [
+        ((1031, 517, 263), E.bias(rng.standard_normal(517)) | E.gelu(), None),
+        ((1031, 517, 263), E.custom(scaled, rng.standard_normal((1031, 517))), 1.0),
+        ((200, 300, 4000), E.silu(), None)]:
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    d = cp.full((m, n), cp.nan)
+    dxgemm.gemm(a, b, d, epilogue=epilogue, backend="warptile")
+    worst = max(worst, check(d, epilogue, a, b, np.dtype(np.float64), custom_lipschitz=lipschitz))
+print(f"RUNGS {time.perf_counter() - t0:.3f} compiles={compile_count()} worst={worst:.3g}")
+"""
+
+
+def test_rung_kernels_load_from_disk_in_a_new_process(tmp_path):
+    """``dxgemm._rung_cache``: the first process compiles the float64 warptile kernels (and the
+    split-K pair) and stores their cubins; a second process with the same cache folder compiles
+    nothing, loads them and gets the same checked results."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, DXGEMM_CACHE_DIR=str(tmp_path),
+               PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    lines = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", _RUNGS_FROM_DISK], capture_output=True, text=True, env=env,
+                             timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+        lines.append([x for x in out.stdout.splitlines() if x.startswith("RUNGS")][-1].split())
+    print("cold:", " ".join(lines[0][1:]), "| from disk:", " ".join(lines[1][1:]))
+    (_, cold_s, cold_compiles, cold_worst), (_, warm_s, warm_compiles, warm_worst) = lines
+    assert cold_compiles != "compiles=0" and warm_compiles == "compiles=0"
+    assert float(cold_worst.split("=")[1]) <= 1.0 and float(warm_worst.split("=")[1]) <= 1.0
+    assert len(list((tmp_path / "kernels").glob("*.dxk"))) >= 5  # medium bias|gelu, custom, split part + reduce

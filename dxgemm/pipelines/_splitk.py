@@ -103,50 +103,18 @@ def prepare_split(config: Any, dtype: Any, arrangement: tuple[str, str], operand
     return SplitKCall(kernel, reduce, slices, operands == "tf32", device, _values(plain.args))
 
 
-_reduces: dict[tuple, Any] = {}
-
-
 def reduce_kernel(dtype: Any, d_arrangement: str, bound: Any, device: int, cache: Any = None) -> Any:
     """The split-K reduce (:mod:`dxgemm.kernels.splitk_reduce`) for ``bound``'s chain, as a ``KernelCall``.
 
-    Kept in the pipeline's on-disk cache like the GEMM kernels (its cubin, entry name and
-    parameter layout), so a new process's first split call compiles nothing: Numba took
-    about 2 s to build it, most of a warm start's 3-second budget.  Memoized per process.
+    A rung like the others, kept on disk by :mod:`dxgemm._rung_cache`, so a new process's
+    first split call compiles nothing: Numba took about 2 s to build it, most of a warm
+    start's 3-second budget.  Memoized per process.
     """
     import numpy as np
 
-    from .._calls import KernelCall
-    from .cache import KernelCache, key_fields
-    from .kernels import _numba_type_text
+    from .._rung_cache import rung_call
+    from ..kernels import KernelSpec, Layout
 
-    dtype = np.dtype(dtype)
-    arg_types = _numba_type_text(bound.args)
-    memo_key = (dtype.name, d_arrangement, bound.key, arg_types, device)
-    hit = _reduces.get(memo_key)
-    if hit is not None:
-        return hit
-    fields = key_fields(cc=(9, 0), config={"block": [32, 8]}, dtype=dtype.name,
-                        arrangement=(d_arrangement, d_arrangement), epilogue_key=(bound.key, arg_types),
-                        kind="splitk_reduce")
-
-    def build() -> tuple[dict, dict]:
-        from .._calls import launch_layout
-        from ..kernels import KernelSpec, Layout, get_kernel as get_rung
-
-        layout = Layout.ROW if d_arrangement == "row_major" else Layout.COL
-        compiled = get_rung("splitk_reduce", KernelSpec(dtype, layout, layout, layout, bound.key, None),
-                            bound.args, bound.make)
-        overload, kinds, block, tile, _ = launch_layout(compiled)
-        library = overload.library
-        meta = {"kind": "splitk_reduce", "name": "splitk_reduce", "dtype": dtype.name,
-                "arrangement": [d_arrangement, d_arrangement], "entry": library._entry_name,
-                "params": kinds, "block": list(block), "tile": list(tile)}
-        cubin = library.get_cubin(cc=(9, 0))  # a cuda.core ObjectCode (older numba-cuda: bytes)
-        return meta, {"cubin": bytes(getattr(cubin, "code", cubin))}
-
-    entry = (cache or KernelCache()).get_or_build(fields, build)
-    meta = entry.meta
-    hit = KernelCall.from_cubin(entry.blobs["cubin"], meta["entry"], meta["params"], tuple(meta["block"]),
-                                tuple(meta["tile"]), device)
-    _reduces[memo_key] = hit
-    return hit
+    layout = Layout.ROW if d_arrangement == "row_major" else Layout.COL
+    spec = KernelSpec(np.dtype(dtype), layout, layout, layout, bound.key, None)
+    return rung_call("splitk_reduce", spec, bound, device, cache=cache)

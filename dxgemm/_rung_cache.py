@@ -1,0 +1,141 @@
+"""Handwritten kernels kept on disk: a new process loads a cubin instead of compiling.
+
+Why
+---
+:mod:`dxgemm.kernels` compiles a rung the first time a process asks for one (rung, tile,
+layouts, epilogue structure, argument types).  Numba's compile is not cheap for the
+fast rungs: on the H100 host a float64 ``warptile`` medium tile with an activation took
+25-30 s, the large tile ~8 s, and ``auto`` sends most float64 calls to ``warptile``.
+Without a disk cache every new process paid that again, and a ``custom`` epilogue hit
+the pipeline layer's on-disk cache only when it ran on the pipeline.
+
+What is kept
+------------
+The cubin of the kernel Numba built, its entry name and its parameter layout
+(:func:`dxgemm._calls.launch_layout`), in the pipeline layer's cache folder
+(:class:`dxgemm.pipelines.cache.KernelCache`: atomic writes, a file lock per key, stale
+or corrupt entries warned about and rebuilt).  A hit loads the cubin with cuda.core and
+launches it with packed parameters (:class:`dxgemm._calls.KernelCall`), the path a
+repeated call already took; Numba compiles nothing.
+
+The key
+-------
+:func:`dxgemm.pipelines.cache.key_fields` with ``kind="rung"`` (the generating packages'
+versions, the device's compute capability, dtype, layouts, the epilogue's structure key
+and Numba argument types, ``custom`` functions by their code and constants), the rung and
+its tile, and ``source``: a digest of dxgemm's kernel and epilogue modules read when the
+first key is made.  Unlike the pipeline kernels (30-60 s each, keyed by a hand-kept
+format version), a rung rebuilds in seconds, so any edit of those sources simply rebuilds
+them.  What the digest cannot see is a module patched at run time; the experiments that
+patch a rung compile it themselves (:func:`dxgemm.kernels.compile_rung`), never through
+here.
+
+The CUDA simulator compiles nothing, so there this module is not used.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import threading
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._calls import KernelCall, launch_layout
+from .kernels import KernelSpec, get_kernel
+
+__all__ = ["rung_call", "rung_fields", "source_digest"]
+
+_SOURCE_PACKAGES = ("kernels", "epilogues")
+_memo: dict[tuple, KernelCall] = {}
+_lock = threading.Lock()
+
+
+@functools.lru_cache(maxsize=None)
+def source_digest() -> str:
+    """sha256 (16 hex digits) of every module of ``dxgemm.kernels`` and ``dxgemm.epilogues``
+    (the code a rung's cubin is generated from), line endings normalised."""
+    root = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for package in _SOURCE_PACKAGES:
+        for path in sorted((root / package).glob("*.py")):
+            digest.update(f"{package}/{path.name}".encode())
+            digest.update(path.read_text(encoding="utf-8").replace("\r\n", "\n").encode())
+    return digest.hexdigest()[:16]
+
+
+def rung_fields(backend: str, spec: KernelSpec, arg_types: str, cc: tuple[int, int],
+                versions: dict | None = None) -> dict[str, Any]:
+    """The cache key fields of ``backend``'s kernel for ``spec`` (module docstring).
+
+    ``arg_types``: the Numba type of the epilogue's arguments, as text.  Values never
+    enter: a new bias vector, slope or output array finds the same entry.
+    """
+    from .pipelines.cache import key_fields
+
+    fields = key_fields(cc=cc, config={"rung": backend, "tile": spec.tile}, dtype=np.dtype(spec.dtype).name,
+                        arrangement=(spec.layout_a.value, spec.layout_b.value, spec.layout_d.value),
+                        epilogue_key=(spec.epilogue_key, arg_types), kind="rung", versions=versions)
+    fields["source"] = source_digest()
+    return fields
+
+
+def rung_call(backend: str, spec: KernelSpec, bound: Any, device: int, slices: int = 1,
+              cache: Any = None) -> KernelCall:
+    """The launcher of ``backend``'s kernel for ``spec`` and ``bound``'s epilogue on ``device``.
+
+    Memoized per process; otherwise loaded from the on-disk cache, or compiled by Numba
+    (:func:`dxgemm.kernels.get_kernel`) and stored there.  ``slices``: the K slices a
+    split-K kernel runs over ``gridDim.z``.  ``cache``: a
+    :class:`~dxgemm.pipelines.cache.KernelCache` (default: the user's).
+    """
+    from .pipelines._dispatch import _device_cc
+    from .pipelines.kernels import _numba_type_text
+
+    arg_types = _numba_type_text(bound.args)
+    memo_key = (backend, spec, arg_types, device, slices)
+    hit = _memo.get(memo_key)
+    if hit is not None:
+        return hit
+    with _lock:
+        hit = _memo.get(memo_key)
+        if hit is None:
+            hit = _load(backend, spec, bound, rung_fields(backend, spec, arg_types, _device_cc(device)), device,
+                        slices, cache)
+            _memo[memo_key] = hit
+    return hit
+
+
+def _load(backend: str, spec: KernelSpec, bound: Any, fields: dict, device: int, slices: int,
+          cache: Any) -> KernelCall:
+    from .pipelines.cache import CacheWarning, KernelCache
+
+    cache = cache or KernelCache()
+    cc = tuple(fields["cc"])
+
+    def build() -> tuple[dict, dict]:
+        compiled = get_kernel(backend, spec, bound.args, bound.make)
+        overload, kinds, block, tile, smem = launch_layout(compiled)
+        library = overload.library
+        meta = {"kind": "rung", "name": f"{backend}/{spec.tile}", "dtype": fields["dtype"],
+                "arrangement": fields["arrangement"], "entry": library._entry_name, "params": kinds,
+                "block": list(block), "tile": list(tile), "dynamic_smem": int(smem)}
+        cubin = library.get_cubin(cc=cc)  # a cuda.core ObjectCode (older numba-cuda: bytes)
+        return meta, {"cubin": bytes(getattr(cubin, "code", cubin))}
+
+    entry = cache.get_or_build(fields, build)
+    try:
+        return _call_of(entry, device, slices)
+    except Exception as e:  # a cubin this driver refuses (corrupt, another toolchain): rebuild it once
+        warnings.warn(f"dxgemm kernel cache: cannot load {entry.path} ({e}); rebuilding", CacheWarning, stacklevel=3)
+        cache.discard(entry.key)
+        return _call_of(cache.get_or_build(fields, build), device, slices)
+
+
+def _call_of(entry: Any, device: int, slices: int) -> KernelCall:
+    meta = entry.meta
+    return KernelCall.from_cubin(entry.blobs["cubin"], meta["entry"], meta["params"], tuple(meta["block"]),
+                                 tuple(meta["tile"]), device, smem=int(meta.get("dynamic_smem", 0)), slices=slices)

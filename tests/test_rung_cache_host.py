@@ -1,0 +1,125 @@
+"""The handwritten kernels' on-disk cache (``dxgemm._rung_cache``) on the CPU: what its key
+holds, and that a kernel is compiled once, then loaded from disk by a new process (the
+compile and the cubin load stubbed; ``tests/test_gpu.py`` runs the real thing on a GPU)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from dxgemm import _rung_cache
+from dxgemm import epilogues as E
+from dxgemm._gemm import _adapt_extra
+from dxgemm.epilogues._base import AlphaBeta, Chain, EpilogueContext
+from dxgemm.kernels import KernelSpec, Layout
+from dxgemm.pipelines import _dispatch
+from dxgemm.pipelines.cache import KernelCache, cache_key
+from dxgemm.pipelines.kernels import _numba_type_text
+
+M, N = 33, 47
+
+
+def _bound(epilogue, dtype=np.float64, alpha=1.0):
+    dt = np.dtype(dtype)
+    ctx = EpilogueContext(M, N, dt, adapt=lambda arr, name: _adapt_extra(arr, name, dt, 0, (M, N)), device=0)
+    return Chain((AlphaBeta(alpha, 0.0),) + (epilogue.stages if epilogue else ())).bind(ctx)
+
+
+def _spec(bound, dtype=np.float64, tile="medium", layouts=(Layout.ROW, Layout.ROW, Layout.ROW)):
+    return KernelSpec(np.dtype(dtype), *layouts, bound.key, None, tile=tile)
+
+
+def _key(backend, bound, **spec_kw):
+    return cache_key(_rung_cache.rung_fields(backend, _spec(bound, **spec_kw), _numba_type_text(bound.args), (9, 0)))
+
+
+def _vector(rng, n=N, dtype=np.float64):
+    return cuda.to_device(rng.standard_normal(n).astype(dtype))
+
+
+def test_key_holds_the_structure_not_the_values(rng):
+    chain = lambda v, slope: E.bias(v) | E.leaky_relu(slope) | E.scale(0.5)  # noqa: E731
+    base = _key("warptile", _bound(chain(_vector(rng), 0.1)))
+    assert _key("warptile", _bound(chain(_vector(rng), 0.3), alpha=-2.0)) == base  # new values: same kernel
+    others = {
+        "tile": _key("warptile", _bound(chain(_vector(rng), 0.1)), tile="small"),
+        "rung": _key("vectorized", _bound(chain(_vector(rng), 0.1))),
+        "layout": _key("warptile", _bound(chain(_vector(rng), 0.1)), layouts=(Layout.ROW, Layout.COL, Layout.ROW)),
+        "dtype": _key("warptile", _bound(chain(_vector(rng, dtype=np.float32), 0.1), np.float32),
+                      dtype=np.float32),
+        "structure": _key("warptile", _bound(E.bias(_vector(rng)) | E.gelu())),
+        "row bias": _key("warptile", _bound(chain(cuda.to_device(rng.standard_normal((M, 1))), 0.1))),
+    }
+    assert len({base, *others.values()}) == len(others) + 1, others
+
+
+def test_custom_function_keyed_by_code_and_constants(rng):
+    def make(shift):
+        def shifted(x, row, col, w):
+            return x * w[row, col] + shift
+        return shifted
+
+    w = cuda.to_device(rng.standard_normal((M, N)))
+    one = _key("warptile", _bound(E.custom(make(1.0), w)))
+    assert _key("warptile", _bound(E.custom(make(1.0), cuda.to_device(rng.standard_normal((M, N)))))) == one
+    assert _key("warptile", _bound(E.custom(make(2.0), w))) != one
+
+
+def test_source_digest_names_every_kernel_and_epilogue_module():
+    digest = _rung_cache.source_digest()
+    assert len(digest) == 16 and int(digest, 16) >= 0
+    assert _rung_cache.rung_fields("naive", _spec(_bound(None)), "()", (9, 0))["source"] == digest
+
+
+@pytest.fixture
+def stubbed(monkeypatch, tmp_path):
+    """The compile and the cubin load replaced by recorders; a fresh cache folder and memo."""
+    builds, loads = [], []
+    library = SimpleNamespace(_entry_name="_Z6kernel", get_cubin=lambda cc: b"cubin for sm_%d%d" % cc)
+
+    def get_kernel(backend, spec, args, make):
+        builds.append((backend, spec.tile))
+        return "compiled"
+
+    def call_of(entry, device, slices):
+        if entry.blobs["cubin"] == b"refused":
+            raise RuntimeError("CUDA_ERROR_INVALID_IMAGE")
+        loads.append((entry.meta["entry"], entry.meta["name"], entry.meta["dynamic_smem"], slices))
+        return SimpleNamespace(cubin=entry.blobs["cubin"], slices=slices)
+
+    monkeypatch.setattr(_rung_cache, "get_kernel", get_kernel)
+    monkeypatch.setattr(_rung_cache, "launch_layout",
+                        lambda compiled: (SimpleNamespace(library=library), ["p", "i64"], (256, 1, 1), (64, 128), 4096))
+    monkeypatch.setattr(_rung_cache, "_call_of", call_of)
+    monkeypatch.setattr(_dispatch, "_device_cc", lambda device: (9, 0))
+    monkeypatch.setattr(_rung_cache, "_memo", {})
+    return SimpleNamespace(builds=builds, loads=loads, cache=KernelCache(tmp_path))
+
+
+def test_compiled_once_then_loaded_from_disk(stubbed, rng, monkeypatch):
+    bound = _bound(E.bias(_vector(rng)) | E.gelu())
+    first = _rung_cache.rung_call("warptile", _spec(bound), bound, 0, cache=stubbed.cache)
+    assert stubbed.builds == [("warptile", "medium")] and stubbed.cache.info().entries == 1
+    assert first.cubin == b"cubin for sm_90"
+    assert stubbed.loads == [("_Z6kernel", "warptile/medium", 4096, 1)]
+    again = _bound(E.bias(_vector(rng)) | E.gelu(), alpha=3.0)  # new values: the process's memo
+    assert _rung_cache.rung_call("warptile", _spec(again), again, 0, cache=stubbed.cache) is first
+    monkeypatch.setattr(_rung_cache, "_memo", {})  # a new process: loaded from disk, nothing compiled
+    _rung_cache.rung_call("warptile", _spec(again), again, 0, cache=stubbed.cache)
+    assert len(stubbed.builds) == 1 and len(stubbed.loads) == 2
+    split = _rung_cache.rung_call("warptile", _spec(again, tile="split"), again, 0, slices=4, cache=stubbed.cache)
+    assert split.slices == 4 and stubbed.builds[-1] == ("warptile", "split") and stubbed.cache.info().entries == 2
+
+
+def test_a_cubin_the_driver_refuses_is_rebuilt(stubbed, rng):
+    bound = _bound(E.relu())
+    spec = _spec(bound, tile="large")
+    fields = _rung_cache.rung_fields("warptile", spec, _numba_type_text(bound.args), (9, 0))
+    stubbed.cache.store(cache_key(fields), fields, {"entry": "x", "name": "warptile/large", "params": [],
+                                                    "block": [1], "tile": [1, 1]}, {"cubin": b"refused"})
+    with pytest.warns(UserWarning, match="cannot load .*rebuilding"):
+        call = _rung_cache.rung_call("warptile", spec, bound, 0, cache=stubbed.cache)
+    assert call.cubin == b"cubin for sm_90" and stubbed.builds == [("warptile", "large")]
