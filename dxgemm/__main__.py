@@ -1,7 +1,7 @@
 """Command line: ``python -m dxgemm {demo,bench,info,cache,warmup}``.
 
-``info`` also shows the pipeline kernel cache (place, entries, size); ``cache clear``
-empties it; ``warmup`` pre-compiles the pipeline's default configurations into it.
+``info`` also shows the kernel cache (place, entries, size: the pipeline's kernels and the
+handwritten rungs' cubins, :mod:`dxgemm._rung_cache`); ``cache clear`` empties it; ``warmup`` pre-compiles the pipeline's default configurations into it.
 """
 
 from __future__ import annotations
@@ -69,13 +69,13 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def _print_cache(verbose: bool = False) -> None:
-    """The pipeline kernel cache: place, entries, size (and, verbose, one line per kernel)."""
+    """The kernel cache: place, entries, size (and, verbose, one line per kernel)."""
     from .pipelines.cache import KernelCache
     from .pipelines.kernels import outlined_accumulator_functions
 
     cache = KernelCache()
     info = cache.info()
-    print(f"pipeline kernel cache: {info.place}")
+    print(f"kernel cache (pipeline and handwritten kernels): {info.place}")
     print(f"  entries {info.entries}, {info.size_bytes / 2**20:.1f} MiB"
           + (" (set DXGEMM_CACHE_DIR to move it)" if "DXGEMM_CACHE_DIR" not in os.environ else ""))
     lto = info.place / "lto"
@@ -225,9 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dxgemm", description="Fused GEMM kernels for NVIDIA GPUs.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("info", help="GPU, compute capability, versions of the stack and the kernel cache")
-    p.add_argument("-v", "--verbose", action="store_true", help="list every cached pipeline kernel")
+    p.add_argument("-v", "--verbose", action="store_true", help="list every cached kernel")
     p.set_defaults(func=cmd_info)
-    p = sub.add_parser("cache", help="show or clear the pipeline kernel cache")
+    p = sub.add_parser("cache", help="show or clear the kernel cache")
     p.add_argument("action", choices=["show", "clear"])
     p.set_defaults(func=cmd_cache)
     p = sub.add_parser("warmup", help="pre-compile the pipeline's default configurations (progress bar)")

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import threading
 import warnings
 from pathlib import Path
@@ -45,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from ._calls import KernelCall, launch_layout
-from .kernels import KernelSpec, get_kernel
+from .kernels import STATIC_SMEM_LIMIT, KernelSpec, _raise_smem_limit, get_kernel
 
 __all__ = ["rung_call", "rung_fields", "source_digest"]
 
@@ -76,11 +77,27 @@ def rung_fields(backend: str, spec: KernelSpec, arg_types: str, cc: tuple[int, i
     """
     from .pipelines.cache import key_fields
 
-    fields = key_fields(cc=cc, config={"rung": backend, "tile": spec.tile}, dtype=np.dtype(spec.dtype).name,
+    config = {"rung": backend, "tile": spec.tile, "tile_config": tile_config(backend, spec)}
+    fields = key_fields(cc=cc, config=config, dtype=np.dtype(spec.dtype).name,
                         arrangement=(spec.layout_a.value, spec.layout_b.value, spec.layout_d.value),
                         epilogue_key=(spec.epilogue_key, arg_types), kind="rung", versions=versions)
     fields["source"] = source_digest()
     return fields
+
+
+def tile_config(backend: str, spec: KernelSpec) -> dict | None:
+    """The configuration the rung builds ``spec.tile`` from, as its module holds it now
+    (``warptile``'s ``TILE_CONFIGS`` / ``CONFIGS``); None for rungs with a single tile."""
+    module = importlib.import_module(f"dxgemm.kernels.{backend}")
+    dtype = np.dtype(spec.dtype).name
+    tiles = getattr(module, "TILE_CONFIGS", {}).get(dtype, {})
+    return tiles.get(spec.tile, getattr(module, "CONFIGS", {}).get(dtype))
+
+
+def _patched(backend: str) -> bool:
+    """Whether the rung's module was built at run time rather than imported from its file."""
+    spec = getattr(importlib.import_module(f"dxgemm.kernels.{backend}"), "__spec__", None)
+    return spec is None or spec.loader is None
 
 
 def rung_call(backend: str, spec: KernelSpec, bound: Any, device: int, slices: int = 1,
@@ -102,11 +119,21 @@ def rung_call(backend: str, spec: KernelSpec, bound: Any, device: int, slices: i
         return hit
     with _lock:
         hit = _memo.get(memo_key)
+        if hit is None and _patched(backend):
+            hit = _memo[memo_key] = _compiled_here(backend, spec, bound, slices)
         if hit is None:
             hit = _load(backend, spec, bound, rung_fields(backend, spec, arg_types, _device_cc(device)), device,
                         slices, cache)
             _memo[memo_key] = hit
     return hit
+
+
+def _compiled_here(backend: str, spec: KernelSpec, bound: Any, slices: int) -> KernelCall:
+    """Numba's kernel of this process, not kept on disk (a rung module patched at run time)."""
+    compiled = get_kernel(backend, spec, bound.args, bound.make)
+    if compiled.built.dynamic_smem > STATIC_SMEM_LIMIT:
+        _raise_smem_limit(compiled.kernel, compiled.built.dynamic_smem)
+    return KernelCall.of(compiled, slices)
 
 
 def _load(backend: str, spec: KernelSpec, bound: Any, fields: dict, device: int, slices: int,

@@ -56,6 +56,19 @@ def test_key_holds_the_structure_not_the_values(rng):
     assert len({base, *others.values()}) == len(others) + 1, others
 
 
+def test_key_follows_a_tile_configuration_changed_in_place(rng, monkeypatch):
+    """Sweeps and experiments edit ``warptile.TILE_CONFIGS`` in place: another kernel, another entry."""
+    from dxgemm.kernels import warptile
+
+    bound = _bound(E.relu())
+    before = _key("warptile", bound, tile="split")
+    changed = dict(warptile.TILE_CONFIGS["float64"]["split"], min_blocks=3)
+    monkeypatch.setitem(warptile.TILE_CONFIGS["float64"], "split", changed)
+    assert _key("warptile", bound, tile="split") != before
+    assert _rung_cache.tile_config("warptile", _spec(bound, tile="split"))["min_blocks"] == 3
+    assert _rung_cache.tile_config("naive", _spec(bound)) is None
+
+
 def test_custom_function_keyed_by_code_and_constants(rng):
     def make(shift):
         def shifted(x, row, col, w):
@@ -82,7 +95,7 @@ def stubbed(monkeypatch, tmp_path):
 
     def get_kernel(backend, spec, args, make):
         builds.append((backend, spec.tile))
-        return "compiled"
+        return SimpleNamespace(built=SimpleNamespace(dynamic_smem=0))
 
     def call_of(entry, device, slices):
         if entry.blobs["cubin"] == b"refused":
@@ -123,3 +136,18 @@ def test_a_cubin_the_driver_refuses_is_rebuilt(stubbed, rng):
     with pytest.warns(UserWarning, match="cannot load .*rebuilding"):
         call = _rung_cache.rung_call("warptile", spec, bound, 0, cache=stubbed.cache)
     assert call.cubin == b"cubin for sm_90" and stubbed.builds == [("warptile", "large")]
+
+
+def test_a_rung_module_patched_at_run_time_is_not_cached(stubbed, rng, monkeypatch):
+    """The experiments' ``patched_warptile`` installs a module built from edited source (no
+    loader): its kernels are compiled in the process and nothing is stored."""
+    import sys
+    import types
+
+    from dxgemm._calls import KernelCall
+
+    monkeypatch.setitem(sys.modules, "dxgemm.kernels.warptile", types.ModuleType("dxgemm.kernels.warptile"))
+    monkeypatch.setattr(KernelCall, "of", classmethod(lambda cls, compiled, slices=1: ("numba's", slices)))
+    bound = _bound(E.relu())
+    assert _rung_cache.rung_call("warptile", _spec(bound), bound, 0, cache=stubbed.cache) == ("numba's", 1)
+    assert stubbed.builds == [("warptile", "medium")] and stubbed.cache.info().entries == 0 and not stubbed.loads
