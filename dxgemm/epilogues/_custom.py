@@ -10,7 +10,7 @@ or reads as globals (Numba freezes both into the kernel as constants): the byte 
 constants, names and qualified name, plus closure cells, defaults and referenced globals,
 followed into helper functions.  :func:`stable_key` hashes that description with SHA-256
 into a string that is the same in every process (no ``id()``, no ``hash()`` of strings), so
-the pipeline layer's on-disk cache can use it; two functions with the same code but
+the on-disk kernel cache (the pipeline's kernels and the handwritten rungs') can use it; two functions with the same code but
 different closure constants get different keys.  The arrays are run-time arguments: only
 their Numba types enter the cache key.
 
