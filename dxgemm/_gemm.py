@@ -312,8 +312,10 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int 
       IEEE division, or ``tanh``) ran output after output, a dependent DFMA waiting ~8
       cycles, and the small tile's 16 warps an SM hid that better than the medium tile's 8:
       ``bias | silu`` 0.242 small against 0.278 ms staged medium at 4096^2 x 256, ``bias |
-      tanh`` 0.263 / 0.327 (``h100_tiles_staged_chains_s23.log``).  A ``custom`` stage, which
-      may branch, keeps the small tile.
+      tanh`` 0.263 / 0.327 (``h100_tiles_staged_chains_s23.log``).  A ``custom`` stage keeps the
+      small tile unless it is straight-line arithmetic (``epilogues._custom.straight_line``):
+      ``x + v[col]`` 0.1774 medium / 0.1908 small at 4096^2 x 256, 1.437 / 1.556 at 8192^2 x
+      512, but bias + GELU through libdevice's ``erf`` 0.3231 / 0.2545 (``h100_custom_tile_s25.log``).
 
     Below K = 1024 a medium-tile pick runs as ``"medium_grouped"`` (the same tile, its blocks
     launched in groups of 8 tile rows that sweep the columns, as the large tile's are in groups

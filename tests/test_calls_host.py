@@ -193,13 +193,16 @@ def test_copied_inputs_and_mismatched_arguments_are_not_kept():
 def test_warptile_tile_rule():
     """float64 warptile: tiny tile for few outputs; at short K and middling sizes medium (two blocks
     per SM; under every built-in stage too, branch-free in float64 and staged in shared memory
-    there, never under custom) or small; large otherwise."""
+    there, and under a straight-line custom function, never under one that may branch) or small;
+    large otherwise."""
     from dxgemm._gemm import choose_tile
 
     f64, f32 = np.dtype(np.float64), np.dtype(np.float32)
     gelu = (E.bias(np.ones(3)) | E.gelu()).medium_tile_min_k
-    custom = (E.gelu() | E.custom(lambda x, row, col: x)).medium_tile_min_k
+    custom = (E.gelu() | E.custom(lambda x, row, col: x if x > 0 else 0.5 * x)).medium_tile_min_k  # may branch
     assert gelu == 0 and custom == math.inf and (E.bias(np.ones(3)) | E.relu()).medium_tile_min_k == 0
+    light = (E.gelu() | E.custom(lambda x, row, col, w: x * w[row, col] - 0.5 * col, np.ones((3, 3))))
+    assert light.medium_tile_min_k == 0 and not light.stages[1].transcendental  # straight-line arithmetic
     assert E.gelu("tanh").medium_tile_min_k == E.silu().medium_tile_min_k == E.sigmoid().medium_tile_min_k == 0
     assert E.tanh().medium_tile_min_k == 0
     assert choose_tile("warptile", f64, 4096, 4096, 4096) == "large"
@@ -228,6 +231,8 @@ def test_warptile_tile_rule():
     assert choose_tile("warptile", f64, 4096, 4096, 256, medium_min_k=silu) == "medium"
     assert choose_tile("warptile", f64, 4096, 4096, 256, medium_min_k=gelu) == "medium"
     assert choose_tile("warptile", f64, 4096, 4096, 256, medium_min_k=custom) == "small"
+    # x + v[col] 0.1774 medium / 0.1908 small, libdevice's erf in custom 0.3231 / 0.2545 (h100_custom_tile_s25.log)
+    assert choose_tile("warptile", f64, 4096, 4096, 256, medium_min_k=light.medium_tile_min_k) == "medium"
     assert choose_tile("warptile", f64, 3072, 3072, 1024, medium_min_k=gelu) == "medium"  # 9 x 0.53 against 5
     assert choose_tile("warptile", f64, 4096, 4096, 1024, medium_min_k=gelu) == "large"  # 16 x 0.53 against 8
     assert choose_tile("warptile", f64, 8192, 8192, 32) == "short"  # the small tile on m16n8k8
@@ -270,19 +275,20 @@ def test_warptile_tile_rule():
 
 def test_transcendental_stages():
     """Which stages count as transcendental for the float64 tile choice: those with an exp, erf
-    or tanh per element, and custom functions (unknown)."""
+    or tanh per element, and custom functions that may branch (not straight-line arithmetic)."""
     from dxgemm import epilogues as E
 
     light = E.bias(np.ones(3)) | E.relu() | E.leaky_relu() | E.clamp(0, 1) | E.scale(2) | E.store(np.ones((2, 3)))
     assert not any(stage.transcendental for stage in light.stages)
     assert not light.transcendental and light.medium_tile_min_k == 0  # a chain is what its stages are
     for heavy in (E.gelu(), E.gelu(approximate="tanh"), E.silu(), E.sigmoid(), E.tanh(),
-                  E.custom(lambda x, row, col: x)):
+                  E.custom(lambda x, row, col: math.exp(x))):
         assert heavy.transcendental, heavy
         assert (light | heavy).transcendental and (light | heavy).medium_tile_min_k == heavy.medium_tile_min_k
         # the branch-free float64 forms (both GELUs, SiLU, sigmoid, tanh) run on the medium tile, their
-        # epilogue staged in shared memory; custom functions keep the small
+        # epilogue staged in shared memory; custom functions with a call keep the small
         assert heavy.medium_tile_min_k == (math.inf if heavy.name.startswith("custom") else 0), heavy
+    assert not E.custom(lambda x, row, col: x).transcendental  # straight-line arithmetic (test below)
 
 
 @pytest.mark.parametrize(("changes", "message"), [
@@ -347,3 +353,35 @@ def test_bench_plot_draws_the_ladder_squares_only(tmp_path):
     path.write_text(json.dumps(doc))
     bench.plot(str(path), str(tmp_path / "r.png"))
     assert (tmp_path / "r.png").stat().st_size > 0
+
+
+def test_straight_line_custom_functions():
+    """``custom`` functions of loads, indexing, +, - and * only run on the float64 medium tile;
+    a call, a division, a condition or a loop keeps the small one (``_custom.straight_line``)."""
+    from dxgemm.epilogues._custom import straight_line
+
+    half = 0.5
+
+    def scaled(x, row, col, w, table):
+        y = x * w[row, col] + table[row]
+        y -= half * col
+        return -y
+
+    def helper(x):
+        return x
+
+    light = [scaled, lambda x, row, col: x, lambda x, row, col, v: x + v[col] * v[col - 1]]
+    heavy = [lambda x, row, col: math.erf(x), lambda x, row, col: x / 3.0, lambda x, row, col: x ** 2,
+             lambda x, row, col: x if x > 0 else 0.0, lambda x, row, col: abs(x), lambda x, row, col: helper(x),
+             lambda x, row, col: x % 2.0, lambda x, row, col: x // 2.0]
+
+    def loop(x, row, col, v):
+        for j in range(3):
+            x += v[j]
+        return x
+
+    heavy.append(loop)
+    assert all(straight_line(fn) for fn in light)
+    assert not any(straight_line(fn) for fn in heavy)
+    w, v = np.ones((3, 3)), np.ones(3)
+    assert [E.custom(scaled, w, v).transcendental, E.custom(loop, v).transcendental] == [False, True]

@@ -267,3 +267,28 @@ def test_light_chain_on_the_float64_medium_tile(cp, shape):
     dxgemm.gemm(a, b, c, alpha=alpha, beta=0.5, epilogue=epilogue, backend="warptile")
     worst = check(c, epilogue, a, b, np.dtype(np.float64), alpha=alpha, beta=0.5, c=c0)
     assert worst <= 1.0, f"error {worst:.3g} x the bound"
+
+
+def _shifted(x, row, col, w, table):
+    return x * w[row, col] + table[row] - 0.5 * col  # straight-line arithmetic
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_straight_line_custom_on_the_medium_tile(cp, order):
+    """A ``custom`` function of straight-line arithmetic runs on the float64 warptile's medium
+    tile, its epilogue staged in shared memory, eight outputs a lane: row, col and the arrays
+    must reach the right elements, in row- and column-major D, with a ``store`` after it."""
+    from dxgemm._gemm import choose_tile
+
+    m, n, k = 1281, 1283, 257
+    rng = cp.random.default_rng(17)
+    a = rng.standard_normal((m, k))
+    b = rng.standard_normal((k, n))
+    w = rng.uniform(-W_MAX, W_MAX, (m, n))
+    target = cp.full((m, n), cp.nan, order=order)
+    epilogue = E.custom(_shifted, w, rng.standard_normal(m)) | E.store(target) | E.gelu()
+    assert choose_tile("warptile", np.dtype(np.float64), m, n, k, medium_min_k=epilogue.medium_tile_min_k) == "medium"
+    c = cp.full((m, n), cp.nan, order=order)
+    dxgemm.gemm(a, b, c, epilogue=epilogue, backend="warptile")
+    worst = check(c, epilogue, a, b, np.dtype(np.float64), custom_lipschitz=W_MAX)
+    assert worst <= 1.0, f"error {worst:.3g} x the bound"

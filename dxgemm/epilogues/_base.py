@@ -89,7 +89,7 @@ class Epilogue(abc.ABC):
     element: a few dozen FP64 instructions each, on the pipe the FP64 tensor cores use.  The
     float64 ``warptile`` keeps more warps per SM for chains with such a stage
     (:attr:`medium_tile_min_k`), and ``auto`` weighs it in choosing the backend.  True unless a
-    stage says otherwise: a ``custom`` function may do anything."""
+    stage says otherwise: a ``custom`` function may do anything, unless it is straight-line arithmetic."""
 
     @property
     def medium_tile_min_k(self) -> float:
@@ -99,8 +99,9 @@ class Epilogue(abc.ABC):
         The medium tile's main loop is the faster, but with half the warps per SM it ran long
         FP64 epilogues with branches slower (libdevice's ``exp`` and a division), which decided
         where K is short (``dxgemm._gemm.choose_tile``).  Every built-in stage is straight-line
-        code now and, staged in shared memory there, runs as fast on it (0); a ``custom``
-        function may branch (``inf``)."""
+        code now and, staged in shared memory there, runs as fast on it (0); so does a ``custom``
+        function of straight-line arithmetic (:func:`~dxgemm.epilogues._custom.straight_line`);
+        any other may branch (``inf``)."""
         return math.inf if self.transcendental else 0.0
 
     @abc.abstractmethod
