@@ -35,6 +35,7 @@ The CUDA simulator compiles nothing, so there this module is not used.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib
@@ -48,7 +49,7 @@ import numpy as np
 from ._calls import KernelCall, launch_layout
 from .kernels import STATIC_SMEM_LIMIT, KernelSpec, _raise_smem_limit, get_kernel
 
-__all__ = ["rung_call", "rung_fields", "source_digest"]
+__all__ = ["rung_call", "rung_fields", "source_digest", "tile_config", "compile_progress"]
 
 _SOURCE_PACKAGES = ("kernels", "epilogues")
 _memo: dict[tuple, KernelCall] = {}
@@ -144,7 +145,8 @@ def _load(backend: str, spec: KernelSpec, bound: Any, fields: dict, device: int,
     cc = tuple(fields["cc"])
 
     def build() -> tuple[dict, dict]:
-        compiled = get_kernel(backend, spec, bound.args, bound.make)
+        with compile_progress(f"dxgemm: compiling {backend}/{spec.tile} {fields['dtype']} (first use, then on disk)"):
+            compiled = get_kernel(backend, spec, bound.args, bound.make)
         overload, kinds, block, tile, smem = launch_layout(compiled)
         library = overload.library
         meta = {"kind": "rung", "name": f"{backend}/{spec.tile}", "dtype": fields["dtype"],
@@ -160,6 +162,34 @@ def _load(backend: str, spec: KernelSpec, bound: Any, fields: dict, device: int,
         warnings.warn(f"dxgemm kernel cache: cannot load {entry.path} ({e}); rebuilding", CacheWarning, stacklevel=3)
         cache.discard(entry.key)
         return _call_of(cache.get_or_build(fields, build), device, slices)
+
+
+@contextlib.contextmanager
+def compile_progress(desc: str, file: Any = None):
+    """On a terminal (``file``, default standard error), a line showing ``desc`` and the
+    time elapsed while the block runs (a float64 ``warptile`` kernel takes 8-30 s to
+    compile, with nothing else to show); silent elsewhere (tqdm's ``disable=None``)."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=None, desc=desc, bar_format="{desc}: {elapsed}", disable=None, leave=False, file=file,
+               ncols=None if file is None else 120)
+    if bar.disable:
+        yield
+        return
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(0.5):
+            bar.refresh()
+
+    ticker = threading.Thread(target=tick, name="dxgemm-compile-progress", daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        ticker.join()
+        bar.close()
 
 
 def _call_of(entry: Any, device: int, slices: int) -> KernelCall:

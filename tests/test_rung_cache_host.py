@@ -151,3 +151,21 @@ def test_a_rung_module_patched_at_run_time_is_not_cached(stubbed, rng, monkeypat
     bound = _bound(E.relu())
     assert _rung_cache.rung_call("warptile", _spec(bound), bound, 0, cache=stubbed.cache) == ("numba's", 1)
     assert stubbed.builds == [("warptile", "medium")] and stubbed.cache.info().entries == 0 and not stubbed.loads
+
+
+def test_compile_progress_on_a_terminal_only(capsys):
+    """A cold rung build shows its name and the time elapsed on a terminal, nothing in a log."""
+    import io
+    import time
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    shown = Terminal()
+    with _rung_cache.compile_progress("dxgemm: compiling warptile/medium float64", file=shown):
+        time.sleep(0.7)  # the ticker refreshes the line every 0.5 s
+    assert shown.getvalue().count("dxgemm: compiling warptile/medium float64: 00:00") >= 2
+    with _rung_cache.compile_progress("dxgemm: compiling naive/large float32"):
+        pass
+    assert capsys.readouterr().err == ""  # pytest's captured stderr is not a terminal
