@@ -23,8 +23,9 @@ pointers, re-checks what depends on them (C must not overlap A or B; epilogue ar
 must not race with the operands), rebuilds the alpha/beta arguments and launches the
 recorded :class:`~dxgemm.pipelines._dispatch.PipelineCall`.
 
-The same holds for the handwritten kernels (:class:`KernelCall`): their compiled Numba
-kernel is launched with packed parameters instead of through Numba's argument handling.
+The same holds for the handwritten kernels (:class:`KernelCall`): on a GPU every call,
+the first one too, launches the rung's cubin (kept on disk by :mod:`dxgemm._rung_cache`)
+with packed parameters instead of through Numba's argument handling.
 Only CuPy arrays take this path (their signature is read from attributes); other array
 types and ``custom`` stages (whose function may read changing globals) are validated in
 full on every call, as before.
