@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dis
 import enum
+import functools
 import hashlib
 import inspect
 import re
@@ -208,9 +209,13 @@ def straight_line(fn: Callable) -> bool:
     Read from the byte code, without compiling: the choice of tile comes before the kernel,
     which may come from the disk cache."""
     py = _python_function(fn)
-    if py is None:
-        return False
-    for ins in dis.get_instructions(py):
+    return py is not None and _straight_line_code(py.__code__)
+
+
+@functools.lru_cache(maxsize=256)
+def _straight_line_code(code: pytypes.CodeType) -> bool:
+    """:func:`straight_line` of one code object (read once: every call of ``gemm`` asks)."""
+    for ins in dis.get_instructions(code):
         if ins.opname == "BINARY_OP":
             if ins.argrepr not in _PLAIN_ARITHMETIC:
                 return False
