@@ -27,8 +27,9 @@ The same holds for the handwritten kernels (:class:`KernelCall`): on a GPU every
 the first one too, launches the rung's cubin (kept on disk by :mod:`dxgemm._rung_cache`)
 with packed parameters instead of through Numba's argument handling.
 Only CuPy arrays take this path (their signature is read from attributes); other array
-types and ``custom`` stages (whose function may read changing globals) are validated in
-full on every call, as before.
+types are validated in full on every call, as before.  A ``custom`` stage's signature
+holds :func:`~dxgemm.epilogues.stable_key` of its function, which covers the globals and
+closure values the function reads, so a changed one is bound afresh.
 """
 
 from __future__ import annotations

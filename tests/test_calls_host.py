@@ -96,11 +96,35 @@ def test_signature_follows_the_steering_state(monkeypatch, tmp_path):
     assert sig(a, b) != before
 
 
+SHIFT = 1.0
+
+
+def test_custom_signature_follows_the_function_values_and_arrays(monkeypatch):
+    """A custom stage is kept by its function's stable key (code, closure and global values)
+    and its arrays by address: a changed global gives another signature, so it is bound and
+    compiled afresh instead of running the kernel that baked in the old value."""
+    a, b = FakeArray((64, 32), 1 << 20), FakeArray((32, 48), 2 << 20)
+    w1, w2 = FakeArray((64, 48), 9 << 20), FakeArray((64, 48), 10 << 20)
+
+    def shifted(x, row, col, w):
+        return x * w[row, col] + SHIFT
+
+    def scaled_by(factor):
+        return lambda x, row, col, w: x * w[row, col] * factor
+
+    base = sig(a, b, epilogue=E.custom(shifted, w1))
+    assert base is not None and base == sig(a, b, epilogue=E.custom(shifted, FakeArray((64, 48), 9 << 20)))
+    assert sig(a, b, epilogue=E.custom(shifted, w2)) != base  # another array
+    assert sig(a, b, epilogue=E.custom(scaled_by(2.0), w1)) != sig(a, b, epilogue=E.custom(scaled_by(3.0), w1))
+    monkeypatch.setitem(globals(), "SHIFT", 2.0)
+    assert sig(a, b, epilogue=E.custom(shifted, w1)) != base  # a global it reads changed
+
+
 def test_calls_that_are_never_kept():
     a, b = FakeArray((64, 32), 1 << 20), FakeArray((32, 48), 2 << 20)
     assert sig(np.zeros((64, 32), np.float32), b) is None  # not a CuPy array: validated in full
     assert sig(a, b, FakeArray((64, 48), 0), alpha=np.float32(1.0)) is None
-    assert sig(a, b, epilogue=E.custom(lambda x, row, col: x)) is None  # may read changing globals
+    assert sig(a, b, epilogue=E.custom(lambda x, row, col, w: x, np.ones(3))) is None  # a host array
     assert sig(a, b, epilogue="relu") is None  # gemm's own check raises for this
 
 

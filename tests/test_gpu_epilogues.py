@@ -292,3 +292,40 @@ def test_straight_line_custom_on_the_medium_tile(cp, order):
     dxgemm.gemm(a, b, c, epilogue=epilogue, backend="warptile")
     worst = check(c, epilogue, a, b, np.dtype(np.float64), custom_lipschitz=W_MAX)
     assert worst <= 1.0, f"error {worst:.3g} x the bound"
+
+
+OFFSET = 0.25
+
+
+def _offset_by_table(x, row, col, table):
+    return x + table[row] + OFFSET
+
+
+@pytest.mark.parametrize("backend", ["warptile", "pipeline"])
+def test_custom_calls_are_kept_until_a_global_changes(cp, backend, monkeypatch):
+    """A ``custom`` call is remembered (``dxgemm._calls``) like a built-in chain: the repeat
+    with new values in the same arrays reuses the decisions; another array, or a changed
+    global the function reads (Numba baked the old value into the kernel), is bound afresh."""
+    from dxgemm import _calls
+
+    m, n, k = 300, 257, 129
+    rng = cp.random.default_rng(23)
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    table = rng.standard_normal(m)
+    c = cp.full((m, n), cp.nan)
+
+    def run_and_check(epilogue):
+        c.fill(cp.nan)
+        dxgemm.gemm(a, b, c, epilogue=epilogue, backend=backend)
+        worst = check(c, epilogue, a, b, np.dtype(np.float64), custom_lipschitz=1.0)
+        assert worst <= 1.0, f"error {worst:.3g} x the bound"
+        return _calls.lookup(_calls.signature(a, b, c, 1.0, 0.0, epilogue, backend))
+
+    kept = run_and_check(E.custom(_offset_by_table, table))
+    assert kept is not None
+    table[:] = rng.standard_normal(m)  # new values, same address: the kept call
+    assert run_and_check(E.custom(_offset_by_table, table)) is kept
+    other = rng.standard_normal(m)
+    assert run_and_check(E.custom(_offset_by_table, other)) is not kept
+    monkeypatch.setitem(globals(), "OFFSET", -3.0)  # the reference reads it too
+    assert run_and_check(E.custom(_offset_by_table, table)) is not kept

@@ -106,8 +106,6 @@ def time_tiles(shapes: list[str], tiles: list[str], chains: list[str], *, rounds
         # the custom stages' references: the built-in chains they equal (a custom stage's own
         # reference calls the function once per element in Python: minutes at these sizes)
         same_as = {"custom": E.bias(v), "custom_gelu": E.bias(v) | E.gelu()}
-        for label in same_as:  # remembered like the built-in chains (their function and arrays never change here)
-            made[label].call_signature = lambda label=label: ("timed custom", label)
         launches = {}
         for tile in tiles:
             for label in chains:

@@ -36,7 +36,7 @@ from numba import cuda
 
 from ..kernels._device import SIMULATOR
 from ._arrays import device_array
-from ._base import BoundEpilogue, Epilogue, EpilogueContext
+from ._base import BoundEpilogue, Epilogue, EpilogueContext, signature_atom
 
 
 class PrecisionWarning(UserWarning):
@@ -96,6 +96,14 @@ class Custom(Epilogue):
 
         extra = "".join(", " + _describe(a) for a in self.arrays)
         return f"custom({self.fn.__qualname__}{extra})"
+
+    def call_signature(self) -> tuple | None:
+        """The function by :func:`stable_key` (its code and every value it reads: a global or
+        closure constant changed since the last call gives another signature, so that call
+        is bound and compiled afresh) and the arrays by address, shape, strides, dtype and
+        device; None unless every array is a CuPy array (:meth:`Epilogue.call_signature`)."""
+        arrays = signature_atom(tuple(self.arrays))
+        return None if arrays is None else (type(self), stable_key(self.fn), arrays)
 
     def stable_key(self) -> str:
         """SHA-256 (hex) of the function's code and the values it uses; equal across processes."""
