@@ -209,6 +209,23 @@ def device_of(op: Operand) -> int:
     return int(ordinal)
 
 
+def on_device(device: int):
+    """A context in which ``device`` is the current CUDA device, the previous one current again
+    after it (``cupy.cuda.Device``: a no-op when it already is; nothing under the simulator).
+
+    Kernels are loaded and launched in the current context, so a call whose arrays live on
+    another GPU than the caller's current one must switch for its launch, and switch back:
+    loading a kernel (``cuda.core``'s ``set_current``) would otherwise leave the caller on
+    the arrays' GPU."""
+    if SIMULATOR:
+        import contextlib
+
+        return contextlib.nullcontext()
+    import cupy
+
+    return cupy.cuda.Device(device)
+
+
 def empty_like_library(like: Operand, shape: tuple[int, int]):
     """A new row-major matrix of ``like``'s dtype, device and array library."""
     if SIMULATOR:

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from ._arrays import check_output_overlap, matrix_signature
+from ._arrays import check_output_overlap, matrix_signature, on_device
 from ._streams import stream_handle
 from .epilogues._base import Epilogue, Span, check_spans
 from .kernels import vector_flags
@@ -134,7 +134,8 @@ class _KeptCall:
             check_output_overlap(mat_d, (("a", mat_a), ("b", mat_b)))
         if self.reads or self.writes:
             check_spans([_span("a", mat_a), _span("b", mat_b)], _span("c", mat_d), self.reads, self.writes)
-        self.call(mat_a, mat_b, mat_d, self.m, self.n, self.k, self.head(alpha, beta, mat_d) + self.tail, handle)
+        with on_device(a.device.id):  # launch on the arrays' GPU (the signature holds it), whichever is current
+            self.call(mat_a, mat_b, mat_d, self.m, self.n, self.k, self.head(alpha, beta, mat_d) + self.tail, handle)
         return out
 
 

@@ -108,43 +108,44 @@ def gemm(
     if m == 1 and backend in ("auto", "pipeline"):
         backend = "gemv"  # one output row: no reuse to tile for (dxgemm.kernels.gemv)
     flags = vector_flags(op_a.ptr, op_a.ld, op_b.ptr, op_b.ld, dtype.itemsize)
-    if backend == "auto":
-        backend = choose_backend(dtype, m, n, k, pipeline=_pipeline_reason(device) is None,
-                                 aligned=flags == FLAG_VEC_A | FLAG_VEC_B, transcendental=chain.transcendental,
-                                 medium_min_k=chain.medium_tile_min_k, sms=sm_count())
-    if backend == "pipeline":
-        from .pipelines._dispatch import PipelineUnavailable, matrix_of, prepare
+    with _arrays.on_device(device):  # choose, load and launch on the arrays' GPU
+        if backend == "auto":
+            backend = choose_backend(dtype, m, n, k, pipeline=_pipeline_reason(device) is None,
+                                     aligned=flags == FLAG_VEC_A | FLAG_VEC_B, transcendental=chain.transcendental,
+                                     medium_min_k=chain.medium_tile_min_k, sms=sm_count())
+        if backend == "pipeline":
+            from .pipelines._dispatch import PipelineUnavailable, matrix_of, prepare
 
-        mat_a, mat_b, mat_d = matrix_of(op_a), matrix_of(op_b), matrix_of(op_d)
-        try:
-            call = prepare(dtype, (mat_a.arrangement, mat_b.arrangement), m, n, k, bound, device,
-                           d_arrangement=mat_d.arrangement)
-        except PipelineUnavailable as e:
-            if explicit_pipeline:
-                raise ValueError(f"backend='pipeline' cannot run this call: {e}") from None
-            call = None
-            backend = "warptile"
-        if call is not None:
-            call(mat_a, mat_b, mat_d, m, n, k, bound.args, handle)
-            _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta, c is not None)
+            mat_a, mat_b, mat_d = matrix_of(op_a), matrix_of(op_b), matrix_of(op_d)
+            try:
+                call = prepare(dtype, (mat_a.arrangement, mat_b.arrangement), m, n, k, bound, device,
+                               d_arrangement=mat_d.arrangement)
+            except PipelineUnavailable as e:
+                if explicit_pipeline:
+                    raise ValueError(f"backend='pipeline' cannot run this call: {e}") from None
+                call = None
+                backend = "warptile"
+            if call is not None:
+                call(mat_a, mat_b, mat_d, m, n, k, bound.args, handle)
+                _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta, c is not None)
+                return out
+        sms = sm_count()
+        tile = choose_tile(backend, dtype, m, n, k, sms, chain.medium_tile_min_k, l2_cache_bytes())
+        slices = choose_split_k(backend, dtype, m, n, k, tile, sms)
+        if SIMULATOR:  # nothing is compiled: Numba's simulated launch
+            _simulated_rung(backend, tile, op_a, op_b, op_d, m, n, k, flags, bound, slices)
             return out
-    sms = sm_count()
-    tile = choose_tile(backend, dtype, m, n, k, sms, chain.medium_tile_min_k, l2_cache_bytes())
-    slices = choose_split_k(backend, dtype, m, n, k, tile, sms)
-    if SIMULATOR:  # nothing is compiled: Numba's simulated launch
-        _simulated_rung(backend, tile, op_a, op_b, op_d, m, n, k, flags, bound, slices)
-        return out
-    from .pipelines._dispatch import matrix_of
-    from .pipelines._launch import _values
+        from .pipelines._dispatch import matrix_of
+        from .pipelines._launch import _values
 
-    spec = KernelSpec(dtype, op_a.layout, op_b.layout, op_d.layout, bound.key, None, tile=tile)
-    if slices > 1:
-        call = _warptile_split_k(spec, bound, device, slices, n)
-    else:
-        call = rung_call(backend, spec, bound, device)
-    call(matrix_of(op_a), matrix_of(op_b), matrix_of(op_d), m, n, k, _values(bound.args), handle)
-    _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta, c is not None)
-    return out
+        spec = KernelSpec(dtype, op_a.layout, op_b.layout, op_d.layout, bound.key, None, tile=tile)
+        if slices > 1:
+            call = _warptile_split_k(spec, bound, device, slices, n)
+        else:
+            call = rung_call(backend, spec, bound, device)
+        call(matrix_of(op_a), matrix_of(op_b), matrix_of(op_d), m, n, k, _values(bound.args), handle)
+        _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta, c is not None)
+        return out
 
 
 def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = False, aligned: bool = True,

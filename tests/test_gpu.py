@@ -194,6 +194,24 @@ def test_warptile_split_k_repeat_calls(cp, order):
     assert len(kept) == 1 and kept[0].size >= largest
 
 
+@pytest.mark.parametrize("backend", ["warptile", "auto", "pipeline"])
+def test_arrays_on_a_gpu_that_is_not_current(cp, backend):
+    """Operands on GPU 1 while GPU 0 is current: the kernel is loaded and launched on GPU 1 (first
+    call and its remembered repeat, both dtypes) and GPU 0 is current again afterwards."""
+    if cp.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("needs two GPUs")
+    for dtype in DTYPES:
+        with cp.cuda.Device(1):
+            a, b = _operands(cp, 300, 257, 129, dtype, seed=9)
+        for repeat in range(2):
+            assert cp.cuda.runtime.getDevice() == 0
+            d = dxgemm.gemm(a, b, backend=backend)
+            assert cp.cuda.runtime.getDevice() == 0, "the call left another GPU current"
+            assert d.device.id == 1
+            with cp.cuda.Device(1):
+                assert_close(d, a.astype(np.float64), b.astype(np.float64), np.dtype(dtype))
+
+
 def test_devices_must_match(cp):
     if cp.cuda.runtime.getDeviceCount() < 2:
         pytest.skip("needs two GPUs")
