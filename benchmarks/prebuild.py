@@ -32,6 +32,7 @@ scripts they name; a call changed there and not here is compiled on the GPU host
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
@@ -124,6 +125,7 @@ def stub_the_device(recorder: Recorder) -> None:
     """Route every device query, array view and launch of a pipeline call to the host."""
     _arrays.device_of = lambda op: 0
     _arrays.empty_like_library = lambda like, shape: dev(np.empty(shape, like.dtype))
+    _arrays.on_device = lambda device: contextlib.nullcontext()  # no device to switch to
     _arrays.Operand.flat = lambda self: np.empty(max(self.extent, 1), self.dtype)
     _epi_arrays._numba_view = _host_view
     _config._queried_device_info = lambda device: _config.H100
