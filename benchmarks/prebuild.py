@@ -1,12 +1,16 @@
-"""Build, without a GPU, every pipeline kernel the GPU tests, the benchmarks and the examples ask for.
+"""Build, without a GPU, every kernel the GPU tests, the benchmarks and the examples ask for.
 
 A GPU host's time is scarce and a cold pipeline kernel costs ~45 s there (and ~110 s on a
 2-core machine; ~20-30 s for another epilogue of a configuration already built, whose
-libmathdx objects the LTO store keeps).  ``python -m dxgemm warmup`` builds the default
-configurations; this script builds everything else the GPU runs would compile: the fused
-chains of ``tests/test_gpu_epilogues.py``, the staged-store, split-K and alpha/beta
-kernels of ``tests/test_gpu_pipeline.py``, ``fusion.py``'s ``bias | gelu`` kernels, the
-shapes of ``pipeline_bench.py`` and ``auto_choice.py``, and the examples' epilogues.
+libmathdx objects the LTO store keeps); a float64 ``warptile`` kernel 8-30 s.  ``python -m
+dxgemm warmup`` builds the default configurations and the handwritten kernels of a plain
+call; this script builds everything else the GPU runs would compile: the fused chains of
+``tests/test_gpu_epilogues.py``, the staged-store, split-K and alpha/beta kernels of
+``tests/test_gpu_pipeline.py``, ``fusion.py``'s ``bias | gelu`` kernels, the shapes of
+``pipeline_bench.py`` and ``auto_choice.py``, and the examples' epilogues; with the part
+``rungs``, the handwritten kernels of the float64 fusion and epilogue-cost runs on
+``warptile`` and of the every-stage test on every rung.  A call of another part that lands
+on a rung (``auto``'s choice, the split-K reduce) is built as well.
 
 How: it replays those calls through ``dxgemm.gemm`` itself, so the configuration, kernel
 variant, store and cache key are chosen by the library's own code, never restated here.
@@ -24,7 +28,8 @@ builds the kernels* in docs/performance.md (NVRTC/nvJitLink 13.0 builds were 10-
 Parts: ``bench`` (pipeline_bench.py, auto_choice.py), ``fusion``, ``cost`` (epilogue_cost.py's
 single stages), ``epilogues``,
 ``pipeline`` (the two test files), ``examples``, ``simt`` (float32 at the skinny shapes
-under both methods, SIMT and 3xTF32, as ``auto_choice.py`` compares them).  The replayed calls mirror the
+under both methods, SIMT and 3xTF32, as ``auto_choice.py`` compares them), ``rungs`` (above;
+like ``simt``, only when named: on a 2-core machine it takes the better part of an hour).  The replayed calls mirror the
 scripts they name; a call changed there and not here is compiled on the GPU host instead
 (``pytest`` then skips the test unless ``DXGEMM_TEST_COMPILE=1``).
 """
@@ -51,7 +56,8 @@ _standin.activate((9, 0))  # before nvmath is imported
 
 import dxgemm  # noqa: E402
 import dxgemm.epilogues._arrays as _epi_arrays  # noqa: E402
-from dxgemm import _arrays, _calls  # noqa: E402
+from dxgemm import _arrays, _calls, _rung_cache  # noqa: E402
+from dxgemm import kernels as _rung_kernels  # noqa: E402
 from dxgemm import epilogues as E  # noqa: E402
 from dxgemm.pipelines import _dispatch, _splitk, kernels, use_config  # noqa: E402
 from dxgemm.pipelines import config as _config  # noqa: E402
@@ -121,8 +127,36 @@ class Recorder:
         return object()
 
 
+class HostCupy:
+    """The one CuPy function ``fusion.overhead_epilogues`` calls, on host arrays posing as device ones."""
+
+    asarray = staticmethod(dev)
+
+
+def record_rungs(recorder: Recorder) -> None:
+    """Route a handwritten kernel's build through ``recorder``: named, and (unless listing) built and
+    stored by dxgemm's own code (``_rung_cache._stored``), its cubin never loaded."""
+    build = _rung_cache._stored
+
+    def stored(backend, spec, bound, fields, cache):
+        key = cache_key(fields)
+        if key not in recorder.seen:
+            have = cache.path(key).exists()
+            recorder.seen[key] = have
+            print(f"{'have' if have else 'need'} {key} {backend}/{spec.tile} {fields['dtype']} "
+                  f"{'/'.join(fields['arrangement'])} epilogue={str(spec.epilogue_key)[:100]}", flush=True)
+            if not have and not recorder.list_only:
+                t0 = time.perf_counter()
+                build(backend, spec, bound, fields, cache)
+                print(f"     built in {time.perf_counter() - t0:.0f} s", flush=True)
+        return None
+
+    _rung_cache._stored = stored
+    _rung_cache._call_of = lambda entry, device, slices: (lambda *a, **k: None)
+
+
 def stub_the_device(recorder: Recorder) -> None:
-    """Route every device query, array view and launch of a pipeline call to the host."""
+    """Route every device query, array view and launch of a pipeline or rung call to the host."""
     _arrays.device_of = lambda op: 0
     _arrays.empty_like_library = lambda like, shape: dev(np.empty(shape, like.dtype))
     _arrays.on_device = lambda device: contextlib.nullcontext()  # no device to switch to
@@ -132,19 +166,20 @@ def stub_the_device(recorder: Recorder) -> None:
     _dispatch.availability = lambda device: None
     _dispatch.PipelineCall.__call__ = lambda self, *a, **k: None
     _splitk.SplitKCall.__call__ = lambda self, *a, **k: None
-    _splitk.reduce_kernel = lambda *a, **k: None  # a Numba rung: compiled on the GPU host in seconds
     _calls.remember = lambda *a, **k: None
     kernels.get_kernel = recorder
+    # the rungs: the H100's SMs and L2 for choose_tile, its CC for the key, and no load or launch
+    _rung_kernels._attributes.update({(0, "MULTIPROCESSOR_COUNT"): _config.H100.sm_count,
+                                      (0, "L2_CACHE_SIZE"): 50 * 2**20})
+    _dispatch._device_cc = lambda device: _config.H100.cc
+    record_rungs(recorder)
 
 
 def gemm(*args, **kw) -> None:
     try:
         dxgemm.gemm(*args, **kw)
     except Exception as e:  # noqa: BLE001 - report and go on with the next call
-        if type(e).__name__ == "CudaSupportError":  # "auto" chose a Numba rung: it compiles on the GPU host
-            print(f"  not a pipeline call ({kw.get('backend', 'auto')}: a Numba rung, compiled where it runs)")
-        else:
-            print(f"  call failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
+        print(f"  call failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
 
 
 def env(**values) -> None:
@@ -156,8 +191,13 @@ def env(**values) -> None:
     _calls.clear()
 
 
-def gpu_epilogue_calls():
-    """tests/test_gpu_epilogues.py: every chain x shape x dtype on the pipeline, the dense layer, the GELU tests."""
+def gpu_epilogue_calls(backends=("pipeline",)):
+    """tests/test_gpu_epilogues.py: every chain x shape x dtype on ``backends``, the dense layer, the GELU tests."""
+    for backend in backends:
+        _gpu_epilogue_calls(backend)
+
+
+def _gpu_epilogue_calls(backend: str):
     rng = np.random.default_rng(0)
 
     import tests.test_gpu_epilogues as T  # its CHAINS, SHAPES and the custom stage's own function
@@ -182,16 +222,16 @@ def gpu_epilogue_calls():
                 a = normal(rng, (m, k), dtype)
                 b = fortran(normal(rng, (k, n), dtype))
                 c = dev(np.full((m, n), np.nan, dtype))
-                gemm(a, b, c, alpha=1 / math.sqrt(k), epilogue=chain, backend="pipeline")
+                gemm(a, b, c, alpha=1 / math.sqrt(k), epilogue=chain, backend=backend)
     for dtype in DTYPES:  # dense layer 4096^3 with beta C
         n = 4096
         x, w, c = (normal(rng, (n, n), dtype) for _ in range(3))
-        gemm(x, w, c, alpha=1 / 64, beta=0.5, epilogue=E.bias(normal(rng, n, dtype)) | E.gelu(), backend="pipeline")
-    for dtype in DTYPES:  # the GELU tests on the hardware, float32's tail and float64's
+        gemm(x, w, c, alpha=1 / 64, beta=0.5, epilogue=E.bias(normal(rng, n, dtype)) | E.gelu(), backend=backend)
+    for dtype in DTYPES if backend in ("warptile", "pipeline") else ():  # the GELU tests, float32's tail and float64's
         a = dev(np.linspace(-12, 12, 4096 * 16).astype(dtype).reshape(-1, 64))
         eye = dev(np.eye(64, dtype=dtype))
-        gemm(a, eye, epilogue=E.gelu(), backend="pipeline")
-        gemm(a, eye, backend="pipeline")
+        gemm(a, eye, epilogue=E.gelu(), backend=backend)
+        gemm(a, eye, backend=backend)
 
 
 def gpu_pipeline_calls():
@@ -283,6 +323,24 @@ def cost_calls():
                 gemm(x, w, d, epilogue=ep, backend="pipeline")
 
 
+def rung_calls():
+    """The handwritten kernels of the GPU runs: ``fusion.py`` and ``epilogue_cost.py`` with ``--backend
+    warptile`` in float64 (both bias chains, no epilogue and every single stage of fusion.py's
+    catalogue) at fusion.py's shapes, and tests/test_gpu_epilogues.py's every-stage test on every rung.
+    Rung calls elsewhere (the other parts' ``auto``, the split-K reduce) are built too."""
+    from fusion import overhead_epilogues
+
+    rng = np.random.default_rng(7)
+    for m, n, k in FUSION_SHAPES:
+        x, w, d = normal(rng, (m, k), np.float64), normal(rng, (k, n), np.float64), dev(np.empty((m, n)))
+        v = normal(rng, n, np.float64)
+        chains = [None, E.bias(v) | E.gelu(), E.bias(v) | E.gelu("tanh")]
+        chains += overhead_epilogues("all", n, np.float64, HostCupy).values()
+        for ep in chains:
+            gemm(x, w, d, epilogue=ep, backend="warptile")
+    gpu_epilogue_calls([b for b in dxgemm.BACKENDS if b != "pipeline"])
+
+
 def example_calls():
     """examples/fused_linear.py and examples/custom_epilogue.py at their default sizes (backend auto)."""
     rng = np.random.default_rng(3)
@@ -327,12 +385,12 @@ def simt_calls():
 
 
 PARTS = {"bench": bench_calls, "fusion": fusion_calls, "cost": cost_calls, "epilogues": gpu_epilogue_calls,
-         "pipeline": gpu_pipeline_calls, "examples": example_calls, "simt": simt_calls}
+         "pipeline": gpu_pipeline_calls, "examples": example_calls, "simt": simt_calls, "rungs": rung_calls}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("parts", nargs="*", default=[], help="default: all but simt")
+    parser.add_argument("parts", nargs="*", default=[], help="default: all but simt and rungs")
     parser.add_argument("--list", action="store_true", help="name the kernels and whether they are cached; build none")
     parser.add_argument("--keys", help="write the cache keys of every kernel named to this file")
     args = parser.parse_args(argv)
@@ -344,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"not building: {mismatch}")
     recorder = Recorder(args.list)
     stub_the_device(recorder)
-    for part in args.parts or [p for p in PARTS if p != "simt"]:
+    for part in args.parts or [p for p in PARTS if p not in ("simt", "rungs")]:
         print(f"== {part}", flush=True)
         PARTS[part]()
     missing = sum(1 for have in recorder.seen.values() if not have)

@@ -1,7 +1,9 @@
 """Command line: ``python -m dxgemm {demo,bench,info,cache,warmup}``.
 
 ``info`` also shows the kernel cache (place, entries, size: the pipeline's kernels and the
-handwritten rungs' cubins, :mod:`dxgemm._rung_cache`); ``cache clear`` empties it; ``warmup`` pre-compiles the pipeline's default configurations into it.
+handwritten rungs' cubins, :mod:`dxgemm._rung_cache`); ``cache clear`` empties it; ``warmup`` pre-compiles
+into it what a plain call runs: the pipeline's default configurations and the handwritten
+kernels ``auto`` picks from (on a machine without a GPU too, for an H100).
 """
 
 from __future__ import annotations
@@ -121,11 +123,17 @@ def cmd_warmup(args: argparse.Namespace) -> int:
     from .pipelines import _standin
 
     _standin.activate((9, 0))  # compiles without a GPU too (for an H100); a no-op with one
+    from . import _rung_cache
     from .pipelines.cache import compiler_mismatch
     from .pipelines.warmup import ARRANGEMENT_PAIRS, warmup
 
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    unknown = sorted(set(kinds) - {"pipeline", "handwritten"})
+    if unknown or not kinds:
+        print(f"warmup: --kinds takes pipeline and/or handwritten, got {args.kinds!r}", file=sys.stderr)
+        return 2
     mismatch = compiler_mismatch()
-    if mismatch:
+    if mismatch and "pipeline" in kinds:
         print(f"warmup: not building: {mismatch}", file=sys.stderr)
         return 2
 
@@ -133,11 +141,25 @@ def cmd_warmup(args: argparse.Namespace) -> int:
     configs = [c.strip() for c in args.config.split(",") if c.strip()]
     arrangements = ARRANGEMENT_PAIRS if args.arrangements == "all" else [
         tuple(x.split("/")) for x in args.arrangements.split(",")]
+    bad = [a for a in arrangements if len(a) != 2 or set(a) - {"row_major", "col_major"}]
+    if bad:
+        print(f"warmup: --arrangements takes 'all' or A/B pairs of row_major and col_major, got {bad}",
+              file=sys.stderr)
+        return 2
     t0 = time.perf_counter()
+
+    def log(msg: str) -> None:
+        print(f"[{time.perf_counter() - t0:7.1f} s] {msg}", flush=True)
+
+    records = []
     try:
-        split = [] if args.split_k == "none" else [c.strip() for c in args.split_k.split(",") if c.strip()]
-        records = warmup(dtypes, configs=configs, arrangements=arrangements, jobs=args.jobs, split_k_configs=split,
-                         log=lambda msg: print(f"[{time.perf_counter() - t0:7.1f} s] {msg}", flush=True))
+        if "handwritten" in kinds:
+            jobs = args.jobs if args.jobs > 1 else min(os.cpu_count() or 1, 8)
+            records += _rung_cache.warmup(dtypes, arrangements=arrangements, jobs=jobs, log=log)
+        if "pipeline" in kinds:
+            split = [] if args.split_k == "none" else [c.strip() for c in args.split_k.split(",") if c.strip()]
+            records += warmup(dtypes, configs=configs, arrangements=arrangements, jobs=args.jobs,
+                              split_k_configs=split, log=log)
     except (TypeError, ValueError) as e:
         print(f"warmup: {e}", file=sys.stderr)
         return 2
@@ -230,13 +252,18 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("cache", help="show or clear the kernel cache")
     p.add_argument("action", choices=["show", "clear"])
     p.set_defaults(func=cmd_cache)
-    p = sub.add_parser("warmup", help="pre-compile the pipeline's default configurations (progress bar)")
+    p = sub.add_parser("warmup", help="pre-compile the kernels a plain call uses (progress bar; no GPU needed)")
+    p.add_argument("--kinds", default="handwritten,pipeline",
+                   help="comma-separated: handwritten (warptile's tiles, gemv, the split-K reduce), "
+                        "pipeline (its default configurations)")
     p.add_argument("--dtype", default="float64,float32", help="comma-separated: float64, float32")
     p.add_argument("--config", default="large,small", help="comma-separated: large, small or e.g. 128x128x32_t256_d2")
     p.add_argument("--arrangements", default="all", help="'all' or e.g. row_major/row_major,col_major/row_major")
     p.add_argument("--split-k", default="small",
                    help="configurations whose split-K variant is built too (comma-separated, or 'none')")
-    p.add_argument("--jobs", type=int, default=1, help="kernels built at once (each also uses worker processes)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="pipeline kernels built at once (each also uses worker processes); handwritten kernels are "
+                        "built this many at once, or by up to 8 processes when 1")
     p.set_defaults(func=cmd_warmup)
     p = sub.add_parser("demo", help="run every backend once, check it and time it")
     p.add_argument("--size", type=int, default=2048, help="square size on a GPU (default 2048)")

@@ -42,14 +42,15 @@ import importlib
 import threading
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
 from ._calls import KernelCall, launch_layout
 from .kernels import STATIC_SMEM_LIMIT, KernelSpec, _raise_smem_limit, get_kernel
 
-__all__ = ["rung_call", "rung_fields", "source_digest", "tile_config", "compile_progress"]
+__all__ = ["rung_call", "rung_fields", "source_digest", "tile_config", "compile_progress", "stored",
+           "plain_kernels", "warmup"]
 
 _SOURCE_PACKAGES = ("kernels", "epilogues")
 _memo: dict[tuple, KernelCall] = {}
@@ -142,6 +143,33 @@ def _load(backend: str, spec: KernelSpec, bound: Any, fields: dict, device: int,
     from .pipelines.cache import CacheWarning, KernelCache
 
     cache = cache or KernelCache()
+    entry = _stored(backend, spec, bound, fields, cache)
+    try:
+        return _call_of(entry, device, slices)
+    except Exception as e:  # a cubin this driver refuses (corrupt, another toolchain): rebuild it once
+        warnings.warn(f"dxgemm kernel cache: cannot load {entry.path} ({e}); rebuilding", CacheWarning, stacklevel=3)
+        cache.discard(entry.key)
+        return _call_of(_stored(backend, spec, bound, fields, cache), device, slices)
+
+
+def stored(backend: str, spec: KernelSpec, bound: Any, cc: tuple[int, int], cache: Any = None) -> Any:
+    """The on-disk entry (:class:`~dxgemm.pipelines.cache.CacheEntry`) of ``backend``'s kernel
+    for ``spec`` and ``bound``'s epilogue on compute capability ``cc``, compiled by Numba and
+    stored when it is missing; nothing is loaded onto a device.
+
+    This is how a rung is built ahead of time (:func:`warmup`), on a GPU or, with the
+    stand-in driver active (:func:`dxgemm.pipelines._standin.activate`), on a machine
+    without one: the entry's key is the one a GPU process of the same versions computes, so
+    that process loads the cubin instead of compiling.
+    """
+    from .pipelines.cache import KernelCache
+    from .pipelines.kernels import _numba_type_text
+
+    fields = rung_fields(backend, spec, _numba_type_text(bound.args), tuple(cc))
+    return _stored(backend, spec, bound, fields, cache or KernelCache())
+
+
+def _stored(backend: str, spec: KernelSpec, bound: Any, fields: dict, cache: Any) -> Any:
     cc = tuple(fields["cc"])
 
     def build() -> tuple[dict, dict]:
@@ -155,13 +183,7 @@ def _load(backend: str, spec: KernelSpec, bound: Any, fields: dict, device: int,
         cubin = library.get_cubin(cc=cc)  # a cuda.core ObjectCode (older numba-cuda: bytes)
         return meta, {"cubin": bytes(getattr(cubin, "code", cubin))}
 
-    entry = cache.get_or_build(fields, build)
-    try:
-        return _call_of(entry, device, slices)
-    except Exception as e:  # a cubin this driver refuses (corrupt, another toolchain): rebuild it once
-        warnings.warn(f"dxgemm kernel cache: cannot load {entry.path} ({e}); rebuilding", CacheWarning, stacklevel=3)
-        cache.discard(entry.key)
-        return _call_of(cache.get_or_build(fields, build), device, slices)
+    return cache.get_or_build(fields, build)
 
 
 @contextlib.contextmanager
@@ -196,3 +218,78 @@ def _call_of(entry: Any, device: int, slices: int) -> KernelCall:
     meta = entry.meta
     return KernelCall.from_cubin(entry.blobs["cubin"], meta["entry"], meta["params"], tuple(meta["block"]),
                                  tuple(meta["tile"]), device, smem=int(meta.get("dynamic_smem", 0)), slices=slices)
+
+
+def plain_kernels(dtypes: Iterable[Any], arrangements: Iterable[tuple[str, str]]) -> list[tuple[str, str, tuple, str]]:
+    """``(backend, dtype, (layout A, B, D), tile)`` of every handwritten kernel a plain
+    ``dxgemm.gemm(a, b)`` may run (``alpha * A @ B``, no C, D row-major as ``gemm`` allocates it)
+    under ``auto``, for the given A/B ``arrangements`` (``"row_major"``/``"col_major"`` pairs).
+
+    That is ``warptile`` on each of its tiles (``warptile.TILE_CONFIGS`` besides ``"large"``,
+    float64's split-K tiles among them, which :func:`dxgemm._gemm.choose_split_k` runs with
+    the plain chain), the split-K reduce that applies the chain, and ``gemv`` for one output row.
+    """
+    from .kernels import warptile
+
+    out = []
+    for dtype in dtypes:
+        name = np.dtype(dtype).name
+        tiles = ["large"] + [t for t in warptile.TILE_CONFIGS.get(name, {}) if t != "large"]
+        for arrangement in arrangements:
+            layouts = tuple(a.split("_")[0] for a in arrangement) + ("row",)
+            out += [("warptile", name, layouts, tile) for tile in tiles]
+            out.append(("gemv", name, layouts, "large"))
+        if any(warptile.TILE_CONFIGS.get(name, {}).get(t, {}).get("split_k") for t in tiles):
+            out.append(("splitk_reduce", name, ("row", "row", "row"), "large"))
+    return out
+
+
+def _build_plain(job: tuple) -> dict:
+    """Build one of :func:`plain_kernels` into the cache (a worker process's task)."""
+    (backend, dtype, layouts, tile), cc, cache_root = job
+    import time
+
+    from .kernels import Layout
+    from .pipelines import _standin
+    from .pipelines.cache import KernelCache
+    from .pipelines.warmup import plain_epilogue
+
+    _standin.activate(tuple(cc))  # no-op with a GPU
+    bound = plain_epilogue(dtype)
+    spec = KernelSpec(np.dtype(dtype), *(Layout(x) for x in layouts), bound.key, None, tile=tile)
+    t0 = time.perf_counter()
+    entry = stored(backend, spec, bound, tuple(cc), KernelCache(cache_root))
+    return {"backend": backend, "tile": tile, "dtype": dtype, "layouts": "/".join(layouts),
+            "seconds": round(time.perf_counter() - t0, 1), "path": str(entry.path)}
+
+
+def warmup(dtypes: Iterable[Any] = ("float64", "float32"), *,
+           arrangements: Iterable[tuple[str, str]] = (("row_major", "row_major"),), cc: tuple[int, int] | None = None,
+           cache_root: str | None = None, jobs: int = 1, progress: bool = True,
+           log: Callable[[str], None] | None = None) -> list[dict]:
+    """Compile :func:`plain_kernels` into the on-disk cache; one record per kernel.
+
+    ``cc``: the compute capability to build for (default: the current GPU's, or 9.0 where
+    there is none, through the stand-in driver).  Kernels already stored cost a file read.
+    ``jobs > 1`` builds that many at once in worker processes (Numba compiles a kernel on
+    one core: a float64 ``warptile`` tile takes 8-30 s).
+    """
+    from .pipelines import _standin
+    from .pipelines.warmup import build_all
+
+    for dtype in dtypes:
+        if np.dtype(dtype) not in (np.float32, np.float64):
+            raise TypeError(f"dtypes: the handwritten kernels support float32 and float64, not {np.dtype(dtype)}")
+    if cc is None:
+        if _standin.activate((9, 0)):
+            cc = (9, 0)
+        else:
+            from numba import cuda
+
+            from .pipelines._dispatch import _device_cc
+
+            cc = _device_cc(cuda.get_current_device().id)
+    todo = [(kernel, tuple(cc), cache_root) for kernel in plain_kernels(dtypes, arrangements)]
+    return build_all(_build_plain, todo, jobs=jobs, desc="dxgemm warmup (handwritten kernels)", progress=progress,
+                     log=log, describe=lambda r: f"{r['backend']}/{r['tile']} {r['dtype']} {r['layouts']}: "
+                                                 f"{r['seconds']} s")

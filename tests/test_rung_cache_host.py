@@ -169,3 +169,67 @@ def test_compile_progress_on_a_terminal_only(capsys):
     with _rung_cache.compile_progress("dxgemm: compiling naive/large float32"):
         pass
     assert capsys.readouterr().err == ""  # pytest's captured stderr is not a terminal
+
+
+def test_plain_kernels_hold_every_tile_a_plain_call_can_take():
+    """``warmup`` builds :func:`_rung_cache.plain_kernels`: every tile ``choose_tile`` and
+    ``choose_split_tile`` can give a plain call must be among them, in both dtypes."""
+    from dxgemm._gemm import choose_split_k, choose_split_tile, choose_tile
+
+    listed = {(backend, dtype, tile) for backend, dtype, _, tile in
+              _rung_cache.plain_kernels(["float32", "float64"], [("row_major", "col_major")])}
+    assert ("gemv", "float64", "large") in listed and ("splitk_reduce", "float64", "large") in listed
+    sides = [1, 63, 64, 65, 200, 500, 1000, 2048, 3000, 4096, 6000, 8192, 16384]
+    depths = [1, 8, 40, 63, 64, 128, 256, 512, 1024, 2048, 4096, 16384]
+    chosen = set()
+    for dtype in (np.dtype(np.float32), np.dtype(np.float64)):
+        for m in sides:
+            for n in sides:
+                for k in depths:
+                    tile = choose_tile("warptile", dtype, m, n, k)
+                    if choose_split_k("warptile", dtype, m, n, k, tile, 132) > 1:
+                        tile = choose_split_tile(n)
+                    chosen.add(("warptile", dtype.name, tile))
+    assert chosen <= listed, chosen - listed
+    assert {t for b, d, t in chosen if d == "float64"} >= {"large", "medium", "small", "split", "split_narrow"}
+
+
+def test_warmup_builds_rungs_without_a_gpu_and_plain_calls_find_them(tmp_path):
+    """``python -m dxgemm warmup --kinds handwritten`` on this GPU-less machine (the stand-in
+    driver), then plain ``dxgemm.gemm`` calls replayed as ``benchmarks/prebuild.py`` replays
+    them: every kernel they choose is already on disk under the key a GPU process computes."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, DXGEMM_CACHE_DIR=str(tmp_path), PYTHONPATH=str(root))
+    env.pop("NUMBA_ENABLE_CUDASIM", None)  # real Numba compiles, for sm_90
+    warm = subprocess.run([sys.executable, "-m", "dxgemm", "warmup", "--kinds", "handwritten", "--dtype", "float32",
+                           "--arrangements", "row_major/row_major", "--jobs", "1"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert warm.returncode == 0, warm.stderr[-3000:]
+    assert "4 kernels ready" in warm.stdout, warm.stdout[-2000:]
+    stored = KernelCache(tmp_path).entries()
+    assert sorted(e.meta["name"] for e in stored) == ["gemv/large", "warptile/large", "warptile/small",
+                                                      "warptile/tiny"]
+    assert all(e.fields["kind"] == "rung" and e.fields["cc"] == [9, 0] and e.blobs["cubin"][:4] == b"\x7fELF"
+               for e in stored)
+    replay = f"""
+import sys
+sys.path.insert(0, {str(root / 'benchmarks')!r})
+import numpy as np
+import prebuild as P
+import dxgemm
+recorder = P.Recorder(list_only=True)
+P.stub_the_device(recorder)
+rng = np.random.default_rng(0)
+for m, n, k in [(300, 300, 64), (1024, 1024, 64), (4096, 4096, 64), (1, 512, 300)]:
+    dxgemm.gemm(P.normal(rng, (m, k), np.float32), P.normal(rng, (k, n), np.float32), backend="auto" if m == 1
+                else "warptile")
+print("seen", len(recorder.seen), "missing", sum(not have for have in recorder.seen.values()))
+"""
+    out = subprocess.run([sys.executable, "-c", replay], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "seen 4 missing 0" in out.stdout, out.stdout[-3000:]

@@ -4,7 +4,8 @@ Why this exists
 ---------------
 Nothing in compiling a cuBLASDx pipeline kernel *needs* a GPU: libmathdx generates C++
 and runs NVRTC, Numba lowers Python to NVVM IR, nvJitLink links LTO-IR into an sm_90
-cubin.  But three things on the way ask for a driver or a device, and fail without one:
+cubin, and a handwritten rung is Numba and its linker alone.  But four things on the way ask
+for a driver or a device, and fail without one:
 
 1. ``nvmath.bindings.mathdx`` asks the CUDA driver for its version the first time it is
    used (``cuDriverGetVersion``) and refuses to load when ``libcuda.so.1`` is absent.
@@ -15,6 +16,8 @@ cubin.  But three things on the way ask for a driver or a device, and fail witho
    ``numba.cuda.dispatcher`` and living in ``numba.cuda.api``).
 3. nvmath picks its default code target with ``get_current_device_cc()``, which calls
    ``cuInit`` and the runtime's device properties.
+4. A Numba kernel compiled for a signature (every handwritten rung) makes its PTX for the
+   current context's device and is loaded into that context at once.
 
 :func:`activate` answers all three for one target, compute capability 9.0 (H100) by
 default:
@@ -28,7 +31,8 @@ default:
   because the SONAMEs match.  Every other driver entry point is missing, so code that
   really needs a GPU fails loudly instead of misbehaving;
 * it replaces Numba's and nvmath's current-device lookups with ones that report the
-  target compute capability.
+  target compute capability, and makes a compiled Numba kernel skip its load (its cubin
+  is linked when asked for), so rungs build without a GPU too.
 
 It is a build-time tool only.  :func:`activate` refuses to patch anything when a GPU is
 usable (there the real lookups are right), and the warm path of dxgemm never imports
@@ -45,6 +49,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 __all__ = ["activate", "gpu_available", "standin_library", "FakeDevice", "STANDIN_DRIVER_VERSION"]
 
@@ -159,7 +164,7 @@ def standin_library(cache_dir: str | os.PathLike[str] | None = None) -> Path:
 
 
 def activate(cc: tuple[int, int] = (9, 0), *, cache_dir: str | os.PathLike[str] | None = None) -> bool:
-    """Make this GPU-less process able to compile pipeline kernels for compute capability ``cc``.
+    """Make this GPU-less process able to compile pipeline kernels and rungs for compute capability ``cc``.
 
     Returns False (and changes nothing) when a GPU is usable; True once patched.  Calling
     it again with the same ``cc`` is free; with another ``cc`` it raises, because Numba
@@ -192,17 +197,37 @@ def active_cc() -> tuple[int, int] | None:
 
 
 def _patch_numba(cc: tuple[int, int]) -> None:
-    """Numba's dispatcher asks the current device for its CC when compiling device functions."""
+    """Numba asks the current device for its CC when compiling, and a kernel compiled for a
+    signature is loaded into the current context at once.
+
+    Device functions (nvmath's) and kernels compile through the dispatcher, which reads
+    ``get_current_device()``; a kernel's PTX is made for the current context's device
+    (``CUDACodeLibrary._ensure_cc`` with no CC given), and ``_Kernel.bind`` loads the new
+    kernel into that context.  Here every lookup reports ``cc`` (with 'a' on sm_90+, as
+    Numba adds for a real device), and ``bind`` does nothing: there is no context to load
+    into, and the cubin is linked whenever it is asked for (``get_cubin(cc=...)``).  That is
+    what lets a handwritten rung be built into the on-disk cache without a GPU
+    (:func:`dxgemm._rung_cache.stored`).
+    """
+    import numba.cuda
     import numba.cuda.api as api
     import numba.cuda.dispatcher as dispatcher
+    from numba.cuda import codegen
 
     device = FakeDevice(cc)
+    target = (cc[0], cc[1], "a" if cc >= (9, 0) else "")
 
     def get_current_device() -> FakeDevice:
         return device
 
+    def ensure_cc(library: Any, given: Any) -> Any:
+        return target if given is None else given
+
     api.get_current_device = get_current_device
     dispatcher.get_current_device = get_current_device
+    numba.cuda.get_current_device = get_current_device
+    codegen.CUDACodeLibrary._ensure_cc = ensure_cc
+    dispatcher._Kernel.bind = lambda kernel: None
 
 
 def _patch_nvmath(cc: tuple[int, int]) -> None:

@@ -15,6 +15,7 @@ without a GPU (through :mod:`._standin`), for compute capability 9.0.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 from typing import Any, Callable, Iterable
@@ -24,7 +25,7 @@ import numpy as np
 from .config import CONFIGS, SIMT_FLOAT32_MAX_SIDE, parse_config
 from .tf32x3 import kernel_variant
 
-__all__ = ["warmup", "plain_epilogue", "ARRANGEMENT_PAIRS"]
+__all__ = ["warmup", "build_all", "plain_epilogue", "ARRANGEMENT_PAIRS"]
 
 ARRANGEMENT_PAIRS = tuple(itertools.product(("row_major", "col_major"), repeat=2))
 
@@ -100,32 +101,45 @@ def warmup(
                         job = (config, dt.name, arrangement, cache_root, workers, operands, split)
                         if job not in todo:
                             todo.append(job)
+    return build_all(_build_one, todo, jobs=jobs, desc="dxgemm warmup", progress=progress, log=log,
+                     describe=lambda r: f"{r['config']} {r['dtype']} {'/'.join(r['arrangement'])}"
+                                        f"{' split-K' if r['split_k'] else ''}: {r['seconds']} s")
+
+
+def build_all(build: Callable[[Any], dict], todo: list, *, jobs: int = 1, desc: str = "dxgemm warmup",
+              progress: bool = True, log: Callable[[str], None] | None = None,
+              describe: Callable[[dict], str] = str) -> list[dict]:
+    """``[build(job) for job in todo]``, in ``jobs`` spawned processes when ``jobs > 1`` (``build``
+    must then be a module-level function), with a progress bar and ``log(describe(record))``
+    per finished kernel; the records in ``todo``'s order.  Both warmups (this module's and
+    :func:`dxgemm._rung_cache.warmup`) run through it."""
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     bar = None
     if progress:
-        try:
-            from tqdm import tqdm
+        from tqdm import tqdm
 
-            bar = tqdm(total=len(todo), desc="dxgemm warmup", unit="kernel")
-        except ImportError:
-            bar = None
-    out = []
+        bar = tqdm(total=len(todo), desc=desc, unit="kernel")
     if jobs == 1:
-        results: Iterable[dict] = (_build_one(job) for job in todo)
+        results: Iterable[dict] = (build(job) for job in todo)
     else:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
         pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
-        results = pool.map(_build_one, todo)
-    for record in results:
-        out.append(record)
-        if log is not None:
-            log(f"{record['config']} {record['dtype']} {'/'.join(record['arrangement'])}"
-                f"{' split-K' if record['split_k'] else ''}: {record['seconds']} s")
+        results = pool.map(build, todo)
+    out = []
+    try:
+        for record in results:
+            out.append(record)
+            if log is not None:
+                with bar.external_write_mode() if bar is not None else contextlib.nullcontext():
+                    log(describe(record))
+            if bar is not None:
+                bar.update(1)
+    finally:
         if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
+            bar.close()
+        if jobs > 1:
+            pool.shutdown(cancel_futures=True)
     return out
