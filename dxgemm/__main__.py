@@ -154,11 +154,11 @@ def cmd_warmup(args: argparse.Namespace) -> int:
     records = []
     try:
         if "handwritten" in kinds:
-            jobs = args.jobs if args.jobs > 1 else min(os.cpu_count() or 1, 8)
+            jobs = args.jobs if args.jobs is not None else min(os.cpu_count() or 1, 8)
             records += _rung_cache.warmup(dtypes, arrangements=arrangements, jobs=jobs, log=log)
         if "pipeline" in kinds:
             split = [] if args.split_k == "none" else [c.strip() for c in args.split_k.split(",") if c.strip()]
-            records += warmup(dtypes, configs=configs, arrangements=arrangements, jobs=args.jobs,
+            records += warmup(dtypes, configs=configs, arrangements=arrangements, jobs=args.jobs or 1,
                               split_k_configs=split, log=log)
     except (TypeError, ValueError) as e:
         print(f"warmup: {e}", file=sys.stderr)
@@ -261,9 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arrangements", default="all", help="'all' or e.g. row_major/row_major,col_major/row_major")
     p.add_argument("--split-k", default="small",
                    help="configurations whose split-K variant is built too (comma-separated, or 'none')")
-    p.add_argument("--jobs", type=int, default=1,
-                   help="pipeline kernels built at once (each also uses worker processes); handwritten kernels are "
-                        "built this many at once, or by up to 8 processes when 1")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="kernels built at once (default: pipeline kernels one at a time, each spreading its "
+                        "compiles over worker processes; handwritten kernels one per CPU core, at most 8)")
     p.set_defaults(func=cmd_warmup)
     p = sub.add_parser("demo", help="run every backend once, check it and time it")
     p.add_argument("--size", type=int, default=2048, help="square size on a GPU (default 2048)")
