@@ -300,6 +300,9 @@ def gpu_pipeline_calls():
                     b = fortran(b) if arr[1] == "col" else b
                     d = normal(rng, (m, n), dtype)
                     gemm(a, b, fortran(d) if (m + n) % 2 else d, backend="pipeline")
+    for dtype in DTYPES:  # tests/test_gpu.py's arrays on a GPU that is not the current one (two GPUs)
+        for backend in ("warptile", "auto", "pipeline"):
+            gemm(normal(rng, (300, 129), dtype), normal(rng, (129, 257), dtype), backend=backend)
 
 
 def fusion_calls():
