@@ -444,8 +444,12 @@ def _warptile_split_k(spec: KernelSpec, bound: Any, device: int, slices: int, n:
 
 
 def _plain_chain(dtype: np.dtype) -> Any:
-    """The bound alpha = 1, beta = 0 chain the K slices are computed with."""
-    return Chain((AlphaBeta(1.0, 0.0),)).bind(EpilogueContext(1, 1, dtype, adapt=None))
+    """The bound alpha = 1, beta = 0 chain the K slices are computed with: the pipeline's own
+    (:func:`dxgemm.pipelines.warmup.plain_epilogue`, which its split-K slices and both warmups
+    use too), so a warmed split kernel has the key a split call asks for."""
+    from .pipelines.warmup import plain_epilogue
+
+    return plain_epilogue(dtype)
 
 
 def _simulated_rung(backend: str, tile: str, op_a: Operand, op_b: Operand, op_d: Operand, m: int, n: int, k: int,

@@ -40,6 +40,7 @@ import functools
 import hashlib
 import importlib
 import threading
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -247,8 +248,6 @@ def plain_kernels(dtypes: Iterable[Any], arrangements: Iterable[tuple[str, str]]
 def _build_plain(job: tuple) -> dict:
     """Build one of :func:`plain_kernels` into the cache (a worker process's task)."""
     (backend, dtype, layouts, tile), cc, cache_root = job
-    import time
-
     from .kernels import Layout
     from .pipelines import _standin
     from .pipelines.cache import KernelCache
