@@ -5,6 +5,7 @@ No GPU, no nvmath, no compiler: these run in CI on any machine.
 
 from __future__ import annotations
 
+import json
 import math
 import multiprocessing
 import os
@@ -295,6 +296,48 @@ def test_corrupt_entry_is_warned_and_rebuilt(tmp_path, damage):
         warnings.simplefilter("error")
         cache.get_or_build(_fields(), _build_counter(calls))  # healthy again, silent
     assert calls == [1, 1]
+
+
+def _rewrite_blobs(raw: bytes, codec: str, compress) -> bytes:
+    """The entry ``raw`` with its blobs stored again under ``codec`` (as an older dxgemm wrote them)."""
+    magic_end = raw.index(b"{")
+    head_end = raw.index(b"\n", magic_end)
+    header = json.loads(raw[magic_end:head_end])
+    _, _, blobs = cache_mod._decode(raw)
+    packed = []
+    for item in header["blobs"]:
+        data = compress(blobs[item["name"]])
+        item.update(codec=codec, size=len(data))
+        packed.append(data)
+    return raw[:magic_end] + json.dumps(header, sort_keys=True).encode() + b"\n" + b"".join(packed)
+
+
+def test_entries_of_every_codec_read(tmp_path):
+    """xz is written; zlib entries (sessions before 27) and uncompressed blobs still read, without a rebuild."""
+    import zlib
+
+    cache = KernelCache(tmp_path)
+    calls: list = []
+    entry = cache.get_or_build(_fields(), _build_counter(calls))
+    assert all(item["codec"] == "xz" for item in json.loads(
+        entry.path.read_bytes()[len(cache_mod._MAGIC):].split(b"\n", 1)[0])["blobs"])
+    for codec, compress in [("zlib", lambda d: zlib.compress(d, 6)), ("raw", lambda d: d)]:
+        entry.path.write_bytes(_rewrite_blobs(entry.path.read_bytes(), codec, compress))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            again = cache.get_or_build(_fields(), _build_counter(calls))
+        assert again.blobs == entry.blobs, codec
+    assert calls == [1]
+
+
+def test_unknown_codec_is_warned_and_rebuilt(tmp_path):
+    cache = KernelCache(tmp_path)
+    calls: list = []
+    entry = cache.get_or_build(_fields(), _build_counter(calls))
+    entry.path.write_bytes(_rewrite_blobs(entry.path.read_bytes(), "zstd", lambda d: d))
+    with pytest.warns(CacheWarning, match="unknown codec 'zstd'"):
+        again = cache.get_or_build(_fields(), _build_counter(calls))
+    assert calls == [1, 1] and again.blobs == entry.blobs
 
 
 def test_stale_entry_is_warned_and_rebuilt(tmp_path):
