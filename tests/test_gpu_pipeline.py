@@ -310,4 +310,6 @@ def test_warm_start_from_disk_cache(cp):
     seconds = float(line.split()[1])
     print(f"warm start: {seconds:.3f} s in-process, {wall:.3f} s with interpreter start")
     assert "nvmath=False" in line
-    assert seconds <= 3.0
+    load, cores = os.getloadavg()[0], os.cpu_count()
+    assert seconds <= 3.0, (f"warm start took {seconds:.2f} s (3 s allowed) with a load average of {load:.0f} on "
+                            f"{cores} cores: under `-n` with kernels compiling beside it, run it alone (-k warm_start)")
