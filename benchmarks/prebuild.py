@@ -170,7 +170,7 @@ def stub_the_device(recorder: Recorder) -> None:
     kernels.get_kernel = recorder
     # the rungs: the H100's SMs and L2 for choose_tile, its CC for the key, and no load or launch
     _rung_kernels._attributes.update({(0, "MULTIPROCESSOR_COUNT"): _config.H100.sm_count,
-                                      (0, "L2_CACHE_SIZE"): 50 * 2**20})
+                                      (0, "L2_CACHE_SIZE"): _rung_kernels.H100_L2_BYTES})
     _dispatch._device_cc = lambda device: _config.H100.cc
     record_rungs(recorder)
 

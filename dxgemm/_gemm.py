@@ -14,7 +14,8 @@ from ._arrays import Operand, as_operand
 from ._rung_cache import rung_call
 from ._streams import numba_stream, stream_handle
 from .epilogues._base import AlphaBeta, Chain, Epilogue, EpilogueContext
-from .kernels import FLAG_VEC_A, FLAG_VEC_B, RUNGS, KernelSpec, get_kernel, l2_cache_bytes, sm_count, vector_flags
+from .kernels import (FLAG_VEC_A, FLAG_VEC_B, H100_L2_BYTES, H100_SMS, RUNGS, KernelSpec, get_kernel, l2_cache_bytes,
+                      sm_count, vector_flags)
 from .kernels._device import SIMULATOR
 
 BACKENDS: tuple[str, ...] = RUNGS + ("pipeline",)
@@ -149,7 +150,7 @@ def gemm(
 
 
 def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = False, aligned: bool = True,
-                   transcendental: bool = False, medium_min_k: float = math.inf, sms: int = 132) -> str:
+                   transcendental: bool = False, medium_min_k: float = math.inf, sms: int = H100_SMS) -> str:
     """The backend ``"auto"`` runs (``pipeline``: whether the pipeline can run on this device;
     ``aligned``: whether both operands take 16-byte accesses, :func:`~.kernels.vector_flags`;
     ``transcendental``: whether the call's epilogue has a stage with an ``exp``, ``erf`` or
@@ -273,8 +274,8 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     return "warptile"
 
 
-def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int = 132,
-                medium_min_k: float = 0.0, l2_bytes: int = 50 * 2**20) -> str:
+def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int = H100_SMS,
+                medium_min_k: float = 0.0, l2_bytes: int = H100_L2_BYTES) -> str:
     """The tile configuration of a handwritten rung (``KernelSpec.tile``); ``medium_min_k``:
     the largest :attr:`~dxgemm.epilogues.Epilogue.medium_tile_min_k` of the call's epilogue
     stages (0 without an epilogue); ``l2_bytes``: the device's L2 cache (an H100's 50 MiB).

@@ -69,14 +69,21 @@ class CompiledKernel:
         self.kernel[grid, self.built.block, stream, smem](a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args)
 
 
+H100_SMS = 132
+"""An H100 SXM's SMs: what the simulator reports, and the host rules' default."""
+
+H100_L2_BYTES = 50 * 2**20
+"""An H100 SXM's L2 cache: what the simulator reports, and the host rules' default."""
+
+
 def sm_count() -> int:
-    """SMs of the current device (the simulator's: 132, an H100's, so host rules see real figures)."""
-    return _device_attribute("MULTIPROCESSOR_COUNT", simulated=132)
+    """SMs of the current device (the simulator's: an H100's, so host rules see real figures)."""
+    return _device_attribute("MULTIPROCESSOR_COUNT", simulated=H100_SMS)
 
 
 def l2_cache_bytes() -> int:
-    """L2 cache of the current device in bytes (the simulator's: 50 MiB, an H100's)."""
-    return _device_attribute("L2_CACHE_SIZE", simulated=50 * 2**20)
+    """L2 cache of the current device in bytes (the simulator's: an H100's)."""
+    return _device_attribute("L2_CACHE_SIZE", simulated=H100_L2_BYTES)
 
 
 def _device_attribute(name: str, simulated: int) -> int:
