@@ -28,8 +28,10 @@ builds the kernels* in docs/performance.md (NVRTC/nvJitLink 13.0 builds were 10-
 Parts: ``bench`` (pipeline_bench.py, auto_choice.py), ``fusion``, ``cost`` (epilogue_cost.py's
 single stages), ``epilogues``,
 ``pipeline`` (the two test files), ``examples``, ``simt`` (float32 at the skinny shapes
-under both methods, SIMT and 3xTF32, as ``auto_choice.py`` compares them), ``rungs`` (above;
-like ``simt``, only when named: on a 2-core machine it takes the better part of an hour).  The replayed calls mirror the
+under both methods, SIMT and 3xTF32, as ``auto_choice.py`` compares them), ``rungs`` (above),
+``stages`` (float32's every single stage on the pipeline at the shallow shapes, for
+``epilogue_cost.py --dtypes float32 --chains bias,relu,...``); these three only when named: on a
+2-core machine each takes the better part of an hour.  The replayed calls mirror the
 scripts they name; a call changed there and not here is compiled on the GPU host instead
 (``pytest`` then skips the test unless ``DXGEMM_TEST_COMPILE=1``).
 """
@@ -326,6 +328,23 @@ def cost_calls():
                 gemm(x, w, d, epilogue=ep, backend="pipeline")
 
 
+def stage_calls():
+    """``epilogue_cost.py --dtypes float32`` with every single stage of the library (``fusion.py``'s
+    ``overhead_epilogues("all")``), the two bias chains and no epilogue, on the pipeline at the
+    shallow shapes (K < 4096), where a stage's cost shows: all such a run compiles."""
+    from fusion import overhead_epilogues
+
+    rng = np.random.default_rng(8)
+    for m, n, k in FUSION_SHAPES:
+        if k >= 4096:
+            continue
+        x, w, d = normal(rng, (m, k), np.float32), normal(rng, (k, n), np.float32), dev(np.empty((m, n), np.float32))
+        v = normal(rng, n, np.float32)
+        chains = [None, E.bias(v) | E.gelu(), E.bias(v) | E.gelu("tanh")]
+        for ep in chains + list(overhead_epilogues("all", n, np.float32, HostCupy).values()):
+            gemm(x, w, d, epilogue=ep, backend="pipeline")
+
+
 def rung_calls():
     """The handwritten kernels of the GPU runs: ``fusion.py`` and ``epilogue_cost.py`` with ``--backend
     warptile`` in float64 (both bias chains, no epilogue and every single stage of fusion.py's
@@ -388,12 +407,15 @@ def simt_calls():
 
 
 PARTS = {"bench": bench_calls, "fusion": fusion_calls, "cost": cost_calls, "epilogues": gpu_epilogue_calls,
-         "pipeline": gpu_pipeline_calls, "examples": example_calls, "simt": simt_calls, "rungs": rung_calls}
+         "pipeline": gpu_pipeline_calls, "examples": example_calls, "simt": simt_calls, "rungs": rung_calls,
+         "stages": stage_calls}
+OPT_IN = ("simt", "rungs", "stages")
+"""Parts built only when named: each takes the better part of an hour on a 2-core machine."""
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("parts", nargs="*", default=[], help="default: all but simt and rungs")
+    parser.add_argument("parts", nargs="*", default=[], help=f"default: all but {', '.join(OPT_IN)}")
     parser.add_argument("--list", action="store_true", help="name the kernels and whether they are cached; build none")
     parser.add_argument("--keys", help="write the cache keys of every kernel named to this file")
     args = parser.parse_args(argv)
@@ -405,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"not building: {mismatch}")
     recorder = Recorder(args.list)
     stub_the_device(recorder)
-    for part in args.parts or [p for p in PARTS if p not in ("simt", "rungs")]:
+    for part in args.parts or [p for p in PARTS if p not in OPT_IN]:
         print(f"== {part}", flush=True)
         PARTS[part]()
     missing = sum(1 for have in recorder.seen.values() if not have)
