@@ -19,7 +19,12 @@ device is the H100's properties, and each launch is a no-op; :mod:`dxgemm.pipeli
 lets NVRTC, Numba and nvJitLink compile for sm_90 without a driver.  Kernels go into
 ``$DXGEMM_CACHE_DIR``; copy that folder's ``kernels/`` (or the files ``--keys`` names) to
 the GPU host.  The toolchain that links them matters for speed: see *Which toolchain
-builds the kernels* in docs/performance.md (NVRTC/nvJitLink 13.0 builds were 10-26 % faster than 13.5).
+builds the kernels* in docs/performance.md (NVRTC/nvJitLink 13.0 builds were 10-26 % faster than 13.5;
+the cache key does not tell them apart, so the script says when it builds with another; session 27's
+first builds here were 13.5's and timed 11 % slower than the GPU host's own, ``h100_epilogue_cost_f32_stages_s27.log``).
+A ``custom`` epilogue is keyed by its function's bytecode, which differs between Python minor
+versions: its kernels are found only by the Python version that built them (this machine's 3.11
+against the GPU host's 3.12), so they compile there.
 
     DXGEMM_CACHE_DIR=/tmp/kc python benchmarks/prebuild.py                 # all parts
     DXGEMM_CACHE_DIR=/tmp/kc python benchmarks/prebuild.py fusion --list   # name them only
@@ -63,7 +68,7 @@ from dxgemm import kernels as _rung_kernels  # noqa: E402
 from dxgemm import epilogues as E  # noqa: E402
 from dxgemm.pipelines import _dispatch, _splitk, kernels, use_config  # noqa: E402
 from dxgemm.pipelines import config as _config  # noqa: E402
-from dxgemm.pipelines.cache import KernelCache, cache_key, compiler_mismatch  # noqa: E402
+from dxgemm.pipelines.cache import KernelCache, cache_key, compiler_mismatch, slower_toolchain  # noqa: E402
 from fusion import SHAPES as FUSION_SHAPES  # noqa: E402  (fusion.py and epilogue_cost.py time these)
 
 DTYPES = [np.float32, np.float64]
@@ -425,6 +430,8 @@ def main(argv: list[str] | None = None) -> int:
     mismatch = compiler_mismatch()
     if mismatch and not args.list:
         parser.error(f"not building: {mismatch}")
+    if not args.list and (note := slower_toolchain()):
+        print(f"note: {note}", file=sys.stderr, flush=True)
     recorder = Recorder(args.list)
     stub_the_device(recorder)
     for part in args.parts or [p for p in PARTS if p not in OPT_IN]:

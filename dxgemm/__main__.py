@@ -50,7 +50,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         print("GPU: none found (CPU-only machine; kernels can still run under NUMBA_ENABLE_CUDASIM=1)")
     for name, version in _info.versions().items():
         print(f"  {name:24} {version or '-'}")
-    from .pipelines.cache import PREFERRED_TOOLCHAIN, compiler_mismatch, toolchain_versions
+    from .pipelines.cache import compiler_mismatch, slower_toolchain, toolchain_versions
     from .pipelines.config import SIMT_FLOAT32_MAX_SIDE, float32_method
 
     compilers = toolchain_versions()
@@ -58,10 +58,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     mismatch = compiler_mismatch(compilers)
     if mismatch:
         print(f"  WARNING: {mismatch}")
-    elif compilers["nvjitlink"] and compilers["nvjitlink"] != PREFERRED_TOOLCHAIN:
-        print(f"  note: kernels built by the {PREFERRED_TOOLCHAIN} toolchain ran 10-26 % faster on the H100 than "
-              "13.5's (docs/performance.md: 'Which toolchain builds the kernels'); "
-              "pip install \"dxgemm[ctk130]\" pins it")
+    elif note := slower_toolchain(compilers):
+        print(f"  note: {note}")
     forced = os.environ.get("DXGEMM_FLOAT32_PIPELINE")
     method = (f"{forced} (DXGEMM_FLOAT32_PIPELINE) everywhere" if forced else
               f"{float32_method()}; fp32 (SIMT) where the output has a side of at most {SIMT_FLOAT32_MAX_SIDE}")
@@ -124,7 +122,7 @@ def cmd_warmup(args: argparse.Namespace) -> int:
 
     _standin.activate((9, 0))  # compiles without a GPU too (for an H100); a no-op with one
     from . import _rung_cache
-    from .pipelines.cache import compiler_mismatch
+    from .pipelines.cache import compiler_mismatch, slower_toolchain
     from .pipelines.warmup import ARRANGEMENT_PAIRS, warmup
 
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
@@ -136,6 +134,8 @@ def cmd_warmup(args: argparse.Namespace) -> int:
     if mismatch and "pipeline" in kinds:
         print(f"warmup: not building: {mismatch}", file=sys.stderr)
         return 2
+    if "pipeline" in kinds and (note := slower_toolchain()):
+        print(f"warmup: note: {note}", file=sys.stderr)
 
     dtypes = [d.strip() for d in args.dtype.split(",") if d.strip()]
     configs = [c.strip() for c in args.config.split(",") if c.strip()]

@@ -1167,6 +1167,27 @@ def test_compiler_mismatch_is_named_and_stops_warmup(monkeypatch, capsys):
     assert "not building: NVRTC 13.0 and nvJitLink 13.5 differ" in capsys.readouterr().err
 
 
+def test_slower_toolchain_is_noted(monkeypatch, capsys, tmp_path):
+    """A matched pair other than the preferred one builds slower kernels: info, warmup and
+    prebuild.py say so (the cache key holds CUDA's major version only)."""
+    from dxgemm.__main__ import main
+    from dxgemm.pipelines import _standin
+    import dxgemm.pipelines.warmup  # noqa: F401  (the module; the package's name ``warmup`` is the function)
+    from dxgemm.pipelines.cache import PREFERRED_TOOLCHAIN, slower_toolchain
+
+    assert slower_toolchain({"nvrtc": PREFERRED_TOOLCHAIN, "nvjitlink": PREFERRED_TOOLCHAIN}) is None
+    assert slower_toolchain({"nvrtc": "13.0", "nvjitlink": "13.5"}) is None  # compiler_mismatch's case
+    assert slower_toolchain({"nvrtc": None, "nvjitlink": None}) is None
+    note = slower_toolchain({"nvrtc": "13.5", "nvjitlink": "13.5"})
+    assert "faster on the H100 than 13.5's" in note and "dxgemm[ctk130]" in note
+    monkeypatch.setattr(_standin, "activate", lambda cc: None)
+    monkeypatch.setattr(cache_mod, "toolchain_versions", lambda: {"nvrtc": "13.5", "nvjitlink": "13.5"})
+    monkeypatch.setattr(sys.modules["dxgemm.pipelines.warmup"], "warmup", lambda *a, **k: [])  # build nothing
+    monkeypatch.setenv("DXGEMM_CACHE_DIR", str(tmp_path))
+    main(["warmup", "--kinds", "pipeline", "--dtype", "float64"])
+    assert "warmup: note: pipeline kernels built by the 13.0 toolchain" in capsys.readouterr().err
+
+
 def test_ctk130_extra_pins_every_compiler_to_one_version():
     """cuda-toolkit==13.0.* alone let pip take nvJitLink 13.5 beside NVRTC 13.0 (12x slower kernels):
     the extra must pin each compiler itself, all to the toolkit's version."""

@@ -240,6 +240,21 @@ def compiler_mismatch(versions: Mapping[str, Any] | None = None) -> str | None:
             f"pip install 'nvidia-nvjitlink=={nvrtc}.*', or dxgemm[ctk130] for the 13.0 set")
 
 
+def slower_toolchain(versions: Mapping[str, Any] | None = None) -> str | None:
+    """Why pipeline kernels built now may run slower than :data:`PREFERRED_TOOLCHAIN`'s, or None.
+
+    None too when the compilers differ from each other (:func:`compiler_mismatch` says that)
+    or are unknown.  Said by ``python -m dxgemm info``, ``warmup`` and ``benchmarks/prebuild.py``,
+    which build kernels for other machines: the key does not tell the two toolchains apart."""
+    v = toolchain_versions() if versions is None else versions
+    linker = v.get("nvjitlink")
+    if not linker or linker == PREFERRED_TOOLCHAIN or compiler_mismatch(v):
+        return None
+    return (f"pipeline kernels built by the {PREFERRED_TOOLCHAIN} toolchain ran 10-26 % faster on the H100 than "
+            f"{linker}'s (docs/performance.md: 'Which toolchain builds the kernels'); "
+            f"pip install \"dxgemm[ctk130]\" pins it")
+
+
 def key_versions(versions: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The part of :func:`toolchain_versions` that goes into a cache key (see the module doc)."""
     v = dict(toolchain_versions() if versions is None else versions)
