@@ -22,9 +22,9 @@ the GPU host.  The toolchain that links them matters for speed: see *Which toolc
 builds the kernels* in docs/performance.md (NVRTC/nvJitLink 13.0 builds were 10-26 % faster than 13.5;
 the cache key does not tell them apart, so the script says when it builds with another; session 27's
 first builds here were 13.5's and timed 11 % slower than the GPU host's own, ``h100_epilogue_cost_f32_stages_s27.log``).
-A ``custom`` epilogue is keyed by its function's bytecode, which differs between Python minor
-versions: its kernels are found only by the Python version that built them (this machine's 3.11
-against the GPU host's 3.12), so they compile there.
+A ``custom`` epilogue defined by ``def`` in a file is keyed by its source text (since session 27;
+before, by its byte code, which differs between Python minor versions, so this machine's 3.11
+builds were not found by the GPU host's 3.12); one defined by a lambda still is, and compiles there.
 
     DXGEMM_CACHE_DIR=/tmp/kc python benchmarks/prebuild.py                 # all parts
     DXGEMM_CACHE_DIR=/tmp/kc python benchmarks/prebuild.py fusion --list   # name them only

@@ -293,6 +293,31 @@ def test_custom_stable_key_is_the_same_in_every_process(tmp_path):
     assert len(keys) == 1 and len(keys.pop()) == 64
 
 
+def test_custom_key_is_the_source_text_once_the_file_matches(tmp_path, monkeypatch):
+    """A ``def`` is keyed by its source text (the same under every Python minor version, where
+    byte code is not), but only while its file still compiles to the function's own code: a
+    module edited on disk and not reloaded falls back to its byte code, so its old code never
+    hides under the new text.  A lambda keeps the byte-code key (two on a line share a text)."""
+    import importlib
+
+    from dxgemm.epilogues import _custom
+
+    module = tmp_path / "edited_epilogue.py"
+    module.write_text("import math\n\ndef fn(x, row, col):\n    return x + math.tanh(x)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    old = importlib.import_module("edited_epilogue").fn
+    assert _custom._function_identity(old, set())[2] == ("source", "def fn(x, row, col):\n    return x + math.tanh(x)\n")
+    before = E.stable_key(old)
+    module.write_text("import math\n\ndef fn(x, row, col):\n    return x - math.tanh(x)\n")
+    os.utime(module, ns=(os.stat(module).st_atime_ns, os.stat(module).st_mtime_ns + 10**9))  # a new mtime
+    assert _custom._function_identity(old, set())[2][0] == "code"  # the file no longer holds old's code
+    after = E.stable_key(old)
+    new = importlib.reload(importlib.import_module("edited_epilogue")).fn
+    assert _custom._function_identity(new, set())[2][0] == "source"
+    assert len({before, after, E.stable_key(new)}) == 3
+    assert _custom._function_identity(lambda x, row, col: x, set())[2][0] == "code"
+
+
 # --------------------------------------------------------------------------- names
 
 

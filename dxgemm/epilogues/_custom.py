@@ -6,8 +6,9 @@ strides, so it indexes them as it would NumPy arrays (``w[row, col]``, ``table[r
 Its result is cast back to the accumulator's dtype.
 
 What identifies the compiled code is the function's *code* and the *values* it closes over
-or reads as globals (Numba freezes both into the kernel as constants): the byte code,
-constants, names and qualified name, plus closure cells, defaults and referenced globals,
+or reads as globals (Numba freezes both into the kernel as constants): its source text (for
+a ``def`` whose file still compiles to its code; else, and for a lambda, the byte code,
+constants and names) and qualified name, plus closure cells, defaults and referenced globals,
 followed into helper functions.  :func:`stable_key` hashes that description with SHA-256
 into a string that is the same in every process (no ``id()``, no ``hash()`` of strings), so
 the on-disk kernel cache (the pipeline's kernels and the handwritten rungs') can use it; two functions with the same code but
@@ -26,7 +27,9 @@ import enum
 import functools
 import hashlib
 import inspect
+import os
 import re
+import textwrap
 import types as pytypes
 import warnings
 from typing import Any, Callable
@@ -262,8 +265,58 @@ def _function_identity(fn: pytypes.FunctionType, seen: set) -> tuple:
             cells.append((name, _value_identity(cell.cell_contents, seen)))
         except ValueError:  # an empty cell
             cells.append((name, "<empty>"))
-    return ("function", fn.__qualname__, _code_identity(code), used, tuple(cells),
+    return ("function", fn.__qualname__, _source_identity(fn) or _code_identity(code), used, tuple(cells),
             _value_identity(fn.__defaults__, seen), _value_identity(fn.__kwdefaults__, seen))
+
+
+def _source_identity(fn: pytypes.FunctionType) -> tuple | None:
+    """``("source", text)`` for a ``def`` whose file, compiled here, holds exactly the
+    function's own code at its line; None otherwise (a lambda, no source file, or a file
+    that no longer matches the code).
+
+    Byte code differs between Python minor versions, so a key made of it differs too: kernels
+    built ahead by Python 3.11 were not found by the GPU host's 3.12.  The source text does not.
+    It is trusted only once its file has been recompiled here and the code object at the
+    function's first line matched against ``fn.__code__`` (the whole file, since the byte code
+    of ``math.tanh(x)`` depends on whether ``math`` was imported there): a module edited on
+    disk but not reloaded would otherwise key its old code under the new text.  Lambdas keep
+    the byte-code key, since two on one line share their text.
+    """
+    code = fn.__code__
+    if code.co_name == "<lambda>":
+        return None
+    try:
+        stat = os.stat(code.co_filename)
+    except (OSError, ValueError):
+        return None
+    if not _file_holds(code, stat.st_mtime_ns, stat.st_size):
+        return None
+    try:
+        return ("source", textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError):
+        return None
+
+
+@functools.lru_cache(maxsize=256)
+def _file_holds(code: pytypes.CodeType, mtime_ns: int, size: int) -> bool:
+    """Whether ``code``'s file, as it is now (``mtime_ns``, ``size``), compiles to ``code`` at its line."""
+    try:
+        with open(code.co_filename, "rb") as f:
+            compiled = compile(f.read(), code.co_filename, "exec", dont_inherit=True)
+    except (OSError, SyntaxError, ValueError):
+        return False
+    identity = _code_identity(code)
+    return any(c.co_firstlineno == code.co_firstlineno and _code_identity(c) == identity
+               for c in _code_objects(compiled, code.co_name))
+
+
+def _code_objects(code: pytypes.CodeType, name: str):
+    """Every code object named ``name`` in ``code``'s constants, however deep."""
+    for const in code.co_consts:
+        if isinstance(const, pytypes.CodeType):
+            if const.co_name == name:
+                yield const
+            yield from _code_objects(const, name)
 
 
 def _global_names(code: pytypes.CodeType) -> set:
