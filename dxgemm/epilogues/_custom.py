@@ -289,25 +289,30 @@ def _source_identity(fn: pytypes.FunctionType) -> tuple | None:
         stat = os.stat(code.co_filename)
     except (OSError, ValueError):
         return None
-    if not _file_holds(code, stat.st_mtime_ns, stat.st_size):
-        return None
-    try:
-        return ("source", textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError):
-        return None
+    text = _verified_source(code, stat.st_mtime_ns, stat.st_size)
+    return None if text is None else ("source", text)
 
 
 @functools.lru_cache(maxsize=256)
-def _file_holds(code: pytypes.CodeType, mtime_ns: int, size: int) -> bool:
-    """Whether ``code``'s file, as it is now (``mtime_ns``, ``size``), compiles to ``code`` at its line."""
+def _verified_source(code: pytypes.CodeType, mtime_ns: int, size: int) -> str | None:
+    """The source text of ``code``'s function, read from its file as it is now (``mtime_ns``,
+    ``size``), if that file compiles to ``code`` at its line; else None.  The text comes from
+    the bytes compiled, not from ``linecache``, which may hold an older copy."""
     try:
         with open(code.co_filename, "rb") as f:
-            compiled = compile(f.read(), code.co_filename, "exec", dont_inherit=True)
+            raw = f.read()
+        compiled = compile(raw, code.co_filename, "exec", dont_inherit=True)
+        lines = raw.decode("utf-8").splitlines(keepends=True)
     except (OSError, SyntaxError, ValueError):
-        return False
+        return None
     identity = _code_identity(code)
-    return any(c.co_firstlineno == code.co_firstlineno and _code_identity(c) == identity
-               for c in _code_objects(compiled, code.co_name))
+    if not any(c.co_firstlineno == code.co_firstlineno and _code_identity(c) == identity
+               for c in _code_objects(compiled, code.co_name)):
+        return None
+    try:
+        return textwrap.dedent("".join(inspect.getblock(lines[code.co_firstlineno - 1:])))
+    except (IndexError, SyntaxError, IndentationError):
+        return None
 
 
 def _code_objects(code: pytypes.CodeType, name: str):
