@@ -333,21 +333,25 @@ def cost_calls():
                 gemm(x, w, d, epilogue=ep, backend="pipeline")
 
 
-def stage_calls():
-    """``epilogue_cost.py --dtypes float32`` with every single stage of the library (``fusion.py``'s
-    ``overhead_epilogues("all")``), the two bias chains and no epilogue, on the pipeline at the
-    shallow shapes (K < 4096), where a stage's cost shows: all such a run compiles."""
+def _every_stage_calls(dtype, backend: str, shapes, seed: int) -> None:
+    """No epilogue, both bias chains and every single stage of the library (``fusion.py``'s
+    ``overhead_epilogues("all")``) on ``backend`` at ``shapes``, with fusion.py's operand layout."""
     from fusion import overhead_epilogues
 
-    rng = np.random.default_rng(8)
-    for m, n, k in FUSION_SHAPES:
-        if k >= 4096:
-            continue
-        x, w, d = normal(rng, (m, k), np.float32), normal(rng, (k, n), np.float32), dev(np.empty((m, n), np.float32))
-        v = normal(rng, n, np.float32)
+    rng = np.random.default_rng(seed)
+    for m, n, k in shapes:
+        x, w, d = normal(rng, (m, k), dtype), normal(rng, (k, n), dtype), dev(np.empty((m, n), dtype))
+        v = normal(rng, n, dtype)
         chains = [None, E.bias(v) | E.gelu(), E.bias(v) | E.gelu("tanh")]
-        for ep in chains + list(overhead_epilogues("all", n, np.float32, HostCupy).values()):
-            gemm(x, w, d, epilogue=ep, backend="pipeline")
+        for ep in chains + list(overhead_epilogues("all", n, dtype, HostCupy).values()):
+            gemm(x, w, d, epilogue=ep, backend=backend)
+
+
+def stage_calls():
+    """``epilogue_cost.py --dtypes float32`` with every single stage, the two bias chains and no
+    epilogue, on the pipeline at the shallow shapes (K < 4096), where a stage's cost shows: all
+    such a run compiles."""
+    _every_stage_calls(np.float32, "pipeline", [s for s in FUSION_SHAPES if s[2] < 4096], seed=8)
 
 
 def rung_calls():
@@ -355,16 +359,7 @@ def rung_calls():
     warptile`` in float64 (both bias chains, no epilogue and every single stage of fusion.py's
     catalogue) at fusion.py's shapes, and tests/test_gpu_epilogues.py's every-stage test on every rung.
     Rung calls elsewhere (the other parts' ``auto``, the split-K reduce) are built too."""
-    from fusion import overhead_epilogues
-
-    rng = np.random.default_rng(7)
-    for m, n, k in FUSION_SHAPES:
-        x, w, d = normal(rng, (m, k), np.float64), normal(rng, (k, n), np.float64), dev(np.empty((m, n)))
-        v = normal(rng, n, np.float64)
-        chains = [None, E.bias(v) | E.gelu(), E.bias(v) | E.gelu("tanh")]
-        chains += overhead_epilogues("all", n, np.float64, HostCupy).values()
-        for ep in chains:
-            gemm(x, w, d, epilogue=ep, backend="warptile")
+    _every_stage_calls(np.float64, "warptile", FUSION_SHAPES, seed=7)
     gpu_epilogue_calls([b for b in dxgemm.BACKENDS if b != "pipeline"])
 
 
