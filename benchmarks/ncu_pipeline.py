@@ -5,7 +5,7 @@
         --shape 4096x4096x256 --epilogue bias --repeat 2
 
 By default 4096^3 on the large configuration with no epilogue, launched once; ``--shape``
-takes the configuration ``suggest`` gives, ``--epilogue`` is ``none``, ``bias`` or
+takes the configuration ``suggest`` gives, ``--epilogue`` is ``none``, ``bias``, ``gelu`` or
 ``bias|gelu`` (fusion.py's operands and bias), ``--repeat`` launches it more than once (skip
 the first under the profiler).  The kernels must be in the cache (``DXGEMM_CACHE_DIR``): a
 compile under the profiler would take minutes.  float32 runs the 3xTF32 method (its split
@@ -31,7 +31,7 @@ from dxgemm.pipelines import use_config  # noqa: E402
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("dtypes", nargs="*", default=["float64", "float32"])
 parser.add_argument("--shape", help="MxNxK (default 4096^3 on the large configuration)")
-parser.add_argument("--epilogue", choices=["none", "bias", "bias|gelu"], default="none")
+parser.add_argument("--epilogue", choices=["none", "bias", "gelu", "bias|gelu"], default="none")
 parser.add_argument("--repeat", type=int, default=1)
 args = parser.parse_args()
 
@@ -46,7 +46,7 @@ for name in args.dtypes:
         b = cupy.random.default_rng(1).standard_normal((4096, 4096)).astype(name)
         v = cupy.random.default_rng(2).standard_normal(4096).astype(name)
         config = use_config("large")
-    epilogue = {"none": None, "bias": E.bias(v), "bias|gelu": E.bias(v) | E.gelu()}[args.epilogue]
+    epilogue = {"none": None, "bias": E.bias(v), "gelu": E.gelu(), "bias|gelu": E.bias(v) | E.gelu()}[args.epilogue]
     with config:
         for _ in range(args.repeat):
             dxgemm.gemm(a, b, epilogue=epilogue, backend="pipeline")

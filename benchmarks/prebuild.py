@@ -119,7 +119,9 @@ class Recorder:
     def __call__(self, config, dtype, arrangement=("row_major", "row_major"), *, device=None, **kw):
         fields = kernels.entry_fields(config, dtype, arrangement, kw.get("epilogue_key", kernels.IDENTITY_EPILOGUE),
                                       epi_arg_types=kernels._numba_type_text(kw.get("epi_args", ())),
-                                      operands=kw.get("operands", "native"), split_k=kw.get("split_k", False))
+                                      operands=kw.get("operands", "native"), split_k=kw.get("split_k", False),
+                                      preload=kw.get("preload", False),
+                                      transcendental=kw.get("transcendental", False))
         key = cache_key(fields)
         if key not in self.seen:
             have = KernelCache().path(key).exists()

@@ -247,6 +247,36 @@ def test_new_values_reuse_the_compiled_kernel(rng):
     assert compile_count() == before + 1
 
 
+@pytest.mark.parametrize("orientation", ["col", "row"])
+def test_bias_preload_reads_what_the_bias_stage_reads(orientation, rng):
+    """A bound chain with a bias has a ``preload`` (the pipeline's tile walk issues it before staging):
+    it returns the bias value at (row, col), the same read as the stage's; a chain without one has none.
+    The walk's width follows ``transcendental``."""
+    from dxgemm.epilogues import Chain, EpilogueContext
+    from dxgemm.epilogues._base import AlphaBeta
+
+    v = rng.standard_normal(N if orientation == "col" else (M, 1)).astype(np.float32)
+    ctx = EpilogueContext(M, N, np.dtype(np.float32), adapt=lambda arr, name: arr)
+    bound = Chain((AlphaBeta(1.0, 0.0), E.bias(cuda.to_device(v)), E.gelu())).bind(ctx)
+    assert bound.preload is not None and bound.transcendental
+    preload = bound.make().preload
+    got = cuda.to_device(np.full((M, N), np.nan, np.float32))
+
+    @cuda.jit
+    def probe(out, args):
+        i, j = cuda.grid(2)
+        if i < out.shape[0] and j < out.shape[1]:
+            out[i, j] = preload(i, j, args)
+
+    probe[(2, 2), (16, 16)](got, bound.args)
+    want = np.broadcast_to(v.reshape(1, N) if orientation == "col" else v.reshape(M, 1), (M, N))
+    np.testing.assert_array_equal(got.copy_to_host(), want)
+
+    plain = Chain((AlphaBeta(1.0, 0.0), E.relu())).bind(ctx)
+    assert plain.preload is None and plain.make().preload is None and not plain.transcendental
+    assert Chain((AlphaBeta(1.0, 0.0), E.bias(cuda.to_device(v)))).bind(ctx).transcendental is False
+
+
 def _closure(shift):
     def shifted(x, row, col):
         return x + shift

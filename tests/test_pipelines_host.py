@@ -169,6 +169,7 @@ def test_key_is_stable_and_order_independent():
         dict(split_k=True),
         dict(store="staged"),
         dict(store="staged_tile", walk=4),
+        dict(store="staged_tile", walk=4, preload=True),
         dict(operands="tf32"),
     ],
 )
@@ -190,6 +191,45 @@ def test_walk_is_keyed_only_for_the_walking_stores():
     # the split-K variant walks group by group (its partial sums have no epilogue to overlap)
     assert "walk" not in entry_fields(small, "float64", ("row_major", "row_major"), ("chain",), split_k=True)
     assert "walk" not in _fields(store="staged")
+
+
+def test_transcendental_float32_walks_take_more_groups():
+    """A float32 (vector) tile walk of a transcendental chain takes WALK_UNROLL_TRANSCENDENTAL groups an
+    iteration; float64's scalar walk, other chains and the other stores keep theirs (and their keys)."""
+    from dxgemm.pipelines.config import WALK_UNROLL, WALK_UNROLL_TRANSCENDENTAL, walk_unroll
+    from dxgemm.pipelines.kernels import entry_fields
+
+    assert walk_unroll("staged_vec_tile", transcendental=True) == WALK_UNROLL_TRANSCENDENTAL > WALK_UNROLL
+    assert walk_unroll("staged_vec_tile") == walk_unroll("staged_tile", transcendental=True) == WALK_UNROLL
+    assert walk_unroll("staged_vec_tile", split_k=True, transcendental=True) == 1
+    assert walk_unroll("loop", transcendental=True) == 1
+    large32 = TF32X3_CONFIGS["large"]
+    plain = entry_fields(large32, "float32", ("row_major", "col_major"), ("chain",), operands="tf32")
+    fused = entry_fields(large32, "float32", ("row_major", "col_major"), ("chain",), operands="tf32",
+                         transcendental=True)
+    assert plain["store"] == fused["store"] == "staged_vec_tile"
+    assert (plain["walk"], fused["walk"]) == (WALK_UNROLL, WALK_UNROLL_TRANSCENDENTAL)
+    assert cache_key(plain) != cache_key(fused)
+
+
+def test_preload_is_keyed_only_for_tile_walks(monkeypatch):
+    """``preload`` (the epilogue's per-tile reads issued before the staging) is a key field only where a
+    tile walk issues them: other stores and split-K kernels keep their keys; DXGEMM_WALK_PRELOAD=0 drops it."""
+    from dxgemm.pipelines.config import walk_preload
+    from dxgemm.pipelines.kernels import entry_fields
+
+    small, large = CONFIGS[F64]["small"], CONFIGS[F64]["large"]
+    rr = ("row_major", "row_major")
+    assert entry_fields(small, "float64", rr, ("chain",), preload=True)["preload"] == 1
+    assert "preload" not in entry_fields(small, "float64", rr, ("chain",))
+    assert "preload" not in entry_fields(large, "float64", rr, ("chain",), preload=True)  # the loop store
+    assert "preload" not in entry_fields(small, "float64", rr, ("chain",), preload=True, split_k=True)
+    assert [walk_preload(s, True) for s in ("loop", "unrolled", "staged", "staged_vec")] == [False] * 4
+    monkeypatch.setenv("DXGEMM_WALK_PRELOAD", "0")
+    assert "preload" not in entry_fields(small, "float64", rr, ("chain",), preload=True)
+    monkeypatch.setenv("DXGEMM_WALK_PRELOAD", "yes")
+    with pytest.raises(ValueError, match="DXGEMM_WALK_PRELOAD must be 0 or 1"):
+        walk_preload("staged_tile", True)
 
 
 def test_walk_unroll_override(monkeypatch):

@@ -72,6 +72,17 @@ class BoundEpilogue:
     ``reads``/``writes`` are the :class:`Span` s of the user arrays the stage reads or
     writes besides the GEMM's own operands; :class:`Chain` refuses a write that overlaps
     anything else the kernel touches, because threads would then race.
+
+    ``preload``, when given, builds a device function ``(row, col, args) -> value`` that
+    reads what the stage will read at ``(row, col)`` and returns it (or anything computed
+    from it).  A kernel whose threads keep a row or a column for a whole walk over their
+    tile (the pipeline's tile walk) calls it early, before it stages its fragment, so that
+    the read's latency passes while the block stages; the compiler then serves the walk's
+    own reads from it (they are ``!invariant.load``).  See :func:`compose`.
+
+    ``transcendental``: the epilogue's :attr:`Epilogue.transcendental`, which some kernels'
+    code follows (the pipeline's float32 tile walk takes more groups per iteration for such
+    chains, :func:`dxgemm.pipelines.config.walk_unroll`).
     """
 
     key: Hashable
@@ -79,6 +90,8 @@ class BoundEpilogue:
     make: Callable[[], Callable] = field(repr=False, compare=False)
     reads: tuple = field(default=(), repr=False, compare=False)
     writes: tuple = field(default=(), repr=False, compare=False)
+    preload: Callable[[], Callable] | None = field(default=None, repr=False, compare=False)
+    transcendental: bool = field(default=False, compare=False)
 
 
 class Epilogue(abc.ABC):
@@ -195,9 +208,18 @@ class Chain(Epilogue):
         key = ("chain",) + tuple(b.key for b in bound)
         args = tuple(b.args for b in bound)
         makers = [b.make for b in bound]
+        preloaders = [b.preload for b in bound]
         reads = tuple(r for b in bound for r in b.reads)
         writes = tuple(w for b in bound for w in b.writes)
-        return BoundEpilogue(key, args, lambda: compose([make() for make in makers]), reads, writes)
+
+        def make() -> Callable:
+            return compose([m() for m in makers], [p() if p is not None else None for p in preloaders])
+
+        def preload() -> Callable:
+            return make().preload
+
+        has_preload = any(p is not None for p in preloaders)
+        return BoundEpilogue(key, args, make, reads, writes, preload if has_preload else None, self.transcendental)
 
 
 _PLAIN_TYPES = (int, float, bool, str, type(None))
@@ -253,15 +275,31 @@ def check_spans(inputs: list[Span], output: Span | None, reads: list[Span], writ
                                  "while other threads write it")
 
 
-def compose(functions: list[Callable]) -> Callable:
-    """One device function applying ``functions`` in order, each with its own argument tuple."""
+def compose(functions: list[Callable], preloads: list[Callable | None] | None = None) -> Callable:
+    """One device function applying ``functions`` in order, each with its own argument tuple.
+
+    The result carries ``.preload``: None, or, when any of ``preloads`` (one per function,
+    None for a stage without one; see :class:`BoundEpilogue`) is given, one device function
+    ``(row, col, args)`` calling each stage's with its argument tuple and returning the sum
+    of what they return (a kernel keeps that sum alive, so the reads are not dropped before
+    the compiler can serve the stages' own reads from them)."""
     names = [f"_f{i}" for i in range(len(functions))]
     body = "".join(f"    value = {name}(value, row, col, args[{i}])\n" for i, name in enumerate(names))
     # Kernels index with uint64; stages get int64 so user code can mix indices with literals.
-    source = f"def chained(value, row, col, args):\n    row = int64(row)\n    col = int64(col)\n{body}    return value\n"
+    head = "    row = int64(row)\n    col = int64(col)\n"
+    source = f"def chained(value, row, col, args):\n{head}{body}    return value\n"
     namespace: dict = dict(zip(names, functions), int64=np.int64)
     exec(compile(source, "<dxgemm epilogue chain>", "exec"), namespace)
-    return cuda.jit(device=True)(namespace["chained"])
+    chained = cuda.jit(device=True)(namespace["chained"])
+    calls = [(i, p) for i, p in enumerate(preloads or []) if p is not None]
+    chained.preload = None
+    if calls:
+        total = " + ".join(f"_p{i}(row, col, args[{i}])" for i, _ in calls)
+        source = f"def preload(row, col, args):\n{head}    return {total}\n"
+        namespace = {f"_p{i}": p for i, p in calls} | {"int64": np.int64}
+        exec(compile(source, "<dxgemm epilogue preload>", "exec"), namespace)
+        chained.preload = cuda.jit(device=True)(namespace["preload"])
+    return chained
 
 
 class AlphaBeta(Epilogue):

@@ -59,7 +59,8 @@ class Bias(Epilogue):
         length, stride = (ctx.n, arr.strides[-1]) if orientation == "col" else (ctx.m, arr.strides[0])
         args = (arr.view((length,), (stride,)),)
         key = ("bias", orientation, ctx.dtype.name, "invariant")
-        return BoundEpilogue(key, args, lambda: _bias_device(orientation), reads=(arr.span,))
+        return BoundEpilogue(key, args, lambda: _bias_device(orientation), reads=(arr.span,),
+                             preload=lambda: _bias_preload(orientation))
 
     def _reference(self, x: Any, xp: Any) -> Any:
         from .reference import to_xp
@@ -86,6 +87,24 @@ def _bias_device(orientation: str):
         return value + load_invariant(args[0], U(row))
 
     return bias_row
+
+
+def _bias_preload(orientation: str):
+    """The bias element at ``(row, col)``, read early (see :class:`BoundEpilogue`'s ``preload``):
+    the same load as :func:`_bias_device`'s, so the compiler serves that one from it."""
+    if orientation == "col":
+
+        @cuda.jit(device=True)
+        def bias_col_preload(row, col, args):
+            return load_invariant(args[0], U(col))
+
+        return bias_col_preload
+
+    @cuda.jit(device=True)
+    def bias_row_preload(row, col, args):
+        return load_invariant(args[0], U(row))
+
+    return bias_row_preload
 
 
 class Store(Epilogue):

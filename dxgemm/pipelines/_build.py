@@ -114,7 +114,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .cache import SlowKernelWarning, accumulator_functions, compiler_mismatch, toolchain_versions
-from .config import STORES, PipelineConfig, walk_unroll
+from .config import STORES, TILE_WALK_STORES, PipelineConfig, walk_unroll
 
 __all__ = ["build", "LIBMATHDX_RUNTIME", "ARRANGEMENTS", "OPERAND_PRECISIONS", "kernel_entries"]
 
@@ -359,6 +359,26 @@ def _jit_walk(lines: list[str], slot: Callable, epilogue: Callable) -> Callable:
     return cuda.jit(device=True, forceinline=True)(namespace["group"])
 
 
+def _preload_group(width: int, preload: Callable, along_row: bool) -> Callable:
+    """A device function reading early what the epilogue will read for a thread's first group of the tile walk.
+
+    ``preload`` is the chain's (:func:`dxgemm.epilogues._base.compose`); the group's
+    elements are ``(r, c + j)`` along a row of the tile (D row-major, ``along_row``) or
+    ``(r + j, c)`` down a column, written as :func:`_walk_group` writes them, so that the
+    compiler finds the walk's reads equal to these and serves them from these values.
+    Returns the sum of what the reads return (the caller keeps it alive).
+    """
+    if along_row:
+        total = " + ".join(f"preload(row0 + r + 0, col0 + c + 0 + {j}, epi_args)" for j in range(width))
+    else:
+        total = " + ".join(f"preload(row0 + r + 0 + {j}, col0 + c + 0, epi_args)" for j in range(width))
+    from numba import cuda
+
+    namespace = {"preload": preload}
+    exec(f"def group(row0, col0, r, c, epi_args):\n    return {total}\n", namespace)  # noqa: S102
+    return cuda.jit(device=True, forceinline=True)(namespace["group"])
+
+
 def _tile_position(tile_m: int, tile_n: int) -> Callable:
     """A device function mapping tile element ``e`` (in D's memory order) to its ``(r, c)``."""
     from numba import cuda
@@ -461,7 +481,8 @@ def _fragment_tail(frag_size: int, tile_n: int) -> Callable:
 
 
 def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, buffer_alignment: int,
-                 epilogue: Callable, store: str = "loop", slice_bytes: int = 0, walk_groups: int = 1) -> Callable:
+                 epilogue: Callable, store: str = "loop", slice_bytes: int = 0, walk_groups: int = 1,
+                 preload: Callable | None = None) -> Callable:
     """The kernel's Python function, specialised by closure on everything compile-time.
 
     ``slice_bytes`` > 0 builds the *split-K* variant (:mod:`._splitk`): the grid's z
@@ -470,7 +491,9 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
     them for its K range), writes its partial product into slice ``z`` of the stacked
     workspace ``d`` (``m`` rows of ``d_rs``, or ``n`` columns of ``d_cs``, per slice), and
     only the last slice adds the K tail.  ``walk_groups``: groups per iteration of a
-    staged tile walk (:func:`.config.walk_unroll`).
+    staged tile walk (:func:`.config.walk_unroll`).  ``preload``: the epilogue chain's early
+    reads (``epilogue.preload``, :func:`dxgemm.epilogues._base.compose`), which a tile-walk
+    kernel issues right after its main loop (below).
 
     Edges (measured on the H100, ``benchmarks/results/h100_pipeline_edges.log``): the
     pipeline's loads are unmasked ``cp.async`` (LDGSTS) and its tile loop runs over
@@ -509,7 +532,7 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
     UNROLLED = store == "unrolled"
     STAGED = store.startswith("staged")
     VECTOR = store in ("staged_vec", "staged_vec_tile")
-    TILE_WALK = store in ("staged_tile", "staged_vec_tile")
+    TILE_WALK = store in TILE_WALK_STORES
     STEP = 16 // np.dtype(dtype).itemsize if VECTOR else 1  # tile elements per thread and step
     slot = _staging_slot(tile_n, STEP)
     vector_group = _vector_group(STEP, slot, epilogue, value_type) if VECTOR else None
@@ -532,6 +555,41 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
     WALK_UNROLL = math.gcd(walk_groups, WALK_STEPS) if TILE_WALK else 1  # groups per walk iteration
     walk_rows = _walk_group(STEP, slot, epilogue, True, WALK_UNROLL, step_rows=ROW_STEP) if TILE_WALK else None
     walk_columns = _walk_group(STEP, slot, epilogue, False, WALK_UNROLL, step_cols=COL_STEP) if TILE_WALK else None
+    PRELOAD = TILE_WALK and preload is not None
+
+    def preloaded_walk(along_row: bool) -> Callable:
+        """The end of a tile-walk kernel whose epilogue reads something per tile (a column bias,
+        D row-major): that read, then the staging and its barriers, then the walk.
+
+        Asked for after the barriers, where the compiler put it, the read held up the walk's
+        first arithmetic (an L2 latency, under the other block's stores) once per tile; asked
+        for here, its latency passes behind the staging.  In one function with the walk (one
+        per direction) it dominates the walk's own reads, invariant loads, which the compiler
+        then serves from it.  Asked for before the main loop, it lived in a register through
+        the loop: worse."""
+        preload_group = _preload_group(STEP, preload, along_row)
+        walk = walk_rows if along_row else walk_columns
+
+        @cuda.jit(device=True, forceinline=True)
+        def finish(smem, d, accumulator, results, active, r, c, row0, col0, d_rs, d_cs, epi_args):
+            warm = preload_group(row0, col0, r, c, epi_args)
+            cuda.syncthreads()
+            if active:
+                stage(accumulator, results, smem)
+            cuda.syncthreads()
+            for step in range(WALK_STEPS // WALK_UNROLL):
+                walk(smem, d, r, c, row0, col0, d_rs, d_cs, epi_args)
+                if along_row:
+                    r += WALK_UNROLL * ROW_STEP
+                else:
+                    c += WALK_UNROLL * COL_STEP
+            return warm
+
+        return finish
+
+    finish_along_rows = preloaded_walk(True) if PRELOAD else None
+    finish_down_columns = preloaded_walk(False) if PRELOAD else None
+
     if STAGED and (tile_m & (tile_m - 1) or tile_n & (tile_n - 1)):
         raise ValueError(f"the staged store needs power-of-two tile sides, got {tile_m}x{tile_n}")
     if STAGED and tile_elements * np.dtype(dtype).itemsize > config.smem_bytes(np.dtype(dtype).itemsize):
@@ -612,7 +670,17 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
             cuda.syncthreads()
             if active:
                 add_tail(accumulator, results, smem, tail, a_elements)
-        if STAGED:
+        warm = ZERO
+        if STAGED and PRELOAD and row0 + tile_m <= m and col0 + tile_n <= n and (
+                STEP == 1 or (is_aligned16(d, 0) and (d_cs if d_rs == 1 and d_cs != 1 else d_rs) % STEP == 0)):
+            r, c = tile_position(int64(cuda.threadIdx.x) * STEP, d_rs == 1 and d_cs != 1)
+            if d_rs == 1 and d_cs != 1:
+                warm = finish_down_columns(smem, d, accumulator, results, active, r, c, row0, col0, d_rs, d_cs,
+                                           epi_args)
+            else:
+                warm = finish_along_rows(smem, d, accumulator, results, active, r, c, row0, col0, d_rs, d_cs,
+                                         epi_args)
+        elif STAGED:
             # The main loop has consumed every stage it loaded (and the tail its strips):
             # once all warps are past, the buffer holds nothing anyone still needs.
             cuda.syncthreads()
@@ -653,6 +721,8 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
                     col = col0 + int64(c)
                     if row < m and col < n:
                         d[row * d_rs + col * d_cs] = epilogue(results[i], row, col, epi_args)
+        if PRELOAD and k < 0:  # never (K >= 0): keeps the early reads, which the walk's then reuse
+            d[0] = warm
         tile_pipeline._del()
 
     return gemm
@@ -754,7 +824,7 @@ def _link_init(create_lto: bytes, symbol: str, cc: tuple[int, int]) -> bytes:
 
 def _lower(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str, str], epilogue: Callable | None,
            epi_args: tuple, cc: tuple[int, int], operands: str = "native", store: str = "loop",
-           split_k: bool = False) -> dict:
+           split_k: bool = False, preload: bool = False, walk: int | None = None) -> dict:
     """Descriptors, pipeline traits and Numba lowering: everything up to the LTO-IR objects.
 
     With :mod:`._lto` intercepting in ``defer`` mode no device-function NVRTC runs here;
@@ -763,11 +833,12 @@ def _lower(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str, str]
     from . import _lto
 
     with _operand_precision(operands, dtype), _lto.traits.deferring():
-        return _lower_inner(config, dtype, arrangement, epilogue, epi_args, cc, store, split_k)
+        return _lower_inner(config, dtype, arrangement, epilogue, epi_args, cc, store, split_k, preload, walk)
 
 
 def _lower_inner(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str, str], epilogue: Callable | None,
-                 epi_args: tuple, cc: tuple[int, int], store: str = "loop", split_k: bool = False) -> dict:
+                 epi_args: tuple, cc: tuple[int, int], store: str = "loop", split_k: bool = False,
+                 preload: bool = False, walk: int | None = None) -> dict:
     from numba import cuda, typeof, types
     from nvmath.device import cublasdx_backend as be
     from nvmath.device.cublasdx import _blas_tensors_handle
@@ -791,7 +862,8 @@ def _lower_inner(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str
 
     slice_bytes = INIT_PIPELINES * storage_stride(dp._storage_bytes, dp._storage_alignment_bytes) if split_k else 0
     pyfunc = _gemm_pyfunc(mm, config, dtype, frag_size, dp._buffer_alignment_bytes, epilogue, store, slice_bytes,
-                          walk_unroll(store, split_k))
+                          walk_unroll(store, split_k) if walk is None else walk,
+                          getattr(epilogue, "preload", None) if preload else None)
     arg_types = gemm_arg_types(dtype, typeof(epi_args), DevicePipelineType(dp))
     t = time.perf_counter()
     codes, _ = cuda.compile_all(
@@ -1253,6 +1325,8 @@ def build(
     operands: str = "native",
     fragment_store: str = "loop",
     split_k: bool = False,
+    preload: bool = False,
+    walk: int | None = None,
 ) -> tuple[dict, dict[str, bytes]]:
     """Compile the pipeline GEMM for ``(config, dtype, arrangement of A and B, epilogue)``.
 
@@ -1264,7 +1338,10 @@ def build(
     type matters).  Without one, the kernel stores ``value`` as is.  ``operands``: how the
     tensor cores read A and B (:data:`OPERAND_PRECISIONS`).  ``split_k``: the variant whose
     grid z dimension runs K slices (:func:`_gemm_pyfunc`; ``meta["split_slice_bytes"]``
-    is the storage each slice's four pipelines take).  Returns ``(meta, blobs)``.
+    is the storage each slice's four pipelines take).  ``preload``: a tile walk issues the
+    epilogue's early reads (its ``preload``, see :func:`_gemm_pyfunc`); the cache key says
+    so (:func:`.cache.key_fields`).  ``walk``: groups per iteration of a tile walk (default
+    :func:`.config.walk_unroll` of the store; the cache key's ``walk`` field).  Returns ``(meta, blobs)``.
     Runs on a GPU-less machine through :mod:`._standin` (activated here when no GPU is present).
     """
     from . import _standin
@@ -1339,7 +1416,8 @@ def build(
         elif workers > 1:  # start the workers first: they replay the lowering alongside this process
             procs = _start_workers(config, dtype, arrangement, cc, store, target, workers, operands,
                                    fragment_store=fragment_store)
-        lowered = _lower(config, dtype, arrangement, epilogue, epi_args, cc, operands, fragment_store, split_k)
+        lowered = _lower(config, dtype, arrangement, epilogue, epi_args, cc, operands, fragment_store, split_k,
+                         preload, walk)
         times.update(lowered["times"])
         dp = lowered["dp"]
         say(f"lowered in {time.perf_counter() - t_start:.1f} s: storage {dp._storage_bytes} B, buffer "
@@ -1416,7 +1494,7 @@ def build(
         "dtype": dtype.name,
         "operands": operands,
         "store": fragment_store,
-        "walk": walk_unroll(fragment_store, split_k),
+        "walk": walk_unroll(fragment_store, split_k) if walk is None else walk,
         "arrangement": list(arrangement),
         "cc": list(cc),
         "arch": arch,

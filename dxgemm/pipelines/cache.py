@@ -92,7 +92,7 @@ CODEGEN_SOURCES = ("pipelines/_build.py", "pipelines/_lto.py", "kernels/__init__
 """The modules (relative to the package) whose code ends up in cached kernels, besides
 :class:`~.config.PipelineConfig` (its launch bounds)."""
 
-CODEGEN_DIGEST = "a4ed4b313036cd25"
+CODEGEN_DIGEST = "0a30aef2977b14e3"
 """:func:`codegen_digest` as of the last review of :data:`FORMAT_VERSION`.
 
 The key does not hash dxgemm's own source: a cold kernel costs 30-60 s, and every edit
@@ -285,6 +285,7 @@ def key_fields(
     store: str = "loop",
     walk: int = 1,
     split_k: bool = False,
+    preload: bool = False,
 ) -> dict[str, Any]:
     """The fields a pipeline kernel's cache key is made of (see the module docstring).
 
@@ -293,7 +294,9 @@ def key_fields(
     ``operands`` how the tensor cores read A and B (a field only when not ``"native"``,
     so the keys of native kernels are what they always were); ``walk`` the groups per
     iteration of a staged store's tile walk (a field only when not 1, likewise); ``split_k``
-    the variant whose grid runs K slices (a field only when set, likewise).
+    the variant whose grid runs K slices (a field only when set, likewise); ``preload`` a
+    tile walk that reads its epilogue's per-tile operands right after the main loop (a
+    field only when set, likewise; :func:`dxgemm.pipelines._build._preload_group`).
     """
     if hasattr(config, "as_dict"):
         config = config.as_dict()
@@ -314,6 +317,8 @@ def key_fields(
         fields["walk"] = int(walk)
     if split_k:
         fields["split_k"] = "grid"
+    if preload:
+        fields["preload"] = 1
     return fields
 
 

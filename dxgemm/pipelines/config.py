@@ -222,6 +222,9 @@ STORES = ("loop", "unrolled", "staged", "staged_vec", "staged_tile", "staged_vec
 """The fragment stores a pipeline kernel can be built with; ``_build`` generates them and
 its ``STORES`` note says what each does.  :func:`pipeline_store` picks one."""
 
+TILE_WALK_STORES = ("staged_tile", "staged_vec_tile")
+"""The stores that walk a tile wholly inside D with a constant trip count (the tile walk)."""
+
 
 def pipeline_store(operands: str = "native", config: "PipelineConfig | None" = None, dtype: Any = None) -> str:
     """How a pipeline kernel stores its accumulator fragment (:data:`STORES`).
@@ -351,8 +354,12 @@ def pipeline_store(operands: str = "native", config: "PipelineConfig | None" = N
 WALK_UNROLL = 4
 """Groups of the tile walk per loop iteration (:func:`walk_unroll`)."""
 
+WALK_UNROLL_TRANSCENDENTAL = 16
+"""Groups per iteration of the float32 (vector) tile walk for a chain with a transcendental
+stage (:func:`walk_unroll`)."""
 
-def walk_unroll(store: str, split_k: bool = False) -> int:
+
+def walk_unroll(store: str, split_k: bool = False, transcendental: bool = False) -> int:
     """How many groups the tile walk of a ``store`` stores per loop iteration (1: not a walk).
 
     The walk (``staged_tile`` / ``staged_vec_tile``) loads :data:`WALK_UNROLL` groups
@@ -390,20 +397,65 @@ def walk_unroll(store: str, split_k: bool = False) -> int:
     epilogue for the fused float32 kernels at the shallow shapes, two up to 4 %
     (``h100_walk_unroll_ab.log``).
 
+    A float32 chain with a transcendental stage (``transcendental``: ``gelu``, ``silu``, a
+    ``custom`` function that is not straight-line arithmetic...) walks
+    :data:`WALK_UNROLL_TRANSCENDENTAL` groups per iteration (the whole 128x128 tile's 16 in
+    one): its ~13 instructions an element then have four times the independent work to
+    interleave.  Session 28, with the bias read before the staging (:func:`walk_preload`),
+    two rounds of ``epilogue_cost.py`` per width at 4096x4096x256, ms
+    (``h100_walk_unroll_transcendental_s28.log``):
+
+    ==============  =============  =============  =============
+    chain           4 groups       8 groups       16 groups
+    ==============  =============  =============  =============
+    none            0.1174-0.1179  0.1181-0.1183  0.1184-0.1185
+    bias            0.1178-0.1183  0.1188-0.1189  0.1185-0.1188
+    gelu            0.1197-0.1200  0.1196-0.1197  0.1191-0.1192
+    bias | gelu     0.1217-0.1218  0.1202-0.1204  0.1201
+    ==============  =============  =============  =============
+
+    So the plain and the bias-only walks keep 4 groups (the compiler unrolls their short
+    loop whole anyway) and the transcendental ones take 16: ``bias | gelu`` 0.1201 ms
+    against the plain kernel's 0.1174-0.1179, +2 % where it was +3.3-3.7 %.  At 8192x8192x512
+    (the same kernel) every width was within run-to-run spread.  float64's scalar walk
+    (``staged_tile``) keeps :data:`WALK_UNROLL`: its exact GELU is ~37 FP64 instructions an
+    element, and four times as many in flight would crowd its registers (not measured).
+
     It is part of the cache key (a kernel's ``walk`` field), so only the walking kernels
     were rebuilt when it changed.  ``DXGEMM_WALK_UNROLL`` (a positive integer) overrides
-    :data:`WALK_UNROLL` for the kernels that walk; 1 is the walk group by group.
+    both widths for the kernels that walk; 1 is the walk group by group.
     """
     import os
 
-    if store not in ("staged_tile", "staged_vec_tile") or split_k:
+    if store not in TILE_WALK_STORES or split_k:
         return 1
     text = os.environ.get("DXGEMM_WALK_UNROLL")
     if text is None:
-        return WALK_UNROLL
+        return WALK_UNROLL_TRANSCENDENTAL if transcendental and store == "staged_vec_tile" else WALK_UNROLL
     if not text.isdigit() or int(text) < 1:
         raise ValueError(f"DXGEMM_WALK_UNROLL must be a positive integer, got {text!r}")
     return int(text)
+
+
+def walk_preload(store: str, has_preload: bool, split_k: bool = False) -> bool:
+    """Whether a kernel with this ``store`` reads its epilogue's per-tile operands early (``has_preload``:
+    the bound epilogue has such reads, a column ``bias`` for one; see ``BoundEpilogue.preload``).
+
+    A tile walk keeps each thread's columns (D row-major) for the whole tile, so the compiler
+    reads a column bias once per tile, before the walk; but after the staging barriers, where
+    the walk's first arithmetic then waits for it (L2, under the other block's stores).  Read
+    right after the main loop instead, its latency passes while the block stages its fragment.
+    Part of the cache key (a ``preload`` field), so only such kernels were rebuilt.
+    ``DXGEMM_WALK_PRELOAD=0`` turns it off (the A/B measurement of the change).
+    """
+    import os
+
+    if not has_preload or store not in TILE_WALK_STORES or split_k:
+        return False
+    text = os.environ.get("DXGEMM_WALK_PRELOAD", "1")
+    if text not in ("0", "1"):
+        raise ValueError(f"DXGEMM_WALK_PRELOAD must be 0 or 1, got {text!r}")
+    return text == "1"
 
 
 def uses_tf32x3(dtype: Any, m: int | None = None, n: int | None = None) -> bool:

@@ -14,7 +14,7 @@ from typing import Any, Callable, Hashable
 import numpy as np
 
 from .cache import CacheEntry, KernelCache, key_fields
-from .config import PipelineConfig, pipeline_store, walk_unroll
+from .config import PipelineConfig, pipeline_store, walk_preload, walk_unroll
 
 __all__ = ["IDENTITY_EPILOGUE", "entry_fields", "get_entry", "get_kernel", "compile_count"]
 
@@ -41,9 +41,13 @@ def entry_fields(
     cc: tuple[int, int] = (9, 0),
     operands: str = "native",
     split_k: bool = False,
+    preload: bool = False,
+    transcendental: bool = False,
 ) -> dict:
     """The cache-key fields of one kernel.  ``epi_arg_types``: the Numba type of the epilogue's arguments, as text;
-    ``split_k``: the variant whose grid runs K slices (:mod:`._splitk`).
+    ``split_k``: the variant whose grid runs K slices (:mod:`._splitk`); ``preload``: whether the
+    epilogue has early reads (a bound epilogue's ``preload``), which a tile walk issues;
+    ``transcendental``: the epilogue's (a bound epilogue's), which sets the tile walk's width.
 
     How the kernel stores its fragment follows from the rest (:func:`.config.pipeline_store`).
     """
@@ -56,8 +60,9 @@ def entry_fields(
         epilogue_key=(epilogue_key, epi_arg_types),
         operands=operands,
         store=store,
-        walk=walk_unroll(store, split_k),
+        walk=walk_unroll(store, split_k, transcendental),
         split_k=split_k,
+        preload=walk_preload(store, preload, split_k),
     )
 
 
@@ -74,6 +79,8 @@ def get_entry(
     log: Callable[[str], None] | None = None,
     operands: str = "native",
     split_k: bool = False,
+    preload: bool = False,
+    transcendental: bool = False,
 ) -> CacheEntry:
     """The cache entry (cubins + launch metadata) of one kernel, compiling it on a miss.
 
@@ -82,7 +89,7 @@ def get_entry(
     cache = cache or KernelCache()
     arg_types = _numba_type_text(epi_args)
     fields = entry_fields(config, dtype, arrangement, epilogue_key, epi_arg_types=arg_types, cc=cc,
-                          operands=operands, split_k=split_k)
+                          operands=operands, split_k=split_k, preload=preload, transcendental=transcendental)
     store = fields.get("store", "loop")
 
     def build():
@@ -100,7 +107,8 @@ def get_entry(
 
         epilogue = make_epilogue() if make_epilogue is not None else None
         meta, blobs = compile_kernel(config, dtype, tuple(arrangement)[:2], epilogue, epi_args, cc=cc, log=log,
-                                     operands=operands, fragment_store=store, split_k=split_k)
+                                     operands=operands, fragment_store=store, split_k=split_k,
+                                     preload=bool(fields.get("preload")), walk=int(fields.get("walk", 1)))
         _compiles += 1
         return meta, blobs
 
