@@ -121,7 +121,7 @@ class Recorder:
                                       epi_arg_types=kernels._numba_type_text(kw.get("epi_args", ())),
                                       operands=kw.get("operands", "native"), split_k=kw.get("split_k", False),
                                       preload=kw.get("preload", False),
-                                      transcendental=kw.get("transcendental", False))
+                                      wide_walk=kw.get("wide_walk", False))
         key = cache_key(fields)
         if key not in self.seen:
             have = KernelCache().path(key).exists()

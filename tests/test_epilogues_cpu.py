@@ -251,14 +251,14 @@ def test_new_values_reuse_the_compiled_kernel(rng):
 def test_bias_preload_reads_what_the_bias_stage_reads(orientation, rng):
     """A bound chain with a bias has a ``preload`` (the pipeline's tile walk issues it before staging):
     it returns the bias value at (row, col), the same read as the stage's; a chain without one has none.
-    The walk's width follows ``transcendental``."""
+    The walk's width follows ``wide_walk``."""
     from dxgemm.epilogues import Chain, EpilogueContext
     from dxgemm.epilogues._base import AlphaBeta
 
     v = rng.standard_normal(N if orientation == "col" else (M, 1)).astype(np.float32)
     ctx = EpilogueContext(M, N, np.dtype(np.float32), adapt=lambda arr, name: arr)
     bound = Chain((AlphaBeta(1.0, 0.0), E.bias(cuda.to_device(v)), E.gelu())).bind(ctx)
-    assert bound.preload is not None and bound.transcendental
+    assert bound.preload is not None and bound.wide_walk
     preload = bound.make().preload
     got = cuda.to_device(np.full((M, N), np.nan, np.float32))
 
@@ -273,8 +273,8 @@ def test_bias_preload_reads_what_the_bias_stage_reads(orientation, rng):
     np.testing.assert_array_equal(got.copy_to_host(), want)
 
     plain = Chain((AlphaBeta(1.0, 0.0), E.relu())).bind(ctx)
-    assert plain.preload is None and plain.make().preload is None and not plain.transcendental
-    assert Chain((AlphaBeta(1.0, 0.0), E.bias(cuda.to_device(v)))).bind(ctx).transcendental is False
+    assert plain.preload is None and plain.make().preload is None and not plain.wide_walk
+    assert Chain((AlphaBeta(1.0, 0.0), E.bias(cuda.to_device(v)))).bind(ctx).wide_walk is False
 
 
 def _closure(shift):

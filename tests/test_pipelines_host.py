@@ -193,22 +193,27 @@ def test_walk_is_keyed_only_for_the_walking_stores():
     assert "walk" not in _fields(store="staged")
 
 
-def test_transcendental_float32_walks_take_more_groups():
-    """A float32 (vector) tile walk of a transcendental chain takes WALK_UNROLL_TRANSCENDENTAL groups an
-    iteration; float64's scalar walk, other chains and the other stores keep theirs (and their keys)."""
-    from dxgemm.pipelines.config import WALK_UNROLL, WALK_UNROLL_TRANSCENDENTAL, walk_unroll
+def test_wide_float32_walks_take_more_groups():
+    """A float32 (vector) tile walk of a chain with a ``wide_walk`` stage (the exact GELU, tanh) takes
+    WALK_UNROLL_WIDE groups an iteration; float64's scalar walk, other chains and the other stores keep
+    theirs (and their keys)."""
+    from dxgemm import epilogues as E
+    from dxgemm.pipelines.config import WALK_UNROLL, WALK_UNROLL_WIDE, walk_unroll
     from dxgemm.pipelines.kernels import entry_fields
 
-    assert walk_unroll("staged_vec_tile", transcendental=True) == WALK_UNROLL_TRANSCENDENTAL > WALK_UNROLL
-    assert walk_unroll("staged_vec_tile") == walk_unroll("staged_tile", transcendental=True) == WALK_UNROLL
-    assert walk_unroll("staged_vec_tile", split_k=True, transcendental=True) == 1
-    assert walk_unroll("loop", transcendental=True) == 1
+    assert walk_unroll("staged_vec_tile", wide=True) == WALK_UNROLL_WIDE > WALK_UNROLL
+    assert walk_unroll("staged_vec_tile") == walk_unroll("staged_tile", wide=True) == WALK_UNROLL
+    assert walk_unroll("staged_vec_tile", split_k=True, wide=True) == 1
+    assert walk_unroll("loop", wide=True) == 1
+    assert E.gelu().wide_walk and E.tanh().wide_walk and (E.bias([1.0]) | E.gelu()).wide_walk
+    assert not any(e.wide_walk for e in (E.gelu("tanh"), E.sigmoid(), E.silu(), E.relu(), E.bias([1.0]),
+                                         E.custom(lambda x, row, col: x)))
     large32 = TF32X3_CONFIGS["large"]
     plain = entry_fields(large32, "float32", ("row_major", "col_major"), ("chain",), operands="tf32")
     fused = entry_fields(large32, "float32", ("row_major", "col_major"), ("chain",), operands="tf32",
-                         transcendental=True)
+                         wide_walk=True)
     assert plain["store"] == fused["store"] == "staged_vec_tile"
-    assert (plain["walk"], fused["walk"]) == (WALK_UNROLL, WALK_UNROLL_TRANSCENDENTAL)
+    assert (plain["walk"], fused["walk"]) == (WALK_UNROLL, WALK_UNROLL_WIDE)
     assert cache_key(plain) != cache_key(fused)
 
 

@@ -80,9 +80,8 @@ class BoundEpilogue:
     the read's latency passes while the block stages; the compiler then serves the walk's
     own reads from it (they are ``!invariant.load``).  See :func:`compose`.
 
-    ``transcendental``: the epilogue's :attr:`Epilogue.transcendental`, which some kernels'
-    code follows (the pipeline's float32 tile walk takes more groups per iteration for such
-    chains, :func:`dxgemm.pipelines.config.walk_unroll`).
+    ``wide_walk``: the epilogue's :attr:`Epilogue.wide_walk`, which the pipeline's float32
+    tile walk follows (:func:`dxgemm.pipelines.config.walk_unroll`).
     """
 
     key: Hashable
@@ -91,7 +90,7 @@ class BoundEpilogue:
     reads: tuple = field(default=(), repr=False, compare=False)
     writes: tuple = field(default=(), repr=False, compare=False)
     preload: Callable[[], Callable] | None = field(default=None, repr=False, compare=False)
-    transcendental: bool = field(default=False, compare=False)
+    wide_walk: bool = field(default=False, compare=False)
 
 
 class Epilogue(abc.ABC):
@@ -103,6 +102,14 @@ class Epilogue(abc.ABC):
     float64 ``warptile`` keeps more warps per SM for chains with such a stage
     (:attr:`medium_tile_min_k`), and ``auto`` weighs it in choosing the backend.  True unless a
     stage says otherwise: a ``custom`` function may do anything, unless it is straight-line arithmetic."""
+
+    wide_walk: bool = False
+    """Whether the stage's code for one element is a long chain of dependent instructions (the
+    exact GELU's degree-9 polynomial in Horner form, libdevice's ``tanhf``), which the pipeline's
+    float32 tile walk runs faster with more elements in flight: it then takes 16 groups of 4
+    elements per iteration instead of 4 (:func:`dxgemm.pipelines.config.walk_unroll`, measured
+    there).  Stages built on ``ex2.approx`` and an approximate division (sigmoid, SiLU, the tanh
+    GELU: two MUFU instructions each) ran slower that way, and the rest gain nothing."""
 
     @property
     def medium_tile_min_k(self) -> float:
@@ -192,6 +199,10 @@ class Chain(Epilogue):
         return any(s.transcendental for s in self._stages)
 
     @property
+    def wide_walk(self) -> bool:  # type: ignore[override]
+        return any(s.wide_walk for s in self._stages)
+
+    @property
     def medium_tile_min_k(self) -> float:
         return max((s.medium_tile_min_k for s in self._stages), default=0.0)
 
@@ -219,7 +230,7 @@ class Chain(Epilogue):
             return make().preload
 
         has_preload = any(p is not None for p in preloaders)
-        return BoundEpilogue(key, args, make, reads, writes, preload if has_preload else None, self.transcendental)
+        return BoundEpilogue(key, args, make, reads, writes, preload if has_preload else None, self.wide_walk)
 
 
 _PLAIN_TYPES = (int, float, bool, str, type(None))

@@ -164,6 +164,10 @@ class GELU(Pointwise):
         return "gelu()" if self.variant == ("none",) else "gelu(approximate='tanh')"
 
     @property
+    def wide_walk(self) -> bool:  # type: ignore[override]
+        return self.variant == ("none",)  # a degree-9 Horner chain; the tanh form divides (Epilogue.wide_walk)
+
+    @property
     def medium_tile_min_k(self) -> float:
         # both float64 forms are branch-free, and the medium tile, running its epilogue from shared
         # memory, leads at every K measured (h100_tiles_staged_chains_s23.log, h100_logistic64_s24.log)
@@ -580,6 +584,7 @@ class Tanh(Pointwise):
     """``tanh(x)``."""
 
     stage_name = "tanh"
+    wide_walk = True  # libdevice tanhf in float32: a long polynomial (Epilogue.wide_walk)
 
     def _formula(self, dtype: np.dtype) -> tuple:
         return ("expm1-q10-rcp2",) if dtype == np.float64 else ()

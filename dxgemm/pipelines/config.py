@@ -354,12 +354,12 @@ def pipeline_store(operands: str = "native", config: "PipelineConfig | None" = N
 WALK_UNROLL = 4
 """Groups of the tile walk per loop iteration (:func:`walk_unroll`)."""
 
-WALK_UNROLL_TRANSCENDENTAL = 16
-"""Groups per iteration of the float32 (vector) tile walk for a chain with a transcendental
-stage (:func:`walk_unroll`)."""
+WALK_UNROLL_WIDE = 16
+"""Groups per iteration of the float32 (vector) tile walk for a chain with a
+:attr:`~dxgemm.epilogues.Epilogue.wide_walk` stage (:func:`walk_unroll`)."""
 
 
-def walk_unroll(store: str, split_k: bool = False, transcendental: bool = False) -> int:
+def walk_unroll(store: str, split_k: bool = False, wide: bool = False) -> int:
     """How many groups the tile walk of a ``store`` stores per loop iteration (1: not a walk).
 
     The walk (``staged_tile`` / ``staged_vec_tile``) loads :data:`WALK_UNROLL` groups
@@ -397,10 +397,10 @@ def walk_unroll(store: str, split_k: bool = False, transcendental: bool = False)
     epilogue for the fused float32 kernels at the shallow shapes, two up to 4 %
     (``h100_walk_unroll_ab.log``).
 
-    A float32 chain with a transcendental stage (``transcendental``: ``gelu``, ``silu``, a
-    ``custom`` function that is not straight-line arithmetic...) walks
-    :data:`WALK_UNROLL_TRANSCENDENTAL` groups per iteration (the whole 128x128 tile's 16 in
-    one): its ~13 instructions an element then have four times the independent work to
+    A float32 chain with a stage whose code is one long dependent chain (``wide``: the
+    exact ``gelu``, ``tanh``; :attr:`~dxgemm.epilogues.Epilogue.wide_walk`) walks
+    :data:`WALK_UNROLL_WIDE` groups per iteration (the whole 128x128 tile's 16 in one): the
+    GELU's degree-9 Horner polynomial then has four times the independent elements to
     interleave.  Session 28, with the bias read before the staging (:func:`walk_preload`),
     two rounds of ``epilogue_cost.py`` per width at 4096x4096x256, ms
     (``h100_walk_unroll_transcendental_s28.log``):
@@ -415,11 +415,16 @@ def walk_unroll(store: str, split_k: bool = False, transcendental: bool = False)
     ==============  =============  =============  =============
 
     So the plain and the bias-only walks keep 4 groups (the compiler unrolls their short
-    loop whole anyway) and the transcendental ones take 16: ``bias | gelu`` 0.1201 ms
-    against the plain kernel's 0.1174-0.1179, +2 % where it was +3.3-3.7 %.  At 8192x8192x512
-    (the same kernel) every width was within run-to-run spread.  float64's scalar walk
-    (``staged_tile``) keeps :data:`WALK_UNROLL`: its exact GELU is ~37 FP64 instructions an
-    element, and four times as many in flight would crowd its registers (not measured).
+    loop whole anyway) and the GELU's take 16: ``bias | gelu`` 0.1201 ms against the plain
+    kernel's 0.1174-0.1179, +2 % where it was +3.3-3.7 %.  At 8192x8192x512 (the same kernel)
+    every width was within run-to-run spread.  Every transcendental stage with 16 groups, one
+    run (``h100_epilogue_cost_f32_stages_wide_s28.log``): ``gelu`` +0.7 % and ``tanh`` +1.1 %
+    (+1.6 and +1.8 % with 4 in session 27's run), but ``gelu_tanh`` +1.6 %, ``sigmoid`` +1.6 %
+    and ``bias | gelu_tanh`` +2.7 % (+0.8, +0.9 and +1.5 % with 4): those are two MUFU
+    instructions an element (``ex2.approx`` and an approximate division), not a long chain,
+    and keep 4.  float64's scalar walk (``staged_tile``) keeps :data:`WALK_UNROLL`: its exact
+    GELU is ~37 FP64 instructions an element, and four times as many in flight would crowd
+    its registers (not measured).
 
     It is part of the cache key (a kernel's ``walk`` field), so only the walking kernels
     were rebuilt when it changed.  ``DXGEMM_WALK_UNROLL`` (a positive integer) overrides
@@ -431,7 +436,7 @@ def walk_unroll(store: str, split_k: bool = False, transcendental: bool = False)
         return 1
     text = os.environ.get("DXGEMM_WALK_UNROLL")
     if text is None:
-        return WALK_UNROLL_TRANSCENDENTAL if transcendental and store == "staged_vec_tile" else WALK_UNROLL
+        return WALK_UNROLL_WIDE if wide and store == "staged_vec_tile" else WALK_UNROLL
     if not text.isdigit() or int(text) < 1:
         raise ValueError(f"DXGEMM_WALK_UNROLL must be a positive integer, got {text!r}")
     return int(text)

@@ -42,12 +42,12 @@ def entry_fields(
     operands: str = "native",
     split_k: bool = False,
     preload: bool = False,
-    transcendental: bool = False,
+    wide_walk: bool = False,
 ) -> dict:
     """The cache-key fields of one kernel.  ``epi_arg_types``: the Numba type of the epilogue's arguments, as text;
     ``split_k``: the variant whose grid runs K slices (:mod:`._splitk`); ``preload``: whether the
     epilogue has early reads (a bound epilogue's ``preload``), which a tile walk issues;
-    ``transcendental``: the epilogue's (a bound epilogue's), which sets the tile walk's width.
+    ``wide_walk``: the epilogue's (a bound epilogue's), which sets the tile walk's width.
 
     How the kernel stores its fragment follows from the rest (:func:`.config.pipeline_store`).
     """
@@ -60,7 +60,7 @@ def entry_fields(
         epilogue_key=(epilogue_key, epi_arg_types),
         operands=operands,
         store=store,
-        walk=walk_unroll(store, split_k, transcendental),
+        walk=walk_unroll(store, split_k, wide_walk),
         split_k=split_k,
         preload=walk_preload(store, preload, split_k),
     )
@@ -80,7 +80,7 @@ def get_entry(
     operands: str = "native",
     split_k: bool = False,
     preload: bool = False,
-    transcendental: bool = False,
+    wide_walk: bool = False,
 ) -> CacheEntry:
     """The cache entry (cubins + launch metadata) of one kernel, compiling it on a miss.
 
@@ -89,7 +89,7 @@ def get_entry(
     cache = cache or KernelCache()
     arg_types = _numba_type_text(epi_args)
     fields = entry_fields(config, dtype, arrangement, epilogue_key, epi_arg_types=arg_types, cc=cc,
-                          operands=operands, split_k=split_k, preload=preload, transcendental=transcendental)
+                          operands=operands, split_k=split_k, preload=preload, wide_walk=wide_walk)
     store = fields.get("store", "loop")
 
     def build():
