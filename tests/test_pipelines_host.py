@@ -1051,6 +1051,25 @@ def test_lto_claims_share_compiles_between_processes(tmp_path, monkeypatch):
     assert _lto.pending_keys() == ["b"]  # left to its claimant (or to resolve(), which compiles what is missing)
 
 
+def test_resolve_links_an_object_once_when_it_came_both_as_placeholder_and_bytes(tmp_path, monkeypatch):
+    """The race of session 28's GPU run: one request answered with a placeholder (not in the store yet),
+    the same request from another call site answered from the store a worker had just filled.  resolve()
+    must hand the linker that object once (twice: nvJitLink's 'symbol multiply defined')."""
+    from dxgemm.pipelines import _lto
+
+    store = _lto.LtoStore(tmp_path / "lto")
+    state = _lto._State()
+    state.store, state.mode = store, "defer"
+    monkeypatch.setattr(_lto, "_state", state)
+    p = _lto._request("acc", lambda: (b"lto-acc", 7))
+    first = _lto._answer(p)[0]  # the store is empty: a placeholder
+    store.store("acc", b"lto-acc", 7)  # a worker writes it
+    second = _lto._answer(p)[0]  # the next call site gets the bytes
+    assert first.startswith(_lto.PLACEHOLDER) and second == b"lto-acc"
+    other = _lto._request("other", lambda: (b"lto-other", 7))
+    assert _lto.resolve([first, b"numba", second, _lto._answer(other)[0]]) == [b"lto-acc", b"numba", b"lto-other"]
+
+
 def test_warmup_builds_split_k_variants_of_the_small_configurations(monkeypatch):
     import importlib
 

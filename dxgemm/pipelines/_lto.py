@@ -380,8 +380,15 @@ def compile_pending(index: int, workers: int, keys: list[str] | None = None) -> 
 
 
 def resolve(objects: list[bytes]) -> list[bytes]:
-    """Swap placeholders for the real LTO-IR (from the memo or the store); raises if one is missing."""
-    out = []
+    """Swap placeholders for the real LTO-IR (from the memo or the store), each object once.
+
+    One object can reach the list twice, once as a placeholder and once as its bytes: a
+    request answered with a placeholder (the store did not have it yet), then the same request
+    from another call site answered from the store, which a worker filled in between.  Linked
+    twice, nvJitLink refuses it (``symbol multiply defined``; seen once in session 28's GPU
+    tests, where 16 processes compiled at once), so a repeat is dropped.  Compiles here what
+    no worker made."""
+    out: dict[bytes, None] = {}
     for data in objects:
         if data.startswith(PLACEHOLDER):
             key = data[len(PLACEHOLDER):].decode()
@@ -394,8 +401,8 @@ def resolve(objects: list[bytes]) -> list[bytes]:
                     _state.store.store(key, *hit)
             p.ltoir, p.isa = hit
             data = hit[0]
-        out.append(data)
-    return out
+        out[data] = None
+    return list(out)
 
 
 def begin() -> None:
