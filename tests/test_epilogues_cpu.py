@@ -258,7 +258,7 @@ def test_bias_preload_reads_what_the_bias_stage_reads(orientation, rng):
     v = rng.standard_normal(N if orientation == "col" else (M, 1)).astype(np.float32)
     ctx = EpilogueContext(M, N, np.dtype(np.float32), adapt=lambda arr, name: arr)
     bound = Chain((AlphaBeta(1.0, 0.0), E.bias(cuda.to_device(v)), E.gelu())).bind(ctx)
-    assert bound.preload is not None and bound.wide_walk
+    assert bound.preload is not None and bound.preload() is not None and bound.wide_walk
     preload = bound.make().preload
     got = cuda.to_device(np.full((M, N), np.nan, np.float32))
 

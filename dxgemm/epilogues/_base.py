@@ -223,11 +223,14 @@ class Chain(Epilogue):
         reads = tuple(r for b in bound for r in b.reads)
         writes = tuple(w for b in bound for w in b.writes)
 
-        def make() -> Callable:
-            return compose([m() for m in makers], [p() if p is not None else None for p in preloaders])
+        def preloads() -> list:
+            return [p() if p is not None else None for p in preloaders]
 
-        def preload() -> Callable:
-            return make().preload
+        def make() -> Callable:
+            return compose([m() for m in makers], preloads())
+
+        def preload() -> Callable | None:
+            return compose_preloads(preloads())
 
         has_preload = any(p is not None for p in preloaders)
         return BoundEpilogue(key, args, make, reads, writes, preload if has_preload else None, self.wide_walk)
@@ -286,31 +289,38 @@ def check_spans(inputs: list[Span], output: Span | None, reads: list[Span], writ
                                  "while other threads write it")
 
 
+# Kernels index with uint64; stages get int64 so user code can mix indices with literals.
+_INDICES = "    row = int64(row)\n    col = int64(col)\n"
+
+
 def compose(functions: list[Callable], preloads: list[Callable | None] | None = None) -> Callable:
     """One device function applying ``functions`` in order, each with its own argument tuple.
 
-    The result carries ``.preload``: None, or, when any of ``preloads`` (one per function,
-    None for a stage without one; see :class:`BoundEpilogue`) is given, one device function
-    ``(row, col, args)`` calling each stage's with its argument tuple and returning the sum
-    of what they return (a kernel keeps that sum alive, so the reads are not dropped before
-    the compiler can serve the stages' own reads from them)."""
+    The result carries ``.preload``: :func:`compose_preloads` of ``preloads`` (one per
+    function, None for a stage without one; see :class:`BoundEpilogue`)."""
     names = [f"_f{i}" for i in range(len(functions))]
     body = "".join(f"    value = {name}(value, row, col, args[{i}])\n" for i, name in enumerate(names))
-    # Kernels index with uint64; stages get int64 so user code can mix indices with literals.
-    head = "    row = int64(row)\n    col = int64(col)\n"
-    source = f"def chained(value, row, col, args):\n{head}{body}    return value\n"
+    source = f"def chained(value, row, col, args):\n{_INDICES}{body}    return value\n"
     namespace: dict = dict(zip(names, functions), int64=np.int64)
     exec(compile(source, "<dxgemm epilogue chain>", "exec"), namespace)
     chained = cuda.jit(device=True)(namespace["chained"])
-    calls = [(i, p) for i, p in enumerate(preloads or []) if p is not None]
-    chained.preload = None
-    if calls:
-        total = " + ".join(f"_p{i}(row, col, args[{i}])" for i, _ in calls)
-        source = f"def preload(row, col, args):\n{head}    return {total}\n"
-        namespace = {f"_p{i}": p for i, p in calls} | {"int64": np.int64}
-        exec(compile(source, "<dxgemm epilogue preload>", "exec"), namespace)
-        chained.preload = cuda.jit(device=True)(namespace["preload"])
+    chained.preload = compose_preloads(preloads or [])
     return chained
+
+
+def compose_preloads(preloads: list[Callable | None]) -> Callable | None:
+    """None when every entry is None; else one device function ``(row, col, args)`` calling each
+    stage's preload with its argument tuple (``args[i]`` for entry ``i``) and returning the sum of
+    what they return (a kernel keeps that sum alive, so the reads are not dropped before the
+    compiler can serve the stages' own reads from them)."""
+    calls = [(i, p) for i, p in enumerate(preloads) if p is not None]
+    if not calls:
+        return None
+    total = " + ".join(f"_p{i}(row, col, args[{i}])" for i, _ in calls)
+    source = f"def preload(row, col, args):\n{_INDICES}    return {total}\n"
+    namespace = {f"_p{i}": p for i, p in calls} | {"int64": np.int64}
+    exec(compile(source, "<dxgemm epilogue preload>", "exec"), namespace)
+    return cuda.jit(device=True)(namespace["preload"])
 
 
 class AlphaBeta(Epilogue):
