@@ -60,7 +60,7 @@ class Bias(Epilogue):
         args = (arr.view((length,), (stride,)),)
         key = ("bias", orientation, ctx.dtype.name, "invariant")
         return BoundEpilogue(key, args, lambda: _bias_device(orientation), reads=(arr.span,),
-                             preload=lambda: _bias_preload(orientation))
+                             preload=lambda: _bias_read(orientation))
 
     def _reference(self, x: Any, xp: Any) -> Any:
         from .reference import to_xp
@@ -72,39 +72,34 @@ class Bias(Epilogue):
     lipschitz = 1.0
 
 
-def _bias_device(orientation: str):
-    # load_invariant: the bias is read once per thread before a tile walk, not at every step
+def _bias_read(orientation: str):
+    """The bias element at ``(row, col)``: the stage's one read, and its ``preload`` (see
+    :class:`BoundEpilogue`): the same load in both, so the compiler serves the stage's from the
+    early one.  ``load_invariant``: the bias is read once per thread before a tile walk, not at
+    every step."""
     if orientation == "col":
 
         @cuda.jit(device=True)
-        def bias_col(value, row, col, args):
-            return value + load_invariant(args[0], U(col))
-
-        return bias_col
-
-    @cuda.jit(device=True)
-    def bias_row(value, row, col, args):
-        return value + load_invariant(args[0], U(row))
-
-    return bias_row
-
-
-def _bias_preload(orientation: str):
-    """The bias element at ``(row, col)``, read early (see :class:`BoundEpilogue`'s ``preload``):
-    the same load as :func:`_bias_device`'s, so the compiler serves that one from it."""
-    if orientation == "col":
-
-        @cuda.jit(device=True)
-        def bias_col_preload(row, col, args):
+        def bias_col_read(row, col, args):
             return load_invariant(args[0], U(col))
 
-        return bias_col_preload
+        return bias_col_read
 
     @cuda.jit(device=True)
-    def bias_row_preload(row, col, args):
+    def bias_row_read(row, col, args):
         return load_invariant(args[0], U(row))
 
-    return bias_row_preload
+    return bias_row_read
+
+
+def _bias_device(orientation: str):
+    read = _bias_read(orientation)
+
+    @cuda.jit(device=True)
+    def bias(value, row, col, args):
+        return value + read(row, col, args)
+
+    return bias
 
 
 class Store(Epilogue):

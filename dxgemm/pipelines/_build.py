@@ -1358,6 +1358,8 @@ def build(
     _standin.activate(cc)
 
     dtype = np.dtype(dtype)
+    if walk is None:
+        walk = walk_unroll(fragment_store, split_k)
     if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise TypeError(f"pipeline GEMM supports float32 and float64, not {dtype}")
     if operands not in OPERAND_PRECISIONS:
@@ -1494,7 +1496,7 @@ def build(
         "dtype": dtype.name,
         "operands": operands,
         "store": fragment_store,
-        "walk": walk_unroll(fragment_store, split_k) if walk is None else walk,
+        "walk": walk,
         "arrangement": list(arrangement),
         "cc": list(cc),
         "arch": arch,
