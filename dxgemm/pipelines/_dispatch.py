@@ -120,7 +120,7 @@ def prepare(dtype: Any, arrangements: tuple[str, str], m: int, n: int, k: int, b
     kernel = get_kernel(
         cfg, dtype, arrangement, device=device, operands=operands,
         epilogue_key=bound.key, make_epilogue=bound.make, epi_args=bound.args,
-        preload=bound.preload is not None, wide_walk=bound.wide_walk,
+        preload=getattr(bound, "preload", None) is not None, wide_walk=getattr(bound, "wide_walk", False),
     )
     return PipelineCall(kernel, operands == "tf32", device)
 
