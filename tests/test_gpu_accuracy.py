@@ -1,0 +1,114 @@
+"""The float32 accuracy contract on a real GPU: ``python -m pytest -m gpu tests/test_gpu_accuracy.py``.
+
+Every float32 path (each ``precision=`` value through ``auto``, and each float32 backend
+forced) is run on every data class of :func:`dxgemm.testing.make_data` at K up to 65536
+(small m and n keep it quick), beside cuBLAS SGEMM on the same inputs:
+
+* ``precision="tf32x3"`` (the default) and ``"ieee"``: the contract, error at most
+  ``max(2 x SGEMM's error, 2^-22)`` relative to ``|A| @ |B|``
+  (:func:`dxgemm.testing.check_float32_contract`);
+* ``precision="tf32"``: TF32's own bound (inputs rounded to 10 mantissa bits);
+* the cuBLASDx pipeline's single-accumulator 3xTF32 (``backend="pipeline"``) is kept as a
+  strict expected failure on same-sign data at long K: the truncating tensor-core
+  accumulation is why it is not the default.
+
+Results with inf, NaN or zeros must have them exactly where float64-then-rounded does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dxgemm
+from dxgemm import testing
+
+pytestmark = pytest.mark.gpu
+
+M, N = 24, 40  # small outputs: long K stays quick, and neither side is a tile multiple
+KS = [1, 257, 4096, 16384, 65536]
+KINDS = ["normal", "wide_exponent", "same_sign", "positive_outer", "cancellation", "row_col_scale",
+         "near_underflow"]
+TF32_UNIT = 2.0**-11  # TF32 keeps 10 mantissa bits: round-to-nearest unit round-off
+
+
+@pytest.fixture(scope="module")
+def cp():
+    return pytest.importorskip("cupy", reason="the GPU tests need CuPy")
+
+
+def _inputs(cp, kind, k, seed):
+    rng = np.random.default_rng(seed)
+    a = testing.make_data(kind, (M, k), np.float32, rng)
+    b = testing.make_data(kind, (k, N), np.float32, rng)
+    return a, b, cp.asarray(a), cp.asarray(b)
+
+
+def _sgemm_error(cp, a, b, a_d, b_d):
+    import os
+
+    old = os.environ.get("CUPY_TF32")
+    os.environ["CUPY_TF32"] = "0"
+    try:
+        return testing.relative_error(cp.asnumpy(cp.matmul(a_d, b_d)), a, b)
+    finally:
+        if old is not None:
+            os.environ["CUPY_TF32"] = old
+
+
+def _run(cp, a_d, b_d, **kwargs):
+    d = cp.full((M, N), cp.nan, dtype=cp.float32)  # poisoned: an unwritten element fails
+    dxgemm.gemm(a_d, b_d, d, **kwargs)
+    return cp.asnumpy(d)
+
+
+@pytest.mark.parametrize("precision", ["tf32x3", "ieee", None])
+@pytest.mark.parametrize("k", KS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_contract(cp, kind, k, precision):
+    a, b, a_d, b_d = _inputs(cp, kind, k, seed=k + 7)
+    kwargs = {} if precision is None else {"precision": precision}
+    d = _run(cp, a_d, b_d, **kwargs)
+    testing.check_float32_contract(d, a, b, _sgemm_error(cp, a, b, a_d, b_d))
+
+
+@pytest.mark.parametrize("k", KS)
+@pytest.mark.parametrize("kind", ["normal", "same_sign", "wide_exponent"])
+def test_tf32(cp, kind, k):
+    """One TF32 pass: each product's operands rounded to TF32 (2 x 2^-11), summed in float32."""
+    a, b, a_d, b_d = _inputs(cp, kind, k, seed=k + 11)
+    d = _run(cp, a_d, b_d, precision="tf32")
+    err = testing.relative_error(d, a, b)
+    bound = 2 * TF32_UNIT + (k + 2) * 2.0**-24  # input rounding + the float32 sum's worst case
+    assert err <= bound, f"TF32 error {err:.3g} exceeds {bound:.3g} at K = {k}"
+    # and it is TF32, not silently float32: some error of TF32's size on random data
+    if kind == "normal" and k >= 257:
+        assert err > 2.0**-20
+
+
+@pytest.mark.parametrize("k", [16384, 65536])
+def test_single_accumulator_3xtf32_misses_contract(cp, k):
+    """The cuBLASDx pipeline's 3xTF32 sums 3K products in one truncating accumulator: on
+    same-sign data its error is a one-sided bias that grows with K, far above SGEMM's."""
+    from dxgemm.pipelines._dispatch import availability
+
+    if availability(0) is not None:
+        pytest.skip(f"needs the sm_90 pipeline: {availability(0)}")
+    a, b, a_d, b_d = _inputs(cp, "same_sign", k, seed=k)
+    d = _run(cp, a_d, b_d, backend="pipeline", precision="tf32x3_fast")
+    with pytest.raises(AssertionError):
+        testing.check_float32_contract(d, a, b, _sgemm_error(cp, a, b, a_d, b_d))
+
+
+@pytest.mark.parametrize("precision", ["tf32x3", "tf32", "ieee"])
+@pytest.mark.parametrize("kind", ["near_overflow", "nonfinite"])
+def test_special_values(cp, kind, precision):
+    """inf, NaN and 0 exactly where the float64 product, rounded to float32, has them."""
+    a, b, a_d, b_d = _inputs(cp, kind, 301, seed=3)
+    d = _run(cp, a_d, b_d, precision=precision)
+    with np.errstate(over="ignore", invalid="ignore"):
+        expect = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(d), np.isnan(expect))
+    np.testing.assert_array_equal(np.isinf(d), np.isinf(expect))
+    np.testing.assert_array_equal(d[np.isinf(expect)], expect[np.isinf(expect)])
+    np.testing.assert_array_equal(d == 0, expect == 0)
