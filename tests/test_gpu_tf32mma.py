@@ -1,0 +1,55 @@
+"""The TF32 tensor-core rung on the GPU: both modes against float64 and cuBLAS SGEMM.
+
+The accuracy contract of the float32-accurate mode (issue 34): max |D - D64| / (|A| @ |B|)
+at most 2x cuBLAS SGEMM's on the same inputs (or 2^-22, whichever is larger); the data
+are same-sign at long K, where a truncating tensor-core sum drifts, and standard normal.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from .test_tf32mma_cpu import bound, relative_error, run_tf32mma
+
+pytestmark = pytest.mark.gpu
+
+
+def _sgemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    cp = pytest.importorskip("cupy")
+    return cp.asnumpy(cp.matmul(cp.asarray(a), cp.asarray(b)))
+
+
+@pytest.mark.parametrize("layouts", ["rrr", "ccc", "rcr", "crc"])
+@pytest.mark.parametrize("mode", ["tf32x3", "tf32"])
+def test_layouts_edges(rng, mode, layouts):
+    m, n, k = 300, 259, 1001
+    a = (rng.uniform(0.5, 1.0, (m, k)) * 2.0 ** rng.integers(-6, 7, (m, k))).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    out = run_tf32mma(a, b, mode, layouts)
+    assert not np.isnan(out).any()
+    assert relative_error(out, a, b) <= bound(mode, k)
+
+
+@pytest.mark.parametrize("data,k", [("uniform", 16384), ("uniform", 65536), ("normal", 256), ("normal", 4096)])
+def test_accuracy_contract(rng, data, k):
+    m = n = 128
+    if data == "uniform":
+        a, b = rng.random((m, k), np.float32), rng.random((k, n), np.float32)
+    else:
+        a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    err = relative_error(run_tf32mma(a, b, "tf32x3"), a, b)
+    sgemm = relative_error(_sgemm(a, b), a, b)
+    assert err <= 2 * max(sgemm, 2.0**-22), (err, sgemm)
+
+
+def test_nan_inf(rng):
+    m, n, k = 64, 72, 4096
+    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    a[3, 5], a[7, 9], a[9, 2] = np.nan, np.inf, np.float32(3.4e38)
+    b[2, :] = np.float32(2.0**-100)
+    b[11, 4] = 0
+    out = run_tf32mma(a, b, "tf32x3")
+    with np.errstate(all="ignore"):
+        ref = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+    assert np.array_equal(np.isnan(out), np.isnan(ref)) and np.array_equal(np.isinf(out), np.isinf(ref))
