@@ -151,8 +151,8 @@ def horner_exact(coef, x: float) -> float:
 def check_float64(poly, exp_poly, top: float = TOP64, table: int = 0, samples: int = 2000) -> float:
     """Worst error of the float64 GELU, replayed with exact FMA rounding, in units of ``|x| + |y|``.
 
-    ``table = N`` (a power of two) replays the experiment's form instead
-    (``benchmarks/experiments/gelu64_ab.py``, ``_table_form``): ``j = round(N t)`` with ``P``
+    ``table = N`` (a power of two) replays the table form that was tried and not shipped
+    (docs/performance.md, *float64 epilogues*): ``j = round(N t)`` with ``P``
     scaled by N, ``2**t = 2**(j >> log2 N) T[j mod N] 2**(r / N)``, ``T[i] = 2**(i / N)``
     rounded to float64, ``exp_poly`` the polynomial of ``2**(r / N)`` in one Horner chain.
     ``x`` runs over a grid of step 1/97 on [-9, 9] and ``samples`` uniform draws."""

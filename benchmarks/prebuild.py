@@ -18,13 +18,12 @@ The arrays are host memory posing as device arrays (``__cuda_array_interface__``
 device is the H100's properties, and each launch is a no-op; :mod:`dxgemm.pipelines._standin`
 lets NVRTC, Numba and nvJitLink compile for sm_90 without a driver.  Kernels go into
 ``$DXGEMM_CACHE_DIR``; copy that folder's ``kernels/`` (or the files ``--keys`` names) to
-the GPU host.  The toolchain that links them matters for speed: see *Which toolchain
-builds the kernels* in docs/performance.md (NVRTC/nvJitLink 13.0 builds were 10-26 % faster than 13.5;
-the cache key does not tell them apart, so the script says when it builds with another; session 27's
-first builds here were 13.5's and timed 11 % slower than the GPU host's own, ``h100_epilogue_cost_f32_stages_s27.log``).
-A ``custom`` epilogue defined by ``def`` in a file is keyed by its source text (since session 27;
-before, by its byte code, which differs between Python minor versions, so this machine's 3.11
-builds were not found by the GPU host's 3.12); one defined by a lambda still is, and compiles there.
+the GPU host.  The toolchain that links them matters for speed (docs/performance.md, *Which
+toolchain builds the kernels*): build with the 13.0 compilers (``pip install -e ".[ctk130]"``);
+the cache key holds CUDA's major version only, so the script says when it builds with another.
+A ``custom`` epilogue defined by ``def`` in a file is keyed by its source text, the same under
+every Python version; one defined by a lambda is keyed by its byte code and compiles on the GPU
+host if that host's Python minor version differs.
 
     DXGEMM_CACHE_DIR=/tmp/kc python benchmarks/prebuild.py                 # all parts
     DXGEMM_CACHE_DIR=/tmp/kc python benchmarks/prebuild.py fusion --list   # name them only
