@@ -38,6 +38,7 @@ class Mutant(NamedTuple):
 _LOADER_READ = """\
                     if row0 + rr < nrows and col0 + cc < ncols:
                         val = g[g_off(row0 + rr, col0 + cc, ld)]
+                    if smem_row:
 """
 
 _SMEM_STORE = """\
@@ -53,6 +54,7 @@ MUTANTS: tuple[Mutant, ...] = (
                         at = g_off(row0 + rr, col0 + cc, ld)
                         if at < g.shape[0]:  # past the allocation: zero, as adjacent memory might hold
                             val = g[at]
+                    if smem_row:
 """, (_LAYOUTS, "-k", "smem and view-T-row")),
     Mutant("smem rung uses k where lda belongs", "dxgemm/kernels/smem.py",
            "load_a(a, U(lda), row0, k0, um, uk, a_tile, tid, False)",
@@ -75,15 +77,15 @@ MUTANTS: tuple[Mutant, ...] = (
 """, (_LAYOUTS, "-k", "smem and col-view-T and float64")),
     Mutant("TF32 split's tail dropped (emulation)", "dxgemm/testing/emulate.py",
            "    lo = round_tf32(x - hi)\n", "    lo = np.zeros_like(hi)\n",
-           ("tests/test_accuracy_rule.py", "-k", "rounding_3xtf32_passes")),
+           ("tests/test_accuracy_rule.py", "-k", "rounding_3xtf32_meets and normal-1]")),
     Mutant("beta's sign flipped", "dxgemm/epilogues/_base.py",
            "return args[0] * value + args[1] * args[2]", "return args[0] * value - args[1] * args[2]",
            (_LAYOUTS, "-k", "naive and col-view-T")),
     Mutant("(n,) bias applied per row", "dxgemm/epilogues/_operands.py",
            "return load_invariant(args[0], U(col))", "return load_invariant(args[0], U(row))",
            ("tests/test_epilogues_cpu.py", "-k", "bias_shapes_and_views and strided")),
-    Mutant("loader drops the last row", "dxgemm/kernels/_device.py",
-           "if row0 + rr < nrows and col0 + cc < ncols:", "if row0 + rr < nrows - 1 and col0 + cc < ncols:",
+    Mutant("loader drops the last row", "dxgemm/kernels/_device.py", _LOADER_READ,
+           _LOADER_READ.replace("rr < nrows and", "rr < nrows - 1 and"),
            (_LAYOUTS, "-k", "blocktile1d and T-row-col")),
 )
 """Every mutant: name, file (relative to the project root), exact old text, new text, the tests that must catch it."""
