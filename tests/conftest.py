@@ -27,7 +27,6 @@ def _gpu_run(config) -> bool:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (run with -m gpu on a GPU machine)")
-    config.addinivalue_line("markers", "slow: minutes of CPU; runs only when selected with -m slow")
     # Small test grids trip Numba's occupancy warning; matched by message so that no Numba
     # module is imported before the simulator switch below is set.
     config.addinivalue_line("filterwarnings", "ignore:Grid size")
@@ -36,12 +35,6 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    expr = config.getoption("-m") or ""
-    if "slow" not in expr or "not slow" in expr:
-        slow = pytest.mark.skip(reason="slow test: run `python -m pytest -m slow` to include it")
-        for item in items:
-            if "slow" in item.keywords:
-                item.add_marker(slow)
     if _gpu_run(config):
         return
     skip = pytest.mark.skip(reason="GPU test: run `python -m pytest -m gpu` on a GPU machine")

@@ -1,9 +1,9 @@
-"""The mutation check (``python -m dxgemm.testing.mutants``).
+"""The mutation check (``python -m dxgemm.testing.mutants``), in CI.
 
-In CI: every mutant's snippet still applies exactly once to this checkout (the host code
-moves; a mutant that stopped applying would silently test nothing), and the planted bug
-differs from the original.  The full run — each mutant against its tests, ~3.5 minutes on
-one core — is ``python -m pytest -m slow tests/test_mutants.py``; its last output is
+Every mutant's snippet still applies exactly once to this checkout (the host code moves; a
+mutant that stopped applying would silently test nothing), and every mutant is caught by its
+deterministic tests (~1 minute on one core: the unmutated baseline is left out here, since
+this suite runs those tests itself).  The command's last full output, baseline included, is
 committed in ``benchmarks/results/mutants.txt``.
 """
 
@@ -39,9 +39,8 @@ def test_a_missing_file_is_loud(tmp_path):
         mutants.apply(ghost, tmp_path)
 
 
-@pytest.mark.slow
 def test_every_mutant_is_caught():
     out = io.StringIO()
-    caught = mutants.run(out=out)
+    caught = mutants.run(out=out, baseline=False)
     print(out.getvalue())
     assert caught, out.getvalue()
