@@ -10,6 +10,14 @@ import os
 
 import numpy as np
 import pytest
+from hypothesis import settings
+
+# Hypothesis is the second net behind the deterministic grids: in CI it must not decide a run by
+# chance, so the default profile derandomizes (the same examples every run); HYPOTHESIS_PROFILE=explore
+# draws new ones locally.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def _gpu_run(config) -> bool:

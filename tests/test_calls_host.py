@@ -58,7 +58,10 @@ def test_signature_ignores_addresses_and_values():
     a2, b2 = FakeArray((64, 32), 5 << 20), FakeArray((32, 48), 7 << 20)
     assert sig(a1, b1) == sig(a2, b2)
     assert sig(a1, b1, alpha=2.0, beta=0.0) == sig(a2, b2, alpha=-3.0, beta=0.0)
-    assert hash(sig(a1, b1, epilogue=E.leaky_relu(0.1) | E.gelu())) is not None
+    chained = sig(a1, b1, epilogue=E.leaky_relu(0.1) | E.gelu())
+    # a dict key: equal for equal calls, different from the plain call's
+    assert {chained: "kept"}.get(sig(a2, b2, epilogue=E.leaky_relu(0.1) | E.gelu())) == "kept"
+    assert chained != sig(a1, b1) and hash(chained) == hash(sig(a2, b2, epilogue=E.leaky_relu(0.1) | E.gelu()))
 
 
 def test_signature_separates_what_changes_the_kernel_or_its_checks():

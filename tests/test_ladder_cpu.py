@@ -94,6 +94,13 @@ def test_nan_and_inf_in_inputs_propagate(rng):
     out = dxgemm.gemm(cuda.to_device(a), cuda.to_device(b), backend="warptile").copy_to_host()
     assert np.isnan(out[2]).all()
     assert np.isinf(out[:, 5]).sum() + np.isnan(out[:, 5]).sum() == 9
+    # every element judged as float64-then-rounded would give it: NaN, the same infinity, or within the bound
+    from dxgemm.testing import make_data
+
+    for dtype in (np.float32, np.float64):
+        a, b = make_data("nonfinite", (9, 6, 7), dtype, rng, count=2)
+        out = dxgemm.gemm(cuda.to_device(a), cuda.to_device(b), backend="warptile").copy_to_host()
+        assert_close(out, a.astype(np.float64), b.astype(np.float64), np.dtype(dtype))
 
 
 def test_no_recompile_for_new_arrays_or_sizes(rng):

@@ -73,10 +73,13 @@ def test_output_without_unit_stride():
 
 
 def test_input_without_unit_stride_is_copied():
-    host = np.arange(48.0).reshape(6, 8)
+    from dxgemm.testing import assert_close, make_data
+
+    host, b = make_data("wide_exponent", (6, 8, 3), np.float64, np.random.default_rng(6))  # B not ones: columns differ
     a = cuda.to_device(host)[::2, ::2]
-    out = dxgemm.gemm(a, dev((4, 2)), backend="naive").copy_to_host()
-    np.testing.assert_allclose(out, host[::2, ::2] @ np.ones((4, 2)))
+    b = np.ascontiguousarray(b[::2])
+    out = dxgemm.gemm(a, cuda.to_device(b), backend="naive").copy_to_host()
+    assert_close(out, host[::2, ::2], b, np.dtype(np.float64))
 
 
 def test_epilogue_must_be_an_epilogue():
