@@ -24,7 +24,7 @@ import numpy as np  # noqa: E402
 
 import dxgemm  # noqa: E402
 from dxgemm.bench import time_ms  # noqa: E402
-from dxgemm.pipelines import suggest  # noqa: E402
+from dxgemm.runtime.pipeline import suggest  # noqa: E402
 from dxgemm.testing import check  # noqa: E402
 
 ORDERS = {"row": cp.ascontiguousarray, "col": cp.asfortranarray}

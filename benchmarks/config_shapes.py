@@ -18,7 +18,8 @@ import numpy as np  # noqa: E402
 
 import dxgemm  # noqa: E402
 from dxgemm.bench import time_ms  # noqa: E402
-from dxgemm.pipelines import suggest, use_config  # noqa: E402
+from dxgemm.pipelines import use_config  # noqa: E402
+from dxgemm.runtime.pipeline import suggest
 from dxgemm.testing import check  # noqa: E402
 
 config, dtype = sys.argv[1], np.dtype(sys.argv[2])

@@ -24,7 +24,7 @@ import numpy as np  # noqa: E402
 
 import dxgemm  # noqa: E402
 from dxgemm.epilogues import stable_key  # noqa: E402
-from dxgemm.pipelines.kernels import compile_count  # noqa: E402
+from dxgemm.pipelines.loader import compile_count  # noqa: E402
 from fusion import _shift_by_column, operands, overhead_epilogues  # noqa: E402
 
 x, w, v = operands((4096, 4096, 256), "float32")

@@ -22,13 +22,15 @@ import cupy as cp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import dxgemm  # noqa: E402
-from dxgemm import _calls, _gemm  # noqa: E402
+from dxgemm import _gemm  # noqa: E402
+from dxgemm.runtime import calls as _calls
 from dxgemm._arrays import as_operand  # noqa: E402
 from dxgemm._streams import stream_handle  # noqa: E402
 from dxgemm.epilogues import bias, gelu  # noqa: E402
 from dxgemm.epilogues._base import AlphaBeta, Chain, EpilogueContext  # noqa: E402
-from dxgemm.pipelines import _dispatch, _launch, config, tf32x3  # noqa: E402
-from dxgemm.pipelines.kernels import get_kernel  # noqa: E402
+from dxgemm.pipelines import _launch, config, tf32x3  # noqa: E402
+from dxgemm.runtime import pipeline as _dispatch  # noqa: E402
+from dxgemm.pipelines.loader import get_kernel  # noqa: E402
 
 CALLS = 200
 

@@ -19,7 +19,7 @@ import cupy as cp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import dxgemm  # noqa: E402
-from dxgemm import _gemm  # noqa: E402
+from dxgemm import policy as _gemm  # noqa: E402  (the rules dxgemm.gemm consults)
 from dxgemm import epilogues as E  # noqa: E402
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -66,7 +66,7 @@ def run(dtype: np.dtype, method: str, configs: list[str], shapes, reps: int, log
             cu_bound, cu_rel = _errors(cp, cp.matmul(a, b), a64.astype(np.float64), b64.astype(np.float64), dtype)
         t_split = None
         if dtype == np.float32 and method == "tf32x3":
-            from dxgemm.pipelines._launch import Matrix
+            from dxgemm.runtime.launch import Matrix
             from dxgemm.pipelines.tf32x3 import split_extent, split_operands
 
             cfg0 = parse_config(configs[0], dtype)

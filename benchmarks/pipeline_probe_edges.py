@@ -47,7 +47,7 @@ def _raw_launch(kern, stream, a_ptr, m, k, lda, b_ptr, n, ldb, d, ldd, grid, k_i
     """Init + GEMM exactly as the launcher does, minus its checks, on a chosen grid."""
     from cuda.core import LaunchConfig, launch
 
-    from dxgemm.pipelines._launch import flatten
+    from dxgemm.runtime.launch import flatten
 
     k_init = k if k_init is None else k_init
     storage = kern.device.memory_resource.allocate(int(kern.meta["storage_bytes"]), stream=stream)

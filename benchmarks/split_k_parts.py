@@ -20,8 +20,10 @@ import numpy as np  # noqa: E402
 
 import dxgemm  # noqa: E402
 from dxgemm.bench import time_ms  # noqa: E402
-from dxgemm.pipelines import suggest, use_config  # noqa: E402
-from dxgemm.pipelines._launch import Matrix, _aligned_ld  # noqa: E402
+from dxgemm.pipelines import use_config  # noqa: E402
+from dxgemm.runtime.pipeline import suggest
+from dxgemm.runtime.launch import Matrix  # noqa: E402
+from dxgemm.runtime.launch import aligned_ld as _aligned_ld  # noqa: E402
 from dxgemm.pipelines.config import parse_config, slice_ranges  # noqa: E402
 
 dtype = np.dtype(sys.argv[1])
@@ -36,7 +38,7 @@ it = dtype.itemsize
 os.environ["DXGEMM_SPLIT_K"] = str(slices)
 with use_config(cfg):
     dxgemm.gemm(a, b, d, backend="pipeline")
-    from dxgemm import _calls
+    from dxgemm.runtime import calls as _calls
 
     call = _calls.lookup(_calls.signature(a, b, d, 1.0, 0.0, None, "pipeline")).call
 print(f"== {dtype.name} {m}x{n}x{k} {cfg.name} S={slices}: {type(call).__name__}", flush=True)

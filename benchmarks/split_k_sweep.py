@@ -27,8 +27,10 @@ import dxgemm  # noqa: E402
 from dxgemm import epilogues as E  # noqa: E402
 from dxgemm.bench import time_ms  # noqa: E402
 from dxgemm.epilogues.reference import check  # noqa: E402
-from dxgemm.pipelines import suggest, use_config  # noqa: E402
-from dxgemm.pipelines.config import parse_config, split_k  # noqa: E402
+from dxgemm.pipelines import use_config  # noqa: E402
+from dxgemm.runtime.pipeline import suggest
+from dxgemm.pipelines.config import parse_config  # noqa: E402
+from dxgemm.runtime.pipeline import split_k  # noqa: E402
 
 SHAPES = [(4096, 64, 4096), (1000, 1000, 1000), (1024, 1024, 1024), (4096, 128, 4096), (2048, 256, 8192)]
 

@@ -19,7 +19,7 @@ import numpy as np  # noqa: E402
 
 from dxgemm.bench import time_ms  # noqa: E402
 from dxgemm.pipelines import tf32x3  # noqa: E402
-from dxgemm.pipelines._launch import Matrix  # noqa: E402
+from dxgemm.runtime.launch import Matrix  # noqa: E402
 
 SHAPES = [(8192, 8192, 512), (8192, 8192, 1024), (8192, 8192, 2048)]
 shapes = [tuple(int(x) for x in arg.split("x")) for arg in sys.argv[1].split(",")] if len(sys.argv) > 1 else SHAPES

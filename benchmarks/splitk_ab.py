@@ -3,11 +3,11 @@
     python benchmarks/splitk_ab.py [--shapes 2048x256x8192,...] [--rounds 5] [--reps 10]
                                    [--split-config JSON] [--slices S] [--no-pipeline]
 
-Where ``dxgemm._gemm.choose_split_k`` splits a float64 ``warptile`` call (few output tiles,
+Where ``dxgemm.policy.choose_split_k`` splits a float64 ``warptile`` call (few output tiles,
 deep K), this times that call as shipped (split), the same call kept whole (the tile
 ``choose_tile`` picks, ``choose_split_k`` patched to 1), the pipeline, and cuBLAS, one after
 another in every round, so that a clock change hits all of them.  Each contender starts from
-an empty remembered-call table (``dxgemm._calls.clear``), and each output is checked against
+an empty remembered-call table (``dxgemm.runtime.calls.clear``), and each output is checked against
 the float64 reference.  Prints the medians, the ratios to cuBLAS, and the slice count.
 ``--split-config`` changes the split tile (``warptile.TILE_CONFIGS["float64"]["split"]``,
 e.g. ``'{"BN": 64, "WN": 16}'``) before anything compiles; ``--slices`` sets the slice
@@ -28,9 +28,10 @@ import cupy as cp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import dxgemm  # noqa: E402
-from dxgemm import _calls, _gemm  # noqa: E402
+from dxgemm import policy as _gemm  # noqa: E402  (the rules dxgemm.gemm consults)
+from dxgemm.runtime import calls as _calls
 from dxgemm.bench import time_ms  # noqa: E402
-from dxgemm.kernels import sm_count  # noqa: E402
+from dxgemm.runtime.device import device_info
 from dxgemm.testing import check  # noqa: E402
 
 SHAPES = ["2048x256x8192", "4096x128x4096", "1024x256x8192", "512x512x8192", "1024x1024x4096",
@@ -58,7 +59,7 @@ def main() -> None:
     rng = cp.random.default_rng(0)
     for shape in args.shapes.split(","):
         m, n, k = (int(x) for x in shape.split("x"))
-        sms = sm_count()
+        sms = device_info().sm_count
         slices = shipped("warptile", dtype, m, n, k, _gemm.choose_tile("warptile", dtype, m, n, k, sms), sms)
         a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
         ref = cp.empty((m, n))

@@ -9,7 +9,7 @@ workspace reused).  Every result is checked against CuPy, and a loop of 20 calls
 import sys, time
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
 import cupy as cp, numpy as np, dxgemm
-from dxgemm import _calls
+from dxgemm.runtime import calls as _calls
 from dxgemm import epilogues as E
 for (m, n, k) in [(2048, 256, 8192), (4096, 64, 4096), (200, 300, 4000)]:
     for order in ("C", "F"):

@@ -3,7 +3,8 @@ float64 staged vs staged_tile, float32 (3xTF32) staged_vec vs staged_vec_tile (`
 import os, sys
 sys.path.insert(0, ".")
 import cupy as cp, numpy as np, dxgemm
-from dxgemm import _calls, epilogues as E
+from dxgemm import epilogues as E
+from dxgemm.runtime import calls as _calls
 from dxgemm.bench import time_ms
 from dxgemm.epilogues.reference import check
 CASES = {"float64": (("staged", "staged_tile"), [(4096, 4096, 40), (4096, 4096, 256), (8192, 8192, 512), (1024, 1024, 1024), (1000, 1000, 1000), (2048, 2048, 2048)]),

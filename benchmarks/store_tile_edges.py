@@ -3,7 +3,7 @@ the kernel or padded (``DXGEMM_K_TAIL``), same run (``h100_store_tile.log``)."""
 import os, sys
 sys.path.insert(0, ".")
 import cupy as cp, numpy as np, dxgemm
-from dxgemm import _calls
+from dxgemm.runtime import calls as _calls
 from dxgemm.bench import time_ms
 from dxgemm.testing import check
 for m, n, k in [(1000, 1000, 1000), (1000, 1024, 1024), (1024, 1024, 1000), (1024, 1024, 1024), (4097, 4097, 1024)]:

@@ -25,7 +25,7 @@ import dxgemm  # noqa: E402
 from dxgemm.kernels import compile_count  # noqa: E402
 from dxgemm.testing import check  # noqa: E402
 
-SHAPES = {  # (m, n, k) -> the tile dxgemm._gemm.choose_tile / choose_split_k give a plain call on an H100
+SHAPES = {  # (m, n, k) -> the tile dxgemm.policy.choose_tile / choose_split_k give a plain call on an H100
     "float64": [(4096, 4096, 4096), (4096, 4096, 256), (8192, 8192, 512), (1000, 1000, 1000), (512, 512, 512),
                 (4096, 4096, 40), (2048, 256, 8192), (4096, 64, 4096)],
     "float32": [(4096, 4096, 4096), (1000, 1000, 1000), (512, 512, 512)],

@@ -6,7 +6,7 @@ For each shape: ``dxgemm.gemm(..., backend="warptile")`` with the tile forced to
 ``--tiles`` (``warptile.TILE_CONFIGS`` and ``"large"``, ``warptile.CONFIGS``), and cuBLAS
 through CuPy, each the CUDA-event median of ``dxgemm.bench.time_ms``; every output
 checked against the float64 reference.  The last columns give the faster tile and the
-one ``dxgemm._gemm.choose_tile`` picks.  ``--epilogue`` fuses a chain into every call (session 18's first
+one ``dxgemm.policy.choose_tile`` picks.  ``--epilogue`` fuses a chain into every call (session 18's first
 log, h100_warptile_tiles_medium_s18.log, called it ``--gelu``: ``bias|gelu``).
 """
 
@@ -22,9 +22,10 @@ import cupy as cp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import dxgemm  # noqa: E402
-from dxgemm import _calls, _gemm  # noqa: E402
+from dxgemm import policy as _gemm  # noqa: E402  (the rules dxgemm.gemm consults)
+from dxgemm.runtime import calls as _calls
 from dxgemm.bench import chain_from_text, time_ms  # noqa: E402
-from dxgemm.kernels import sm_count  # noqa: E402
+from dxgemm.runtime.device import device_info
 from dxgemm.epilogues.reference import check  # noqa: E402
 
 SHAPES = ["512x512x512", "768x768x768", "1024x1024x1024", "1536x1536x1536", "2048x2048x2048", "4096x4096x4096",
@@ -70,7 +71,7 @@ def main() -> None:
         faster = min(times, key=times.get)
         print(f"{shape:>16s} " + " ".join(f"{times[t]:9.4f}" for t in tiles) + f" {t_blas:8.4f}  "
               + " ".join(f"{t_blas / times[t]:12.2f}" for t in tiles)
-              + f"  {faster:6s}  {rule('warptile', dtype, m, n, k, sm_count(), medium_min_k)}", flush=True)
+              + f"  {faster:6s}  {rule('warptile', dtype, m, n, k, device_info().sm_count, medium_min_k)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from dxgemm import _rung_cache
+from dxgemm.runtime import rungs as _rung_cache
+from dxgemm.runtime import warmup as _warmup
 from dxgemm import epilogues as E
 from dxgemm._gemm import _adapt_extra
 from dxgemm.epilogues._base import AlphaBeta, Chain, EpilogueContext
 from dxgemm.kernels import KernelSpec, Layout
-from dxgemm.pipelines import _dispatch
 from dxgemm.pipelines.cache import KernelCache, cache_key
-from dxgemm.pipelines.kernels import _numba_type_text
+from dxgemm.runtime.launch import numba_type_text as _numba_type_text
 
 M, N = 33, 47
 
@@ -107,7 +107,7 @@ def stubbed(monkeypatch, tmp_path):
     monkeypatch.setattr(_rung_cache, "launch_layout",
                         lambda compiled: (SimpleNamespace(library=library), ["p", "i64"], (256, 1, 1), (64, 128), 4096))
     monkeypatch.setattr(_rung_cache, "_call_of", call_of)
-    monkeypatch.setattr(_dispatch, "_device_cc", lambda device: (9, 0))
+    monkeypatch.setattr(_rung_cache, "device_cc", lambda device: (9, 0))
     monkeypatch.setattr(_rung_cache, "_memo", {})
     return SimpleNamespace(builds=builds, loads=loads, cache=KernelCache(tmp_path))
 
@@ -144,7 +144,7 @@ def test_a_rung_module_patched_at_run_time_is_not_cached(stubbed, rng, monkeypat
     import sys
     import types
 
-    from dxgemm._calls import KernelCall
+    from dxgemm.runtime.launch import KernelCall
 
     monkeypatch.setitem(sys.modules, "dxgemm.kernels.warptile", types.ModuleType("dxgemm.kernels.warptile"))
     monkeypatch.setattr(KernelCall, "of", classmethod(lambda cls, compiled, slices=1: ("numba's", slices)))
@@ -172,12 +172,12 @@ def test_compile_progress_on_a_terminal_only(capsys):
 
 
 def test_plain_kernels_hold_every_tile_a_plain_call_can_take():
-    """``warmup`` builds :func:`_rung_cache.plain_kernels`: every tile ``choose_tile`` and
+    """``warmup`` builds :func:`_warmup.plain_kernels`: every tile ``choose_tile`` and
     ``choose_split_tile`` can give a plain call must be among them, in both dtypes."""
-    from dxgemm._gemm import choose_split_k, choose_split_tile, choose_tile
+    from dxgemm.policy import choose_split_k, choose_split_tile, choose_tile
 
     listed = {(backend, dtype, tile) for backend, dtype, _, tile in
-              _rung_cache.plain_kernels(["float32", "float64"], [("row_major", "col_major")])}
+              _warmup.plain_kernels(["float32", "float64"], [("row_major", "col_major")])}
     assert ("gemv", "float64", "large") in listed and ("splitk_reduce", "float64", "large") in listed
     sides = [1, 63, 64, 65, 200, 500, 1000, 2048, 3000, 4096, 6000, 8192, 16384]
     depths = [1, 8, 40, 63, 64, 128, 256, 512, 1024, 2048, 4096, 16384]

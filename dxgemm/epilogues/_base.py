@@ -138,7 +138,7 @@ class Epilogue(abc.ABC):
 
         Two stages with equal signatures bind to the same key and the same run-time
         arguments for the same problem, so ``dxgemm.gemm`` may reuse a previous binding
-        (:mod:`dxgemm._calls`).  The default covers stages whose attributes are plain
+        (:mod:`dxgemm.runtime.calls`).  The default covers stages whose attributes are plain
         scalars, strings, tuples/dicts of them and CuPy arrays (by address, shape,
         strides, dtype and device); anything else answers None, and the call is bound
         afresh.

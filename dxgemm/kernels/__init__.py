@@ -50,7 +50,7 @@ def vector_flags(a_ptr: int, a_ld: int, b_ptr: int, b_ld: int, itemsize: int) ->
             | (FLAG_VEC_B if b_ptr % 16 == 0 and b_ld % width == 0 else 0))
 
 __all__ = ["RUNGS", "KernelSpec", "Layout", "CompiledKernel", "get_kernel", "kernel_signature", "compile_count",
-           "compile_rung", "sm_count", "l2_cache_bytes", "FLAG_VEC_A", "FLAG_VEC_B", "vector_flags"]
+           "compile_rung", "FLAG_VEC_A", "FLAG_VEC_B", "vector_flags"]
 
 
 @dataclass(frozen=True)
@@ -68,36 +68,6 @@ class CompiledKernel:
             _raise_smem_limit(self.kernel, smem)
         self.kernel[grid, self.built.block, stream, smem](a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args)
 
-
-H100_SMS = 132
-"""An H100 SXM's SMs: what the simulator reports, and the host rules' default."""
-
-H100_L2_BYTES = 50 * 2**20
-"""An H100 SXM's L2 cache: what the simulator reports, and the host rules' default."""
-
-
-def sm_count() -> int:
-    """SMs of the current device (the simulator's: an H100's, so host rules see real figures)."""
-    return _device_attribute("MULTIPROCESSOR_COUNT", simulated=H100_SMS)
-
-
-def l2_cache_bytes() -> int:
-    """L2 cache of the current device in bytes (the simulator's: an H100's)."""
-    return _device_attribute("L2_CACHE_SIZE", simulated=H100_L2_BYTES)
-
-
-def _device_attribute(name: str, simulated: int) -> int:
-    """The current device's ``CU_DEVICE_ATTRIBUTE_<name>``, read once per device."""
-    if SIMULATOR:
-        return simulated
-    device = cuda.get_current_device()
-    value = _attributes.get((device.id, name))
-    if value is None:
-        value = _attributes[device.id, name] = getattr(device, name)
-    return value
-
-
-_attributes: dict[tuple[int, str], int] = {}
 
 STATIC_SMEM_LIMIT = 48 * 1024
 """Shared memory a block may use without opting in (static arrays can never exceed it)."""

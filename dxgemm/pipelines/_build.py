@@ -73,7 +73,7 @@ How a build spreads that (:func:`build`):
 3. **Link**: nvJitLink with split compile; the init kernel is linked in a thread alongside.
 
 ``DXGEMM_COMPILE_WORKERS`` sets the number of workers (default: CPU cores - 1, at most
-12); ``DXGEMM_TRAIT_CACHE=0`` turns the trait store off (the old serial finalizes).
+12).
 
 Measured on the 2-core machine (no GPU: through :mod:`._standin`), ``build`` alone,
 before -> after this scheme (the kernels' code compared equal: every section but the
@@ -113,6 +113,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..runtime.launch import KIND_SIZES, param_layout
 from .cache import SlowKernelWarning, accumulator_functions, compiler_mismatch, toolchain_versions
 from .config import STORES, TILE_WALK_STORES, PipelineConfig, walk_unroll
 
@@ -485,7 +486,7 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
                  preload: Callable | None = None) -> Callable:
     """The kernel's Python function, specialised by closure on everything compile-time.
 
-    ``slice_bytes`` > 0 builds the *split-K* variant (:mod:`._splitk`): the grid's z
+    ``slice_bytes`` > 0 builds the *split-K* variant (:mod:`dxgemm.runtime.splitk`): the grid's z
     dimension runs the K slices side by side in one launch.  Slice ``z`` takes its four
     device pipelines ``slice_bytes`` further into the storage (the init kernel filled
     them for its K range), writes its partial product into slice ``z`` of the stacked
@@ -887,14 +888,12 @@ def _lower_inner(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str
 
 
 def compile_workers() -> int:
-    """Processes a cold build spreads libmathdx's NVRTC compiles over (``DXGEMM_COMPILE_WORKERS``).
+    """Processes a cold build spreads libmathdx's NVRTC compiles over (``DXGEMM_COMPILE_WORKERS``,
+    :mod:`dxgemm.runtime.env`); by default one per CPU core beyond the first, at most 12 (a
+    kernel needs ~11 objects)."""
+    from ..runtime import env
 
-    Default: one per CPU core beyond the first, at most 12 (a kernel needs ~11 objects).
-    """
-    env = os.environ.get("DXGEMM_COMPILE_WORKERS")
-    if env:
-        return max(int(env), 1)
-    return max(min((os.cpu_count() or 1) - 1, 12), 1)
+    return env.compile_workers()
 
 
 TRAIT_GROUPS = ("pipeline", "tensor", "descriptor")
@@ -1154,39 +1153,6 @@ def _wait_workers(procs: list, desc: str, ready: Callable[[], bool] | None = Non
         bar.close()
 
 
-def _param_layout(numba_types: list) -> list[str]:
-    """The kernel's flattened parameters as Numba passes them (``_Kernel._prepare_args``).
-
-    Each entry is a kind the launcher knows how to pack: ``"ptr"`` / ``"i64"`` (8 bytes),
-    ``"f64"``, ``"f32"``, ``"i32"``.  An array becomes meminfo, parent, nitems, itemsize,
-    data, shape[ndim], strides[ndim]; a tuple its members in order.
-    """
-    from numba import types
-
-    out: list[str] = []
-
-    def visit(ty) -> None:
-        if isinstance(ty, types.Array):
-            out.extend(["ptr", "ptr", "i64", "i64", "ptr"] + ["i64"] * ty.ndim * 2)
-        elif isinstance(ty, (types.BaseTuple,)):
-            for member in ty:
-                visit(member)
-        elif isinstance(ty, types.Float):
-            out.append(f"f{ty.bitwidth}")
-        elif isinstance(ty, types.Integer):
-            out.append(f"{'i' if ty.signed else 'u'}{ty.bitwidth}")
-        elif isinstance(ty, types.Boolean):
-            out.append("u8")
-        elif "DevicePipeline" in type(ty).__name__ or isinstance(ty, (types.CPointer, types.RawPointer)):
-            out.append("ptr")
-        else:
-            raise TypeError(f"cannot describe kernel parameter of Numba type {ty}")
-
-    for ty in numba_types:
-        visit(ty)
-    return out
-
-
 def _function_symbols(cubin: bytes) -> list[tuple[str, int]]:
     """``(name, st_other)`` of every STT_FUNC symbol in a cubin (ELF64)."""
     if cubin[:4] != b"\x7fELF" or cubin[4] != 2:
@@ -1293,7 +1259,6 @@ def kernel_param_sizes(cubin: bytes, entry: str) -> list[int]:
 
 def _check_param_sizes(cubin: bytes, entry: str, kinds: list[str]) -> None:
     """Refuse to cache a kernel whose compiled parameters differ from the recorded layout."""
-    from ._launch import KIND_SIZES
 
     sizes = kernel_param_sizes(cubin, entry)
     expected = [KIND_SIZES[k] for k in kinds]
@@ -1391,31 +1356,27 @@ def build(
     _lto.begin()
     try:
         missing: list[str] = []
-        if _lto.trait_cache_enabled():
-            # The finalize traits: from the store, or computed by one process per group at
-            # the same time (the parent takes the descriptor group itself).  Workers start
-            # now, import, and wait for them before their replay.
-            t = time.perf_counter()
-            try:
-                with _planned(config, dtype, arrangement, cc, operands) as (plan, missing):
-                    trait_procs = _start_traits(config, dtype, arrangement, cc, store, target,
-                                                [g for g in missing if g != "descriptor"], operands)
-                    if workers > 1:
-                        procs = _start_workers(config, dtype, arrangement, cc, store, target, workers, operands,
-                                               wait=True, fragment_store=fragment_store)
-                    if "descriptor" in missing:
-                        _compute_traits(plan, "descriptor")
-            except Exception as e:  # noqa: BLE001 - a plan that fails only costs time: the lowering finalizes
-                say(f"finalize-trait plan failed ({e!r}); the lowering finalizes what it needs")
-            for line in _wait_traits(trait_procs):
-                say(line)
-            times["traits_wait"] = time.perf_counter() - t
-            say(f"finalize traits in {times['traits_wait']:.1f} s (computed: {missing or 'none'})")
-            _release_workers(procs)
-            if workers > 1 and not procs:
-                procs = _start_workers(config, dtype, arrangement, cc, store, target, workers, operands,
-                                       fragment_store=fragment_store)
-        elif workers > 1:  # start the workers first: they replay the lowering alongside this process
+        # The finalize traits: from the store, or computed by one process per group at
+        # the same time (the parent takes the descriptor group itself).  Workers start
+        # now, import, and wait for them before their replay.
+        t = time.perf_counter()
+        try:
+            with _planned(config, dtype, arrangement, cc, operands) as (plan, missing):
+                trait_procs = _start_traits(config, dtype, arrangement, cc, store, target,
+                                            [g for g in missing if g != "descriptor"], operands)
+                if workers > 1:
+                    procs = _start_workers(config, dtype, arrangement, cc, store, target, workers, operands,
+                                           wait=True, fragment_store=fragment_store)
+                if "descriptor" in missing:
+                    _compute_traits(plan, "descriptor")
+        except Exception as e:  # noqa: BLE001 - a plan that fails only costs time: the lowering finalizes
+            say(f"finalize-trait plan failed ({e!r}); the lowering finalizes what it needs")
+        for line in _wait_traits(trait_procs):
+            say(line)
+        times["traits_wait"] = time.perf_counter() - t
+        say(f"finalize traits in {times['traits_wait']:.1f} s (computed: {missing or 'none'})")
+        _release_workers(procs)
+        if workers > 1 and not procs:
             procs = _start_workers(config, dtype, arrangement, cc, store, target, workers, operands,
                                    fragment_store=fragment_store)
         lowered = _lower(config, dtype, arrangement, epilogue, epi_args, cc, operands, fragment_store, split_k,
@@ -1474,7 +1435,7 @@ def build(
         raise RuntimeError(f"expected one kernel in the linked cubin, found {entries}")
     say(f"nvJitLink in {times['link']:.1f} s: {len(gemm_cubin) / 2**20:.1f} MiB, entry {entries[0][:60]}...")
 
-    gemm_params = _param_layout(arg_types)
+    gemm_params = param_layout(arg_types)
     _check_param_sizes(gemm_cubin, entries[0], gemm_params)
     toolchain = dict(toolchain_versions())
     outlined = outlined_functions(gemm_cubin)

@@ -60,8 +60,7 @@ from unfinalized handles, with byte-identical LTO-IR (the pipeline ``create`` an
 fragment copy, compared); any other call given an unfinalized handle finalizes it first;
 tensor UIDs are numbered as libmathdx numbers them; and kernels built with traits from
 the store have the same code as before (fp64 and TF32; see ``_build``).  Damaged entries
-are recomputed; writes are atomic (:class:`LtoStore`).  ``DXGEMM_TRAIT_CACHE=0`` turns
-this off (every finalize runs, in order, as nvmath issues it).
+are recomputed; writes are atomic (:class:`LtoStore`).
 """
 
 from __future__ import annotations
@@ -241,11 +240,6 @@ def _answer(p: Pending) -> tuple[bytes, int]:
     return p.ltoir, p.isa
 
 
-def trait_cache_enabled() -> bool:
-    """Whether finalize traits are kept on disk (``DXGEMM_TRAIT_CACHE=0`` turns it off)."""
-    return os.environ.get("DXGEMM_TRAIT_CACHE", "1").strip().lower() not in ("0", "off", "no", "false")
-
-
 def intercept(store: LtoStore | None, *, mode: str = "eager", target: str = "") -> None:
     """Route nvmath's device-function compiles and trait queries through this module (see the module doc).
 
@@ -265,8 +259,7 @@ def intercept(store: LtoStore | None, *, mode: str = "eager", target: str = "") 
     from nvmath.device import cublasdx_backend as be
     from nvmath.device import cublasdx_numba as dxn
 
-    if trait_cache_enabled():
-        traits.install(mathdx, (be, dx))
+    traits.install(mathdx, (be, dx))  # finalize traits kept on disk
 
     orig_generate_code = be.generate_code
     orig_get_lto = common_backend.get_lto

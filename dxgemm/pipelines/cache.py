@@ -92,7 +92,7 @@ CODEGEN_SOURCES = ("pipelines/_build.py", "pipelines/_lto.py", "kernels/__init__
 """The modules (relative to the package) whose code ends up in cached kernels, besides
 :class:`~.config.PipelineConfig` (its launch bounds)."""
 
-CODEGEN_DIGEST = "bdce88690aaf70a3"
+CODEGEN_DIGEST = "fd9d6b94647a8c4e"
 """:func:`codegen_digest` as of the last review of :data:`FORMAT_VERSION`.
 
 The key does not hash dxgemm's own source: a cold kernel costs 30-60 s, and every edit
@@ -144,22 +144,10 @@ def codegen_digest() -> str:
 
 
 def default_cache_dir() -> Path:
-    """``$DXGEMM_CACHE_DIR``, else the user cache directory for dxgemm."""
-    env = os.environ.get("DXGEMM_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    return _user_cache_dir(os.environ.get("XDG_CACHE_HOME"))
+    """``$DXGEMM_CACHE_DIR``, else the user cache directory for dxgemm (:mod:`dxgemm.runtime.env`)."""
+    from ..runtime import env
 
-
-@functools.lru_cache(maxsize=None)
-def _user_cache_dir(xdg_cache_home: str | None) -> Path:
-    """platformdirs' answer, asked once (every pipeline call consults the cache directory)."""
-    try:
-        import platformdirs
-    except ImportError:  # the GPU host has no platformdirs outside the wheelhouse
-        base = xdg_cache_home or os.path.join(os.path.expanduser("~"), ".cache")
-        return Path(base) / "dxgemm"
-    return Path(platformdirs.user_cache_dir("dxgemm"))
+    return env.cache_dir()
 
 
 # --------------------------------------------------------------------------- keys
@@ -237,7 +225,8 @@ def compiler_mismatch(versions: Mapping[str, Any] | None = None) -> str | None:
         return None
     return (f"NVRTC {nvrtc} and nvJitLink {nvjitlink} differ: kernels they build keep cuBLASDx's functions out of "
             f"line (nvJitLink 13.5 with NVRTC 13.0 ran 12x slower); install the matching nvJitLink, "
-            f"pip install 'nvidia-nvjitlink=={nvrtc}.*', or dxgemm[ctk130] for the 13.0 set")
+            f"pip install 'nvidia-nvjitlink=={nvrtc}.*', or, in a clone of dxgemm, pip install -e \".[ctk130]\" "
+            f"for the 13.0 set")
 
 
 def slower_toolchain(versions: Mapping[str, Any] | None = None) -> str | None:
@@ -252,7 +241,7 @@ def slower_toolchain(versions: Mapping[str, Any] | None = None) -> str | None:
         return None
     return (f"pipeline kernels built by the {PREFERRED_TOOLCHAIN} toolchain ran 10-26 % faster on the H100 than "
             f"{linker}'s (docs/performance.md: 'Which toolchain builds the kernels'); "
-            f"pip install \"dxgemm[ctk130]\" pins it")
+            f"in a clone of dxgemm, pip install -e \".[ctk130]\" pins it")
 
 
 def key_versions(versions: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -13,10 +13,15 @@ from typing import Any, Callable, Hashable
 
 import numpy as np
 
+from ..runtime.launch import numba_type_text
 from .cache import CacheEntry, KernelCache, key_fields
 from .config import PipelineConfig, pipeline_store, walk_preload, walk_unroll
 
-__all__ = ["IDENTITY_EPILOGUE", "entry_fields", "get_entry", "get_kernel", "compile_count"]
+__all__ = ["PipelineUnavailable", "IDENTITY_EPILOGUE", "entry_fields", "get_entry", "get_kernel", "compile_count"]
+
+class PipelineUnavailable(RuntimeError):
+    """The pipeline backend cannot run this call here (:mod:`dxgemm.runtime.pipeline` says when)."""
+
 
 IDENTITY_EPILOGUE: Hashable = ("identity",)
 """The epilogue key of a kernel built without an epilogue: it stores ``A @ B`` as is."""
@@ -45,7 +50,7 @@ def entry_fields(
     wide_walk: bool = False,
 ) -> dict:
     """The cache-key fields of one kernel.  ``epi_arg_types``: the Numba type of the epilogue's arguments, as text;
-    ``split_k``: the variant whose grid runs K slices (:mod:`._splitk`); ``preload``: whether the
+    ``split_k``: the variant whose grid runs K slices (:mod:`dxgemm.runtime.splitk`); ``preload``: whether the
     epilogue has early reads (a bound epilogue's ``preload``), which a tile walk issues;
     ``wide_walk``: the epilogue's (a bound epilogue's), which sets the tile walk's width.
 
@@ -85,9 +90,9 @@ def get_entry(
     """The cache entry (cubins + launch metadata) of one kernel, compiling it on a miss.
 
     ``operands="tf32"``: a float32 kernel whose tensor cores read A and B as TF32 (the
-    building block of :mod:`.tf32x3`); ``split_k=True``: the split-K variant (:mod:`._splitk`)."""
+    building block of :mod:`.tf32x3`); ``split_k=True``: the split-K variant (:mod:`dxgemm.runtime.splitk`)."""
     cache = cache or KernelCache()
-    arg_types = _numba_type_text(epi_args)
+    arg_types = numba_type_text(epi_args)
     fields = entry_fields(config, dtype, arrangement, epilogue_key, epi_arg_types=arg_types, cc=cc,
                           operands=operands, split_k=split_k, preload=preload, wide_walk=wide_walk)
     store = fields.get("store", "loop")
@@ -97,8 +102,6 @@ def get_entry(
         import importlib.util
 
         if importlib.util.find_spec("nvmath") is None:
-            from ._dispatch import PipelineUnavailable
-
             raise PipelineUnavailable(
                 f"pipeline kernel {config.name} {np.dtype(dtype).name} {'/'.join(arrangement)} is not in the cache "
                 f"({cache.root}) and nvmath-python is not installed to compile it"
@@ -192,7 +195,7 @@ def get_kernel(
     from ._launch import PipelineKernel
 
     key = (config, np.dtype(dtype).name, tuple(arrangement), kwargs.get("epilogue_key", IDENTITY_EPILOGUE),
-           _numba_type_text(kwargs.get("epi_args", ())), kwargs.get("operands", "native"),
+           numba_type_text(kwargs.get("epi_args", ())), kwargs.get("operands", "native"),
            pipeline_store(kwargs.get("operands", "native"), config, dtype), kwargs.get("split_k", False),
            device)
     hit = _memo.get(key)
@@ -217,36 +220,3 @@ def get_kernel(
     return hit
 
 
-_type_texts: dict[tuple, str] = {}
-
-
-def _numba_type_text(epi_args: tuple) -> str:
-    """``str(numba.typeof(epi_args))``: the epilogue arguments' Numba type, part of the key.
-
-    Two calls whose arguments have the same Numba type run the same compiled kernel (the
-    values are run-time); a new type (another dtype, an array of other rank or layout)
-    is another kernel.  Numba's ``typeof`` costs tens of microseconds per argument, paid
-    on every call, so the text is memoized by a cheap signature (Python type, dtype,
-    shape and strides of each argument) that determines it.
-    """
-    signature = _signature(tuple(epi_args))
-    text = _type_texts.get(signature)
-    if text is None:
-        from numba import typeof
-
-        text = str(typeof(tuple(epi_args)))
-        if len(_type_texts) > 4096:  # many sizes of extra arrays: start over rather than grow
-            _type_texts.clear()
-        _type_texts[signature] = text
-    return text
-
-
-def _signature(value: Any) -> tuple:
-    if isinstance(value, tuple):
-        return ("tuple",) + tuple(_signature(v) for v in value)
-    dtype = getattr(value, "dtype", None)
-    shape = getattr(value, "shape", None)
-    if dtype is not None and shape is not None:  # an array: its type follows dtype, rank and layout
-        strides = getattr(value, "strides", None)
-        return (type(value), str(dtype), tuple(shape), None if strides is None else tuple(strides))
-    return (type(value), None if dtype is None else str(dtype))

@@ -1,7 +1,13 @@
-"""Split-K pipeline calls: ``S`` K slices in one launch, then one reduce-and-epilogue pass.
+"""Split-K: ``S`` K slices into a workspace in one launch, then one reduce-and-epilogue pass.
 
-When an output has too few tiles to fill the GPU (:func:`.config.split_k` decides how
-many slices), a call runs as:
+One implementation serves both backends.  When an output has too few tiles to fill the GPU
+(:func:`dxgemm.policy.choose_split_k` for ``warptile``, :func:`dxgemm.policy.pipeline_split_k`
+for the pipeline decide how many slices), the slices' kernel (the backend's plain kernel,
+alpha 1, beta 0, no epilogue, its grid's z dimension running the slices) writes partial
+sums to a workspace laid out like D, kept per device and stream (:func:`workspace`), and
+:mod:`dxgemm.kernels.splitk_reduce` sums them and applies the caller's epilogue chain
+(alpha/beta first) while writing D.  :class:`SplitKernelCall` is the ``warptile`` form,
+:class:`SplitKCall` the pipeline's.  A pipeline call runs as:
 
 1. (3xTF32 only) the split of A and B into their TF32 parts, once; the slices below cut
    the split operands' tripled K;
@@ -12,23 +18,23 @@ many slices), a call runs as:
 3. :mod:`dxgemm.kernels.splitk_reduce` sums the slices and applies the caller's epilogue
    chain (alpha/beta first) while writing D.
 
-Everything runs on the caller's stream.  The first version ran each slice as its own
-launch of the plain kernel on its own stream (a fork and a join of events around them):
-the launches' skew and the events cost ~15 microseconds of GPU time and several launches'
-worth of host time per call (``benchmarks/results/h100_split_k_launch.log`` compares the
-two in one run; the script that did, with its copy of the first version, is
-``benchmarks/split_k_launch.py`` at commit f6fef38).  The workspace (``S x m x n``
-elements, laid out like D) is kept per caller's stream: calls on one stream are ordered,
-so they can share it.
+Everything runs on the caller's stream, the slices as one launch: one launch per slice on
+streams of their own cost more in event skew and host time than they gained.  The
+workspace (``S x m x n`` elements, laid out like D) is kept per caller's stream: calls on
+one stream are ordered, so they can share it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from ._launch import KeptBuffers, Matrix, _aligned_ld, _values
+import numpy as np
 
-__all__ = ["SplitKCall"]
+from .launch import KeptBuffers, KernelCall, Matrix, aligned_ld, core_stream, flat_values
+from .rungs import plain_epilogue, rung_call
+
+__all__ = ["SplitKCall", "SplitKernelCall", "workspace", "prepare_split", "reduce_kernel"]
 
 _workspaces = KeptBuffers()
 
@@ -38,16 +44,41 @@ def workspace(device: int, core_device: Any, handle: int, stream: Any, nbytes: i
 
     ``core_device``/``stream``: the cuda.core device and stream it is allocated from.  Split
     calls have small outputs (at most one tile per SM times the slices), so what is kept is
-    small (:class:`~._launch.KeptBuffers`).
+    small (:class:`~.launch.KeptBuffers`).
     """
     return _workspaces.get((device, handle), core_device, stream, nbytes)[0]
+
+
+class SplitKernelCall:
+    """A float64 ``warptile`` call split into K slices (:func:`warptile_split`), remembered
+    like :class:`~.launch.KernelCall`: the slices' kernel into the workspace, then the
+    reduce with the caller's epilogue arguments.  The workspace is the one kept per device
+    and stream (:func:`workspace`), shared with the pipeline's split calls."""
+
+    def __init__(self, part: KernelCall, reduce: KernelCall, slices: int, plain_args: list, device: int):
+        from cuda.core import Device
+
+        self.part, self.reduce, self.slices, self.plain_args = part, reduce, slices, plain_args
+        self.device, self._core_device = device, Device(device)
+
+    def __call__(self, a: Any, b: Any, d: Any, m: int, n: int, k: int, epi_args: list, stream: int) -> None:
+        rows = d.arrangement == "row_major"
+        ldw = n if rows else m
+        w = workspace(self.device, self._core_device, stream, core_stream(self._core_device, stream),
+                      self.slices * m * n * d.itemsize)
+        stacked = (Matrix(w, self.slices * m, n, ldw, "row_major", d.itemsize) if rows
+                   else Matrix(w, m, self.slices * n, ldw, "col_major", d.itemsize))
+        self.part(a, b, stacked, m, n, k, self.plain_args, stream)
+        # the reduce learns the slices' stride from its "B" operand's ld (kernels/splitk_reduce)
+        stride_view = Matrix(w, 1, 1, m * n, "row_major", d.itemsize)
+        self.reduce(stacked, stride_view, d, m, n, self.slices, epi_args, stream)
 
 
 class SplitKCall:
     """A pipeline call split into K slices (module docstring); same interface as ``PipelineCall``.
 
     ``kernel``: the loaded split-K variant of the *plain* pipeline kernel; ``reduce``: the
-    :class:`dxgemm._calls.KernelCall` of the reduce kernel compiled with the caller's
+    :class:`~.launch.KernelCall` of the reduce kernel compiled with the caller's
     epilogue; ``one``: the plain kernel's flattened alpha (1 in the dtype).
     """
 
@@ -59,13 +90,13 @@ class SplitKCall:
 
     def __call__(self, a: Matrix, b: Matrix, d: Matrix, m: int, n: int, k: int, epi_args: tuple | list,
                  stream: int) -> Any:
-        """Launch on ``stream`` (an integer handle); returns the slices' launch :class:`~._launch.Plan`."""
+        """Launch on ``stream`` (an integer handle); returns the slices' launch :class:`~dxgemm.pipelines._launch.Plan`."""
         kernel = self.kernel
         handle = int(getattr(stream, "handle", stream))
         main, _ = kernel._stream(handle)
-        epi_slots = epi_args if type(epi_args) is list else _values(tuple(epi_args))
+        epi_slots = epi_args if type(epi_args) is list else flat_values(tuple(epi_args))
         if self.tf32x3:
-            from .tf32x3 import split_extent, split_pointers
+            from ..pipelines.tf32x3 import split_extent, split_pointers
 
             k_total = split_extent(k, kernel.tile_k, kernel.depth)
             a3, b3, keep = split_pointers(a, b, m, n, k, k_total, self.device, handle, kernel.device, main)
@@ -75,7 +106,7 @@ class SplitKCall:
             k_total, keep = k, None
         slices, itemsize = self.slices, d.itemsize
         row_major = d.arrangement == "row_major"
-        ld_w = _aligned_ld(n if row_major else m, itemsize)
+        ld_w = aligned_ld(n if row_major else m, itemsize)
         slice_stride = ld_w * (m if row_major else n)
         w = workspace(self.device, kernel.device, handle, main, slices * slice_stride * itemsize)
         # the slices stacked: the kernel finds slice s at s * m * ld_w (s * n * ld_w) elements
@@ -93,28 +124,38 @@ def prepare_split(config: Any, dtype: Any, arrangement: tuple[str, str], operand
                   d_arrangement: str, slices: int, device: int) -> SplitKCall:
     """Load the split-K variant of the plain pipeline kernel and the reduce compiled with ``bound``
     (the caller's chain)."""
-    from .kernels import get_kernel
-    from .warmup import plain_epilogue
+    from ..pipelines.loader import get_kernel
 
     plain = plain_epilogue(dtype)
     kernel = get_kernel(config, dtype, arrangement, device=device, operands=operands,
                         epilogue_key=plain.key, make_epilogue=plain.make, epi_args=plain.args, split_k=True)
     reduce = reduce_kernel(dtype, d_arrangement, bound, device)
-    return SplitKCall(kernel, reduce, slices, operands == "tf32", device, _values(plain.args))
+    return SplitKCall(kernel, reduce, slices, operands == "tf32", device, flat_values(plain.args))
 
 
 def reduce_kernel(dtype: Any, d_arrangement: str, bound: Any, device: int, cache: Any = None) -> Any:
     """The split-K reduce (:mod:`dxgemm.kernels.splitk_reduce`) for ``bound``'s chain, as a ``KernelCall``.
 
-    A rung like the others, kept on disk by :mod:`dxgemm._rung_cache`, so a new process's
+    A rung like the others, kept on disk by :mod:`.rungs`, so a new process's
     first split call compiles nothing: Numba took about 2 s to build it, most of a warm
     start's 3-second budget.  Memoized per process.
     """
-    import numpy as np
-
-    from .._rung_cache import rung_call
     from ..kernels import KernelSpec, Layout
 
     layout = Layout.ROW if d_arrangement == "row_major" else Layout.COL
     spec = KernelSpec(np.dtype(dtype), layout, layout, layout, bound.key, None)
     return rung_call("splitk_reduce", spec, bound, device, cache=cache)
+
+
+def warptile_split(spec: Any, bound: Any, device: int, slices: int, split_tile: str) -> SplitKernelCall:
+    """``D = epilogue(A @ B)`` as ``slices`` K slices of float64 ``warptile``'s ``split_tile``
+    (:func:`dxgemm.policy.choose_split_tile`) into the workspace, then one reduce that sums them
+    and applies ``bound``'s chain."""
+    from ..kernels import KernelSpec
+
+    plain = plain_epilogue(spec.dtype)
+    part_spec = dataclasses.replace(spec, epilogue_key=plain.key, tile=split_tile)
+    part = rung_call("warptile", part_spec, plain, device, slices=slices)
+    reduce_spec = KernelSpec(spec.dtype, spec.layout_d, spec.layout_d, spec.layout_d, bound.key, None)
+    reduce = rung_call("splitk_reduce", reduce_spec, bound, device)
+    return SplitKernelCall(part, reduce, slices, flat_values(plain.args), device)

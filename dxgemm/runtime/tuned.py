@@ -1,34 +1,28 @@
-"""``autotune``: time the candidate configurations on the GPU and remember the winner.
+"""The autotune table: the pipeline configuration measured fastest per shape class, on disk.
 
-:func:`~.config.suggest` reasons from device properties and the shape; that is a model,
-and the measured table in :mod:`.config` shows configurations within a few percent of
-each other whose order changes with the shape.  :func:`autotune` settles it for one
-*shape class* by measurement — CUDA events around the real call (init + GEMM), median
-of ``reps`` after a warm-up call — and writes the winner to
-``<cache>/autotune.json``.  :func:`lookup`, which :func:`~.config.suggest` consults
-first, reads it back in any later process.
+:func:`dxgemm.autotune.autotune` writes ``<cache>/autotune.json``; :func:`lookup`, which
+:func:`dxgemm.runtime.pipeline.suggest` consults before the rule
+(:func:`dxgemm.policy.pipeline_config`), reads it back in any later process.
 
 Shape class: each of m, n, k rounded to the nearest power of two (in log scale), so
 4000 x 4096 x 4100 and 4096^3 share a decision while 1024^3 and 8192^3 do not.
-Candidates are compiled on first use like any other kernel (cached on disk), so a tuning
-run over the default set costs one cold compile per candidate not yet cached.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
-from .config import CONFIGS, PipelineConfig, configs_for, float32_method, parse_config
+from ..pipelines.config import PipelineConfig, float32_method, parse_config
+from . import env
 
-__all__ = ["autotune", "lookup", "shape_class", "table_path", "forget"]
+__all__ = ["lookup", "shape_class", "table_path", "table_stamp", "forget", "write"]
 
 _memo: dict[str, Any] = {"mtime": None, "table": {}}
 
@@ -45,22 +39,14 @@ def table_path(root: str | os.PathLike[str] | None = None) -> Path:
     """Where the decisions live: ``<cache dir>/autotune.json``."""
     if root is not None:
         return Path(root) / "autotune.json"
-    return _default_table_path(os.environ.get("DXGEMM_CACHE_DIR"), os.environ.get("XDG_CACHE_HOME"))
-
-
-@functools.lru_cache(maxsize=16)
-def _default_table_path(_cache_dir_env: str | None, _xdg_env: str | None) -> Path:
-    """The default table's path, computed once per value of the variables that move it (every call looks)."""
-    from .cache import default_cache_dir
-
-    return default_cache_dir() / "autotune.json"
+    return env.cache_dir() / "autotune.json"
 
 
 def table_stamp() -> tuple:
     """``(path, modification time)`` of the default table (time None when absent).
 
     Changes whenever a decision is written or forgotten, by this process or another:
-    ``dxgemm.gemm``'s repeat-call path (:mod:`dxgemm._calls`) keys on it.
+    ``dxgemm.gemm``'s repeat-call path (:mod:`.calls`) keys on it.
     """
     path = table_path()
     try:
@@ -105,7 +91,7 @@ def lookup(m: int, n: int, k: int, dtype: Any, *, root: str | os.PathLike[str] |
         return None
 
 
-def _write(path: Path, dtype: str, cls: str, record: dict) -> None:
+def write(path: Path, dtype: str, cls: str, record: dict) -> None:
     from filelock import FileLock
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -127,56 +113,3 @@ def forget(root: str | os.PathLike[str] | None = None) -> None:
         table_path(root).unlink()
     except OSError:
         pass
-
-
-def autotune(
-    m: int,
-    n: int,
-    k: int,
-    dtype: Any,
-    *,
-    candidates: Iterable[str | PipelineConfig] | None = None,
-    reps: int = 10,
-    persist: bool = True,
-    root: str | os.PathLike[str] | None = None,
-) -> PipelineConfig:
-    """Time each candidate on an ``m x n x k`` problem; return (and by default persist) the fastest.
-
-    ``candidates`` default to the fixed set for ``dtype`` and this shape (:func:`~.config.configs_for`).  Needs
-    CuPy for the operands and events.  Returns the winning :class:`PipelineConfig`.
-    """
-    import cupy as cp
-
-    import dxgemm
-
-    from .config import use_config
-
-    dt = np.dtype(dtype)
-    if dt not in CONFIGS:
-        raise TypeError(f"pipeline GEMM supports float32 and float64, not {dt}")
-    if reps < 1:
-        raise ValueError(f"reps must be >= 1, got {reps}")
-    configs = [parse_config(c, dt) for c in (candidates if candidates is not None else configs_for(dt, m, n).values())]
-    if not configs:
-        raise ValueError("candidates must name at least one configuration")
-    rng = cp.random.default_rng(0)
-    a = rng.standard_normal((m, k), dtype=np.float64).astype(dt)
-    b = rng.standard_normal((k, n), dtype=np.float64).astype(dt)
-    d = cp.empty((m, n), dt)
-    timings: dict[str, float] = {}
-    for config in configs:
-        with use_config(config):
-            dxgemm.gemm(a, b, d, backend="pipeline")  # compiles or loads; warms up
-            events = [cp.cuda.Event() for _ in range(reps + 1)]
-            events[0].record()
-            for i in range(reps):
-                dxgemm.gemm(a, b, d, backend="pipeline")
-                events[i + 1].record()
-            events[-1].synchronize()
-            times = sorted(cp.cuda.get_elapsed_time(events[i], events[i + 1]) for i in range(reps))
-            timings[config.name] = times[len(times) // 2]
-    best = min(configs, key=lambda c: timings[c.name])
-    if persist:
-        _write(table_path(root), _table_key(dt, m, n), shape_class(m, n, k),
-               {"config": best.name, "ms": timings, "shape": [m, n, k]})
-    return best
