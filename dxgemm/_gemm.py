@@ -23,8 +23,8 @@ from .runtime import env
 from .runtime import pipeline as _pipeline
 from .runtime.device import device_info, gpu_usable
 from .runtime.launch import flat_values, matrix_of
-from .runtime.rungs import launch_simulated, rung_call
-from .runtime.splitk import warptile_split
+from .runtime.rungs import rung_call
+from .runtime.splitk import launch_simulated, warptile_split
 
 BACKENDS: tuple[str, ...] = RUNGS + ("pipeline",)
 """Names ``backend=`` accepts besides ``"auto"``: the handwritten rungs, slowest first, then

@@ -487,7 +487,8 @@ def test_float32_chains_compile_to_float32_instructions_only():
         from dxgemm.epilogues import Chain, EpilogueContext, custom, clamp, gelu, leaky_relu, relu, scale, sigmoid, silu, tanh
         from dxgemm.epilogues._base import compose
         from dxgemm.epilogues._operands import _bias_device, _store_device
-        from dxgemm.kernels import RUNGS, KernelSpec, Layout, kernel_signature, get_kernel
+        from dxgemm.kernels import RUNGS, KernelSpec, Layout, kernel_signature
+        from dxgemm.runtime.rungs import numba_kernel as get_kernel
         import importlib
 
         F64 = re.compile(r"\\.f64\\b")  # any float64 instruction, conversion or register class
@@ -538,7 +539,8 @@ def test_custom_function_numba_cannot_compile():
     out = _compile_without_simulator("""
         import numpy as np
         from dxgemm.epilogues import Chain, EpilogueContext, custom
-        from dxgemm.kernels import KernelSpec, Layout, get_kernel
+        from dxgemm.kernels import KernelSpec, Layout
+        from dxgemm.runtime.rungs import numba_kernel as get_kernel
 
         def refers_to_nothing(x, row, col):
             return x + not_defined_anywhere

@@ -3,7 +3,7 @@
     dxgemm (gemm, epilogues, BACKENDS)  ->  _gemm (validate, bind)  ->  policy (pure rules)
                                                                    ->  runtime (calls, rungs, pipeline, splitk, warmup, tuned)
     runtime  ->  kernels/ (handwritten rungs), pipelines/ (cuBLASDx kernels), epilogues/
-    runtime.env, runtime.device, runtime.launch: the base both kernel packages may use
+    runtime.env, runtime.device, runtime.launch, runtime.memo: the base both kernel packages may use
 
 Imports inside functions count: a lazy import still ties two modules together for a reader.
 The graph is read from the source (``ast``), so this runs anywhere, without a GPU.
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "dxgemm"
-RUNTIME_BASE = {"dxgemm.runtime.env", "dxgemm.runtime.device", "dxgemm.runtime.launch"}
+RUNTIME_BASE = {"dxgemm.runtime.env", "dxgemm.runtime.device", "dxgemm.runtime.launch", "dxgemm.runtime.memo"}
 TOOLS = {"dxgemm.__main__", "dxgemm.bench", "dxgemm.autotune", "dxgemm.testing", "dxgemm.pipelines.__main__"}
 
 

@@ -12,6 +12,7 @@ from numba import cuda
 
 from dxgemm.runtime import rungs as _rung_cache
 from dxgemm.runtime import warmup as _warmup
+from dxgemm.runtime.memo import KernelMemo
 from dxgemm import epilogues as E
 from dxgemm._gemm import _adapt_extra
 from dxgemm.epilogues._base import AlphaBeta, Chain, EpilogueContext
@@ -103,12 +104,12 @@ def stubbed(monkeypatch, tmp_path):
         loads.append((entry.meta["entry"], entry.meta["name"], entry.meta["dynamic_smem"], slices))
         return SimpleNamespace(cubin=entry.blobs["cubin"], slices=slices)
 
-    monkeypatch.setattr(_rung_cache, "get_kernel", get_kernel)
+    monkeypatch.setattr(_rung_cache, "numba_kernel", get_kernel)
     monkeypatch.setattr(_rung_cache, "launch_layout",
                         lambda compiled: (SimpleNamespace(library=library), ["p", "i64"], (256, 1, 1), (64, 128), 4096))
     monkeypatch.setattr(_rung_cache, "_call_of", call_of)
     monkeypatch.setattr(_rung_cache, "device_cc", lambda device: (9, 0))
-    monkeypatch.setattr(_rung_cache, "_memo", {})
+    monkeypatch.setattr(_rung_cache, "_memo", KernelMemo())
     return SimpleNamespace(builds=builds, loads=loads, cache=KernelCache(tmp_path))
 
 
@@ -120,7 +121,7 @@ def test_compiled_once_then_loaded_from_disk(stubbed, rng, monkeypatch):
     assert stubbed.loads == [("_Z6kernel", "warptile/medium", 4096, 1)]
     again = _bound(E.bias(_vector(rng)) | E.gelu(), alpha=3.0)  # new values: the process's memo
     assert _rung_cache.rung_call("warptile", _spec(again), again, 0, cache=stubbed.cache) is first
-    monkeypatch.setattr(_rung_cache, "_memo", {})  # a new process: loaded from disk, nothing compiled
+    monkeypatch.setattr(_rung_cache, "_memo", KernelMemo())  # a new process: loaded from disk, nothing compiled
     _rung_cache.rung_call("warptile", _spec(again), again, 0, cache=stubbed.cache)
     assert len(stubbed.builds) == 1 and len(stubbed.loads) == 2
     split = _rung_cache.rung_call("warptile", _spec(again, tile="split"), again, 0, slices=4, cache=stubbed.cache)

@@ -77,7 +77,8 @@ def test_reduce_kernel_sums_slices_then_applies_the_epilogue(dtype, layout, rng)
     from dxgemm._gemm import _adapt_extra
     from dxgemm.epilogues._base import AlphaBeta, Chain, EpilogueContext
     from dxgemm.epilogues.reference import check
-    from dxgemm.kernels import KernelSpec, Layout, get_kernel
+    from dxgemm.kernels import KernelSpec, Layout
+    from dxgemm.runtime.rungs import numba_kernel as get_kernel
 
     from ._sim import device_matrix
 

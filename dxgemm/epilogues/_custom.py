@@ -249,7 +249,7 @@ def straight_line(fn: Callable) -> bool:
     v[col]`` at 4096^2 x 256 0.1774 ms against the small tile's 0.1908 (the bare medium tile
     0.1727), at 8192^2 x 512 1.437 against 1.556.  A function with libdevice's ``erf`` (its
     branches) ran the other way round, 0.3231 on the medium tile against 0.2545 on the small
-    one (``h100_custom_tile_s25.log``), and anything that may branch keeps the small tile.
+    one, and anything that may branch keeps the small tile.
     Read from the byte code, without compiling: the choice of tile comes before the kernel,
     which may come from the disk cache."""
     py = _python_function(fn)

@@ -87,7 +87,7 @@ libmathdx objects compiled from unfinalized handles are byte-identical):
 * cold (empty cache, 3 workers): fp64 255.1 s -> 119.7 s, TF32 -> 120.1 s.
 
 On the H100 host before this (16 cores, 12 workers; ``benchmarks/results/
-h100_pipeline_run2_bench.log``, ``h100_compile_f32.log``; a fresh process, first
+a fresh process, first
 ``dxgemm.gemm`` call including import): cold 100.9 s (fp64 128x64x32/128/d2) and 92.7 s
 (TF32), a new epilogue on a known configuration 70.9 s and 60.1 s, warm start 1.7-2.1 s.
 The cold critical path is now: import, the pipelines' finalize (or ``execute``'s compile,
@@ -496,7 +496,7 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
     reads (``epilogue.preload``, :func:`dxgemm.epilogues._base.compose`), which a tile-walk
     kernel issues right after its main loop (below).
 
-    Edges (measured on the H100, ``benchmarks/results/h100_pipeline_edges.log``): the
+    Edges (measured on the H100): the
     pipeline's loads are unmasked ``cp.async`` (LDGSTS) and its tile loop runs over
     ceil(K / tile_k) tiles, so it reads past K; values read past M or N only reach
     accumulator rows/columns that are never stored.  Hence:
@@ -508,7 +508,7 @@ def _gemm_pyfunc(mm, config: PipelineConfig, dtype: np.dtype, frag_size: int, bu
       each thread adds the products from there in registers (:func:`_fragment_tail`).
       Each tail element is read from global memory once per block; the earlier tail, read
       per stored element, made 1024x1024x1008 0.124 ms against 0.100 ms with the operands
-      padded instead (``h100_k_tail.log``);
+      padded instead;
     * blocks in the last, partial block row / column take their tiles from one of three
       more device pipelines whose A (or B) is a tile-high (tile-wide) scratch copy of the
       edge strip, so no load leaves an allocation.  Block (i, j) of the grid uses
@@ -1205,7 +1205,7 @@ def check_inlined(outlined: list[str], toolchain: dict[str, Any]) -> str | None:
     five more cuBLASDx functions out of line; the float64 128x128x32 kernel then loaded and
     stored its accumulator around each of its 128 DMMAs per K tile (SASS: 512 ``ST.E.64``
     and 559 ``LD.E.64`` per 128 ``DMMA``) and ran 4096^3 in 37.3 ms against 2.96 ms for the
-    same code linked by nvJitLink 13.0 (``benchmarks/results/h100_toolchain_mismatch_s12.log``).
+    same code linked by nvJitLink 13.0.
     NVRTC and nvJitLink 13.5 together inline them (only ``destroy`` stays out of line).
     """
     slow = accumulator_functions(outlined)

@@ -19,7 +19,7 @@ ordered after whatever produced A and B and before whatever reads D):
 
 Any m, n, k >= 1: how, and why this way
 ---------------------------------------
-Measured on the H100 (``benchmarks/results/h100_pipeline_edges.log``) with the
+Measured on the H100 with the
 run-time-shape pipeline libmathdx 0.3.2 generates for these configurations: its global
 loads are **cp.async (LDGSTS), not TMA** — no hardware out-of-bounds fill, no masking —
 and its tile loop covers ceil(K / tile_k) tiles: with k = 1000 and NaN past k in A and B
@@ -50,7 +50,7 @@ So, for every call:
 
 The scratch copies are in-stream and freed stream-ordered; nothing is recompiled.
 
-Verified on the H100 (``benchmarks/results/h100_pipeline_run3_tests.log``): both dtypes x
+Verified on the H100: both dtypes x
 the four A/B arrangements x 1x1x1, 17x33x5, 1000^3, 4097^3, 1x4096x4096, 4096x64x4096,
 4096x4096x40, 129x257x95, 256x256x64 within the fp64-reference bound, through one
 kernel per (dtype, arrangement).  Cost of the edge treatment where it matters most
@@ -99,8 +99,8 @@ class Plan:
 
 
 TAIL_SECONDS_PER_PRODUCT = 0.7e-12
-"""What the kernel's own K tail costs per output element and tail column (H100, float64,
-``benchmarks/results/h100_k_tail_smem.log``: 1024x1024 with K = 992 / 1000 / 1008 took
+"""What the kernel's own K tail costs per output element and tail column (H100, float64:
+1024x1024 with K = 992 / 1000 / 1008 took
 0.0569 / 0.0628 / 0.0693 ms).  The block stages its tail strips of A and B in shared
 memory and adds them to the fragment in registers (``_build._fragment_tail``).  With it
 the rule keeps the kernel's tail at 2048x2048x2040 (0.434 ms against 0.473 padded) and
@@ -112,7 +112,7 @@ COPY_BYTES_PER_SECOND = 2.5e12
 
 COPY_LAUNCH_SECONDS = 10e-6
 """Fixed cost the padding estimate assumes per copied operand (memsets, 2-D copy, their
-launches; ``h100_k_tail.log``: padding 1024 x 1024 x 1000 cost 3 microseconds more than
+launches: padding 1024 x 1024 x 1000 cost 3 microseconds more than
 the kernel's tail of 8, which the model puts at 28 -- about 9 per operand beyond the bytes)."""
 
 
@@ -123,7 +123,7 @@ def pad_k_tail(m: int, n: int, k: int, tile_k: int, a_copied: bool, b_copied: bo
     The kernel's tail costs ``m n (k mod tile_k)`` products at :data:`TAIL_SECONDS_PER_PRODUCT`;
     padding costs a copy of each operand (a read and a write; only the padding is
     zeroed) or, for one the launcher copies anyway (misaligned), nothing measurable.
-    Measured on the H100 (``benchmarks/results/h100_k_tail.log``, float64, ms, tail by
+    Measured on the H100 (float64, ms, tail by
     the kernel -> padded): 4096x4096x4095 4.26 -> 3.32 (0.69x -> 0.89x cuBLAS),
     2048x2048x2047 0.759 -> 0.513, 2048x2048x2040 0.595 -> 0.514, 4097^3 (both operands
     copied for alignment anyway) 3.845 -> 3.724 (0.91x), 1024x1024x1008 0.124 -> 0.100;
@@ -150,7 +150,7 @@ def plan(m: int, n: int, k: int, tile: tuple[int, int, int], depth: int, a_align
     ``bounded_loads``: the pipeline's loads stop at the operands' extents by themselves
     (TMA, the TF32 kernels: the copy engine fills what lies past them with zeros), so
     the partial block row and column read the operands in place — no edge strips.
-    Measured (``benchmarks/results/h100_tma_edges.log``, float32, against the strips):
+    Measured (float32, against the strips):
     1000^3 0.077 -> 0.069 ms (0.68x -> 0.76x cuBLAS), 4096x64x4096 0.236 -> 0.217 ms, and
     host time per call 367 -> 259 us at 1000^3, 478 -> 356 at 4096x64x4096 (split-K:
     every slice copied its strip).

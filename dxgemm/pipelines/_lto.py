@@ -378,8 +378,8 @@ def resolve(objects: list[bytes]) -> list[bytes]:
     One object can reach the list twice, once as a placeholder and once as its bytes: a
     request answered with a placeholder (the store did not have it yet), then the same request
     from another call site answered from the store, which a worker filled in between.  Linked
-    twice, nvJitLink refuses it (``symbol multiply defined``; seen once in session 28's GPU
-    tests, where 16 processes compiled at once), so a repeat is dropped.  Compiles here what
+    twice, nvJitLink refuses it (``symbol multiply defined``; seen once when 16 processes
+    compiled at once), so a repeat is dropped.  Compiles here what
     no worker made."""
     out: dict[bytes, None] = {}
     for data in objects:

@@ -4,7 +4,7 @@ A configuration is what a pipeline kernel is compiled for besides dtype, arrange
 epilogue: the block tile ``tile_m x tile_n x tile_k``, the threads per block and the
 pipeline depth (shared-memory stages in flight).  Every distinct configuration is a
 separate cubin of several MB and a cold compile of minutes, so dxgemm keeps a *small,
-fixed* set of them (:data:`CONFIGS`) and :func:`suggest` only ever picks from that set —
+fixed* set of them (:data:`CONFIGS`) and :func:`dxgemm.policy.pipeline_config` only ever picks from that set —
 a new shape never means a new configuration, and the on-disk cache stays small.
 
 The set comes from the measured table in ``shared/notes/cublasdx-pipeline.md`` (H100,
@@ -21,16 +21,15 @@ float32    64 x 64 x 32         128     2      0.29x (small problems only)
 
 Configurations that collapsed (fp64 128x128x32 with 128 threads, 256x128x16: ~0.2x,
 likely register spills) are deliberately absent; fp64 128x128x32 with 512 threads was
-slower (0.67x at 4096^3, ``benchmarks/results/h100_pipeline_configs.log``; again with 13.0
-builds, depth 2 and 3, at six shapes: 0.42-0.83x against the set's 0.76-0.93x,
-``h100_fp64_t512_s12.log``); so did 128x64x32 and 64x128x32 with 256 threads, two blocks
-and 16 warps per SM (``h100_fp64_two_blocks_s12.log``).  Three more
-float64 shapes of tile, against today's pair in one run (``h100_fp64_configs_more.log``):
+slower (0.67x at 4096^3; again with 13.0
+builds, depth 2 and 3, at six shapes: 0.42-0.83x against the set's 0.76-0.93x); so did 128x64x32 and 64x128x32 with 256 threads, two blocks
+and 16 warps per SM.  Three more
+float64 shapes of tile, against today's pair in one run:
 64x64x16 (128 threads, depth 4) and 128x128x16 (256, 3) lost at every shape; 128x64x16
 (128, 4) won only 8192x8192x512 (0.83x against 0.79x) and lost at 1000^3 (0.40x against
 0.52x), so none joined the set; nor did the large tile with a third stage (128x128x32, 256
 threads, depth 3, 192 KB): 3.03 ms at 4096^3 against depth 2's 2.95, 1 % faster at 8192^3,
-and slower wherever the small tile is suggested (``h100_fp64_d3_s14.log``).
+and slower wherever the small tile is suggested.
 
 float32 runs the SIMT configurations above only where the output has a side of at most
 128 (:func:`float32_method`: there the 3xTF32 split's memory traffic outweighs the GEMM);
@@ -118,8 +117,7 @@ _F32 = np.dtype(np.float32)
 # "small" the one for skinny, shallow or small problems (more blocks, shorter pipeline
 # fill).  float64 "small" is 64x64x32: three blocks per SM (64 KiB of pipeline buffer
 # each) hide the DMMA and load latency that one 128x64 block per SM left exposed; it
-# beat 128x64x32 at every shape measured (benchmarks/results/h100_small_tiles.log,
-# h100_fp64_64x64.log: 1000^3 0.42x -> 0.52x cuBLAS, 1024^3 0.63x -> 0.69x, 1536^3
+# beat 128x64x32 at every shape measured (1000^3 0.42x -> 0.52x cuBLAS, 1024^3 0.63x -> 0.69x, 1536^3
 # 0.56x -> 0.69x, 8192^2 x 512 1.821 -> 1.715 ms, with bias|gelu 2.274 -> 2.156 ms,
 # skinny and short K level).
 CONFIGS: dict[np.dtype, dict[str, PipelineConfig]] = {
@@ -140,8 +138,7 @@ TF32X3_CONFIGS: dict[str, PipelineConfig] = {
 }
 """float32 through the 3xTF32 split (:mod:`.tf32x3`): kernels on the TF32 tensor cores
 (wgmma 64x128x8 / 64x256x8 per warpgroup, TMA loads), A and B K-major.  Their K is
-three times the problem's.  Measured on the H100 against cuBLAS SGEMM in the same run
-(``benchmarks/results/h100_pipeline_configs.log``), split included:
+three times the problem's.  Measured on the H100 against cuBLAS SGEMM in the same run, split included:
 
 ===================  ========  ========  ============  ============  ======
 tile, threads, depth  4096^3    8192^3   8192^2 x 512  4096^2 x 256  1000^3
@@ -260,7 +257,7 @@ def uses_tf32x3(dtype: Any, m: int | None = None, n: int | None = None) -> bool:
 
 
 def configs_for(dtype: Any, m: int | None = None, n: int | None = None) -> dict[str, PipelineConfig]:
-    """The fixed set :func:`suggest` chooses from for ``dtype`` (and, in float32, the method of an ``m x n`` output)."""
+    """The fixed set :func:`dxgemm.policy.pipeline_config` chooses from for ``dtype`` (and, in float32, the method of an ``m x n`` output)."""
     dt = np.dtype(dtype)
     if dt not in CONFIGS:
         raise TypeError(f"pipeline GEMM supports float32 and float64, not {dt}")
@@ -272,11 +269,11 @@ def _configs(dt: np.dtype, method: str) -> dict[str, PipelineConfig]:
 
 
 _SHALLOW_K_TILES = 16
-"""K of at most this many large-configuration K-tiles counts as shallow (see :func:`suggest`)."""
+"""K of at most this many large-configuration K-tiles counts as shallow (:func:`dxgemm.policy.pipeline_config`)."""
 
 _DEEP_K_TILES_F64 = 128
 """float64 takes its large tile only where K holds at least this many of its K-tiles
-(k >= 4096) and the large tile's waves are at least 90 % full (:func:`suggest`, step 6)."""
+(k >= 4096) and the large tile's waves are at least 90 % full (:func:`dxgemm.policy.pipeline_config`, step 3)."""
 
 
 def waves(m: int, n: int, config: PipelineConfig, sm_count: int) -> float:

@@ -1,19 +1,19 @@
-"""Get a pipeline GEMM kernel: process memo -> on-disk cache -> compile.
+"""Get a pipeline GEMM kernel: the process's table (:mod:`dxgemm.runtime.memo`) -> on-disk cache -> compile.
 
 The warm path (``get_kernel`` with the entry on disk) reads one cache file and loads two
-cubins with cuda.core; it imports neither nvmath nor Numba.  Only a miss imports
+cubins with cuda.core; it imports no nvmath.  Only a miss imports
 :mod:`._build` (and with it nvmath, libmathdx, Numba) and compiles, under the cache's
 per-key inter-process lock.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Callable, Hashable
 
 import numpy as np
 
 from ..runtime.launch import numba_type_text
+from ..runtime.memo import KERNELS
 from .cache import CacheEntry, KernelCache, key_fields
 from .config import PipelineConfig, pipeline_store, walk_preload, walk_unroll
 
@@ -26,8 +26,6 @@ class PipelineUnavailable(RuntimeError):
 IDENTITY_EPILOGUE: Hashable = ("identity",)
 """The epilogue key of a kernel built without an epilogue: it stores ``A @ B`` as is."""
 
-_memo: dict[tuple, Any] = {}
-_lock = threading.Lock()
 _compiles = 0
 
 
@@ -191,32 +189,28 @@ def get_kernel(
     device: int | None = None,
     **kwargs: Any,
 ):
-    """A loaded :class:`~._launch.PipelineKernel`, memoized per process and device."""
+    """A loaded :class:`~._launch.PipelineKernel`, kept per process and device (:mod:`dxgemm.runtime.memo`)."""
     from ._launch import PipelineKernel
 
-    key = (config, np.dtype(dtype).name, tuple(arrangement), kwargs.get("epilogue_key", IDENTITY_EPILOGUE),
+    key = ("pipeline", config, np.dtype(dtype).name, tuple(arrangement), kwargs.get("epilogue_key", IDENTITY_EPILOGUE),
            numba_type_text(kwargs.get("epi_args", ())), kwargs.get("operands", "native"),
            pipeline_store(kwargs.get("operands", "native"), config, dtype), kwargs.get("split_k", False),
            device)
-    hit = _memo.get(key)
-    if hit is not None:
-        return hit
-    with _lock:
-        hit = _memo.get(key)
-        if hit is None:
-            entry = get_entry(config, dtype, arrangement, **kwargs)
-            try:
-                hit = PipelineKernel(entry, device)
-            except Exception as e:  # a cubin this driver refuses (newer toolchain, corrupt): rebuild it
-                import warnings
 
-                from .cache import CacheWarning, KernelCache
+    def make() -> Any:
+        entry = get_entry(config, dtype, arrangement, **kwargs)
+        try:
+            return PipelineKernel(entry, device)
+        except Exception as e:  # a cubin this driver refuses (newer toolchain, corrupt): rebuild it
+            import warnings
 
-                warnings.warn(f"dxgemm kernel cache: cannot load {entry.path} ({e}); rebuilding", CacheWarning,
-                              stacklevel=2)
-                (kwargs.get("cache") or KernelCache()).discard(entry.key)
-                hit = PipelineKernel(get_entry(config, dtype, arrangement, **kwargs), device)
-            _memo[key] = hit
-    return hit
+            from .cache import CacheWarning, KernelCache
+
+            warnings.warn(f"dxgemm kernel cache: cannot load {entry.path} ({e}); rebuilding", CacheWarning,
+                          stacklevel=4)
+            (kwargs.get("cache") or KernelCache()).discard(entry.key)
+            return PipelineKernel(get_entry(config, dtype, arrangement, **kwargs), device)
+
+    return KERNELS.get_or_make(key, make)
 
 

@@ -6,8 +6,7 @@ A pipeline call spends most of its host time deciding things that do not change 
 one call to the next: validating the arrays (``__cuda_array_interface__`` dicts, layouts,
 devices), binding the epilogue chain (Numba views, the argument types that select the
 kernel), choosing the configuration and finding the loaded kernel.  On the H100 host
-that was 250-460 microseconds per call against 23-31 for CuPy's own ``matmul``
-(``benchmarks/results/h100_host_breakdown.log``), so any GEMM shorter than that ran at
+that was 250-460 microseconds per call against 23-31 for CuPy's own ``matmul``, so any GEMM shorter than that ran at
 the host's pace.
 
 What is kept

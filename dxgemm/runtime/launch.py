@@ -174,8 +174,7 @@ class PackedLaunch:
     """One kernel launched with ``cuLaunchKernel`` from parameters packed by one ``struct`` call.
 
     Why not ``cuda.core.launch``: it converts and stores every argument on each call
-    (16-22 microseconds for the GEMM's ~40 parameters on the H100 host,
-    ``benchmarks/results/h100_host_breakdown.log``); here the kinds recorded at build time
+    (16-22 microseconds for the GEMM's ~40 parameters on the H100 host); here the kinds recorded at build time
     give a fixed ``struct`` layout, packed into one reused buffer, and the driver gets
     the address of a fixed array of pointers into it.  The driver copies the values at
     launch, so the buffer may be refilled as soon as the call returns; callers serialise

@@ -46,17 +46,17 @@ from typing import Any
 
 import numpy as np
 
-from ..kernels import STATIC_SMEM_LIMIT, KernelSpec, _raise_smem_limit, get_kernel
+from ..kernels import STATIC_SMEM_LIMIT, KernelSpec, _raise_smem_limit, build_kernel
 from ..pipelines.cache import CacheWarning, KernelCache, key_fields
 from .device import device_cc
 from .launch import KernelCall, launch_layout, numba_type_text
+from .memo import KERNELS
 
 __all__ = ["rung_call", "rung_fields", "source_digest", "tile_config", "compile_progress", "stored",
            "plain_epilogue"]
 
 _SOURCE_PACKAGES = ("kernels", "epilogues")
-_memo: dict[tuple, KernelCall] = {}
-_lock = threading.Lock()
+_memo = KERNELS  # the process's one table of ready kernels (.memo)
 
 
 @functools.lru_cache(maxsize=None)
@@ -106,30 +106,35 @@ def rung_call(backend: str, spec: KernelSpec, bound: Any, device: int, slices: i
               cache: Any = None) -> KernelCall:
     """The launcher of ``backend``'s kernel for ``spec`` and ``bound``'s epilogue on ``device``.
 
-    Memoized per process; otherwise loaded from the on-disk cache, or compiled by Numba
-    (:func:`dxgemm.kernels.get_kernel`) and stored there.  ``slices``: the K slices a
+    Kept for the process (:mod:`.memo`); otherwise loaded from the on-disk cache, or compiled
+    by Numba (:func:`numba_kernel`) and stored there.  ``slices``: the K slices a
     split-K kernel runs over ``gridDim.z``.  ``cache``: a
     :class:`~dxgemm.pipelines.cache.KernelCache` (default: the user's).
     """
     arg_types = numba_type_text(bound.args)
-    memo_key = (backend, spec, arg_types, device, slices)
-    hit = _memo.get(memo_key)
-    if hit is not None:
-        return hit
-    with _lock:
-        hit = _memo.get(memo_key)
-        if hit is None and _patched(backend):
-            hit = _memo[memo_key] = _compiled_here(backend, spec, bound, slices)
-        if hit is None:
-            hit = _load(backend, spec, bound, rung_fields(backend, spec, arg_types, device_cc(device)), device,
-                        slices, cache)
-            _memo[memo_key] = hit
-    return hit
+
+    def make() -> KernelCall:
+        if _patched(backend):
+            return _compiled_here(backend, spec, bound, slices)
+        return _load(backend, spec, bound, rung_fields(backend, spec, arg_types, device_cc(device)), device,
+                     slices, cache)
+
+    return _memo.get_or_make(("rung", backend, spec, arg_types, device, slices), make)
+
+
+def numba_kernel(backend: str, spec: KernelSpec, epi_args: tuple, make_epilogue: Any) -> Any:
+    """``backend``'s kernel for ``spec`` compiled by Numba (a :class:`dxgemm.kernels.CompiledKernel`),
+    once per process and epilogue argument type (:mod:`.memo`); ``make_epilogue()`` builds the
+    epilogue device function on a miss.  What the simulator launches, and what a cubin is taken from."""
+    from numba import typeof
+
+    return _memo.get_or_make(("numba", backend, spec, typeof(epi_args)),
+                             lambda: build_kernel(backend, spec, epi_args, make_epilogue))
 
 
 def _compiled_here(backend: str, spec: KernelSpec, bound: Any, slices: int) -> KernelCall:
     """Numba's kernel of this process, not kept on disk (a rung module patched at run time)."""
-    compiled = get_kernel(backend, spec, bound.args, bound.make)
+    compiled = numba_kernel(backend, spec, bound.args, bound.make)
     if compiled.built.dynamic_smem > STATIC_SMEM_LIMIT:
         _raise_smem_limit(compiled.kernel, compiled.built.dynamic_smem)
     return KernelCall.of(compiled, slices)
@@ -166,7 +171,7 @@ def _stored(backend: str, spec: KernelSpec, bound: Any, fields: dict, cache: Any
 
     def build() -> tuple[dict, dict]:
         with compile_progress(f"dxgemm: compiling {backend}/{spec.tile} {fields['dtype']} (first use, then on disk)"):
-            compiled = get_kernel(backend, spec, bound.args, bound.make)
+            compiled = numba_kernel(backend, spec, bound.args, bound.make)
         overload, kinds, block, tile, smem = launch_layout(compiled)
         library = overload.library
         meta = {"kind": "rung", "name": f"{backend}/{spec.tile}", "dtype": fields["dtype"],
@@ -220,36 +225,3 @@ def plain_epilogue(dtype: Any) -> Any:
     from ..epilogues._base import AlphaBeta, Chain, EpilogueContext
 
     return Chain((AlphaBeta(1.0, 0.0),)).bind(EpilogueContext(1, 1, np.dtype(dtype), adapt=None))
-
-
-def launch_simulated(backend: str, spec: KernelSpec, op_a: Any, op_b: Any, op_d: Any, m: int, n: int, k: int,
-                     flags: int, bound: Any, slices: int, split_tile: str) -> None:
-    """The rung's launch under Numba's CUDA simulator, where nothing is compiled: through
-    Numba's launch (split K: the slices into a workspace, then the reduce, as
-    :class:`~.splitk.SplitKernelCall` does on a GPU)."""
-    import dataclasses
-
-    from .. import _arrays
-    from .._streams import numba_stream
-    from ..kernels import Layout
-
-    stream = numba_stream(0)
-    dtype = op_a.dtype
-    if slices == 1:
-        compiled = get_kernel(backend, spec, bound.args, bound.make)
-        compiled.launch(stream, op_a.flat(), op_b.flat(), op_d.flat(), m, n, k, op_a.ld, op_b.ld, op_d.ld, flags,
-                        bound.args)
-        return
-    rows = op_d.layout == Layout.ROW
-    workspace = _arrays.as_operand(_arrays.empty_like_library(op_a, (slices * m, n) if rows else (slices * n, m)),
-                                   "workspace", output=True)
-    ldw = n if rows else m
-    plain = plain_epilogue(dtype)
-    part = get_kernel("warptile", dataclasses.replace(spec, epilogue_key=plain.key, tile=split_tile),
-                      plain.args, plain.make)
-    part.launch(stream, op_a.flat(), op_b.flat(), workspace.flat(), m, n, k, op_a.ld, op_b.ld, ldw, flags,
-                plain.args, slices=slices)
-    reduce_spec = KernelSpec(dtype, op_d.layout, op_d.layout, op_d.layout, bound.key, None)
-    reduce = get_kernel("splitk_reduce", reduce_spec, bound.args, bound.make)
-    reduce.launch(stream, workspace.flat(), workspace.flat(), op_d.flat(), m, n, slices, ldw, m * n, op_d.ld, 0,
-                  bound.args)

@@ -31,10 +31,12 @@ from typing import Any
 
 import numpy as np
 
+from ..kernels import KernelSpec
 from .launch import KeptBuffers, KernelCall, Matrix, aligned_ld, core_stream, flat_values
-from .rungs import plain_epilogue, rung_call
+from .rungs import numba_kernel, plain_epilogue, rung_call
 
-__all__ = ["SplitKCall", "SplitKernelCall", "workspace", "prepare_split", "reduce_kernel"]
+__all__ = ["SplitKCall", "SplitKernelCall", "workspace", "prepare_split", "reduce_kernel", "warptile_split",
+           "launch_simulated"]
 
 _workspaces = KeptBuffers()
 
@@ -140,7 +142,7 @@ def reduce_kernel(dtype: Any, d_arrangement: str, bound: Any, device: int, cache
     first split call compiles nothing: Numba took about 2 s to build it, most of a warm
     start's 3-second budget.  Memoized per process.
     """
-    from ..kernels import KernelSpec, Layout
+    from ..kernels import Layout
 
     layout = Layout.ROW if d_arrangement == "row_major" else Layout.COL
     spec = KernelSpec(np.dtype(dtype), layout, layout, layout, bound.key, None)
@@ -151,11 +153,40 @@ def warptile_split(spec: Any, bound: Any, device: int, slices: int, split_tile: 
     """``D = epilogue(A @ B)`` as ``slices`` K slices of float64 ``warptile``'s ``split_tile``
     (:func:`dxgemm.policy.choose_split_tile`) into the workspace, then one reduce that sums them
     and applies ``bound``'s chain."""
-    from ..kernels import KernelSpec
-
     plain = plain_epilogue(spec.dtype)
     part_spec = dataclasses.replace(spec, epilogue_key=plain.key, tile=split_tile)
     part = rung_call("warptile", part_spec, plain, device, slices=slices)
     reduce_spec = KernelSpec(spec.dtype, spec.layout_d, spec.layout_d, spec.layout_d, bound.key, None)
     reduce = rung_call("splitk_reduce", reduce_spec, bound, device)
     return SplitKernelCall(part, reduce, slices, flat_values(plain.args), device)
+
+
+def launch_simulated(backend: str, spec: KernelSpec, op_a: Any, op_b: Any, op_d: Any, m: int, n: int, k: int,
+                     flags: int, bound: Any, slices: int, split_tile: str) -> None:
+    """The rung's launch under Numba's CUDA simulator, which loads no cubin: through Numba's
+    launch (split K: the slices into a workspace, then the reduce, as :class:`SplitKernelCall`
+    does on a GPU)."""
+    from .. import _arrays
+    from .._streams import numba_stream
+    from ..kernels import Layout
+
+    stream = numba_stream(0)
+    dtype = op_a.dtype
+    if slices == 1:
+        compiled = numba_kernel(backend, spec, bound.args, bound.make)
+        compiled.launch(stream, op_a.flat(), op_b.flat(), op_d.flat(), m, n, k, op_a.ld, op_b.ld, op_d.ld, flags,
+                        bound.args)
+        return
+    rows = op_d.layout == Layout.ROW
+    workspace = _arrays.as_operand(_arrays.empty_like_library(op_a, (slices * m, n) if rows else (slices * n, m)),
+                                   "workspace", output=True)
+    ldw = n if rows else m
+    plain = plain_epilogue(dtype)
+    part = numba_kernel("warptile", dataclasses.replace(spec, epilogue_key=plain.key, tile=split_tile),
+                      plain.args, plain.make)
+    part.launch(stream, op_a.flat(), op_b.flat(), workspace.flat(), m, n, k, op_a.ld, op_b.ld, ldw, flags,
+                plain.args, slices=slices)
+    reduce_spec = KernelSpec(dtype, op_d.layout, op_d.layout, op_d.layout, bound.key, None)
+    reduce = numba_kernel("splitk_reduce", reduce_spec, bound.args, bound.make)
+    reduce.launch(stream, workspace.flat(), workspace.flat(), op_d.flat(), m, n, slices, ldw, m * n, op_d.ld, 0,
+                  bound.args)
