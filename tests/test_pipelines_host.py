@@ -494,7 +494,7 @@ from dxgemm.pipelines import _standin
 _standin.activate((9, 0))
 from numba import cuda, types
 from cuda.core import Linker, LinkerOptions, ObjectCode
-from dxgemm.pipelines._build import kernel_entries, kernel_param_sizes
+from dxgemm.pipelines.elf import kernel_entries, kernel_param_sizes
 from dxgemm.runtime.launch import param_layout as _param_layout
 from dxgemm.runtime.launch import KIND_SIZES as _KIND_SIZES
 
@@ -1094,7 +1094,7 @@ def _elf_with_functions(functions: list[tuple[str, int]]) -> bytes:
 def test_outlined_cublasdx_functions_are_found_and_reported():
     """A kernel whose link left cuBLASDx's functions out of line is named as slow, with the fix;
     CUDA's own helpers and the kernel entry do not count."""
-    from dxgemm.pipelines._build import check_inlined, kernel_entries, outlined_functions
+    from dxgemm.pipelines.elf import check_inlined, kernel_entries, outlined_functions
 
     healthy = _elf_with_functions([("gemm_kernel", 0x10), ("$__internal_0_$__cuda_sm20_div_s64", 0)])
     slow = _elf_with_functions([("gemm_kernel", 0x10), ("$__internal_0_$__cuda_sm20_div_s64", 0),

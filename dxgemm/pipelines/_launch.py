@@ -102,7 +102,7 @@ TAIL_SECONDS_PER_PRODUCT = 0.7e-12
 """What the kernel's own K tail costs per output element and tail column (H100, float64:
 1024x1024 with K = 992 / 1000 / 1008 took
 0.0569 / 0.0628 / 0.0693 ms).  The block stages its tail strips of A and B in shared
-memory and adds them to the fragment in registers (``_build._fragment_tail``).  With it
+memory and adds them to the fragment in registers (``codegen._fragment_tail``).  With it
 the rule keeps the kernel's tail at 2048x2048x2040 (0.434 ms against 0.473 padded) and
 pads at 2048x2048x2047 (0.472 against 0.481) and 4096x4096x4095 (3.230 against 3.255).
 The tail it replaced read A and B per stored element and cost 3.4-7.3e-12."""
@@ -174,7 +174,7 @@ def plan(m: int, n: int, k: int, tile: tuple[int, int, int], depth: int, a_align
 def storage_stride(storage_bytes: int, storage_alignment: int) -> int:
     """Bytes from one device pipeline's storage to the next in a storage buffer: what the
     init kernel is told, and (times the four pipelines of a K slice) how far a split-K
-    kernel's slice moves into the buffer (``_build._gemm_pyfunc``)."""
+    kernel's slice moves into the buffer (``codegen._gemm_pyfunc``)."""
     step = max(int(storage_alignment), 16)
     return -(-int(storage_bytes) // step) * step
 

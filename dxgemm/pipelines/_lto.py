@@ -28,7 +28,7 @@ plus the target.  A request is answered
    once they exist.  Numba only collects LTO-IR objects while lowering, so placeholders
    pass through ``compile_all`` untouched.
 
-``_build`` starts worker processes that each replay the same lowering in ``defer`` mode —
+``workers`` starts worker processes that each replay the same lowering in ``defer`` mode —
 cheap once the finalize traits below come from the store: descriptors and Numba, no
 NVRTC — and then compile the pending requests with :func:`compile_pending`, writing the
 objects to the store: each worker walks the sorted list from its own share onwards and
@@ -343,7 +343,7 @@ def compile_pending(index: int, workers: int, keys: list[str] | None = None) -> 
     Every worker walks the pending list (``keys``, default all), starting at its own
     ``index``-th share, and compiles each request no one else has claimed
     (:meth:`LtoStore.claim`): a worker that is done early takes what is left, and a
-    request another process is already compiling (a speculative one, see ``_build``) is
+    request another process is already compiling (a speculative one, see ``workers``) is
     not compiled twice.  Returns how many this process compiled.
     """
     pending = pending_keys() if keys is None else sorted(k for k in keys if k in _state.by_key)

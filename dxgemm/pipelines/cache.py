@@ -86,13 +86,14 @@ __all__ = [
 FORMAT_VERSION = 5  # 5: K tail staged in shared memory, added in registers; 4: full tiles stored without bounds checks or run-time directions; 3: grouped block order, one-block-per-pipeline init
 """Part of every key: bump it whenever the code dxgemm generates changes (see :data:`CODEGEN_DIGEST`)."""
 
-CODEGEN_SOURCES = ("pipelines/_build.py", "pipelines/_lto.py", "kernels/__init__.py", "kernels/_device.py",
+CODEGEN_SOURCES = ("pipelines/_build.py", "pipelines/codegen.py", "pipelines/workers.py", "pipelines/_lto.py",
+                   "kernels/__init__.py", "kernels/_device.py",
                    "kernels/_spec.py", "kernels/splitk_reduce.py", "epilogues/_base.py", "epilogues/_pointwise.py",
                    "epilogues/_operands.py", "epilogues/_custom.py")
 """The modules (relative to the package) whose code ends up in cached kernels, besides
 :class:`~.config.PipelineConfig` (its launch bounds)."""
 
-CODEGEN_DIGEST = "db810ea813848792"
+CODEGEN_DIGEST = "434489f7510b5a62"
 """:func:`codegen_digest` as of the last review of :data:`FORMAT_VERSION`.
 
 The key does not hash dxgemm's own source: a cold kernel costs 30-60 s, and every edit
@@ -124,7 +125,7 @@ def accumulator_functions(outlined: Iterable[str]) -> list[str]:
 
 class SlowKernelWarning(UserWarning):
     """A pipeline kernel was built, correct, but with code known to run far below its speed
-    (the link left cuBLASDx's device functions out of line; :func:`._build.check_inlined`)."""
+    (the link left cuBLASDx's device functions out of line; :func:`.elf.check_inlined`)."""
 
 
 def codegen_digest() -> str:
@@ -217,7 +218,7 @@ def compiler_mismatch(versions: Mapping[str, Any] | None = None) -> str | None:
     """None when NVRTC and nvJitLink are the same version (or either is unknown), else why that matters.
 
     nvJitLink 13.5 linking NVRTC 13.0's LTO-IR left cuBLASDx's functions out of line and
-    built kernels 12x slower (:func:`._build.check_inlined`)."""
+    built kernels 12x slower (:func:`.elf.check_inlined`)."""
     v = toolchain_versions() if versions is None else versions
     nvrtc, nvjitlink = v.get("nvrtc"), v.get("nvjitlink")
     if not nvrtc or not nvjitlink or nvrtc == nvjitlink:
@@ -284,7 +285,7 @@ def key_fields(
     iteration of a staged store's tile walk (a field only when not 1, likewise); ``split_k``
     the variant whose grid runs K slices (a field only when set, likewise); ``preload`` a
     tile walk that reads its epilogue's per-tile operands right after the main loop (a
-    field only when set, likewise; :func:`dxgemm.pipelines._build._preload_group`).
+    field only when set, likewise; :func:`dxgemm.pipelines.codegen._preload_group`).
     """
     if hasattr(config, "as_dict"):
         config = config.as_dict()

@@ -136,14 +136,14 @@ _warned_outlined: set[str] = set()
 
 def outlined_accumulator_functions(entry: CacheEntry) -> list[str]:
     """The accumulator-taking cuBLASDx functions a cached kernel's link left out of line
-    (:func:`._build.check_inlined`; non-empty means slow); kernels built before dxgemm
+    (:func:`.elf.check_inlined`; non-empty means slow); kernels built before dxgemm
     recorded it are read from their cubin.  Memoized per key."""
     if entry.key not in _outlined_by_key:
         from .cache import accumulator_functions
 
         outlined = entry.meta.get("outlined")
         if outlined is None and "gemm" in entry.blobs:
-            from ._build import outlined_functions
+            from .elf import outlined_functions
 
             outlined = outlined_functions(entry.blobs["gemm"])
         _outlined_by_key[entry.key] = accumulator_functions(outlined or [])

@@ -12,7 +12,7 @@ sums to a workspace laid out like D, kept per device and stream (:func:`workspac
 1. (3xTF32 only) the split of A and B into their TF32 parts, once; the slices below cut
    the split operands' tripled K;
 2. the *split-K variant* of the plain pipeline kernel (alpha 1, beta 0, no epilogue;
-   ``_build._gemm_pyfunc`` with ``slice_bytes``) on a grid whose z dimension is the slice:
+   ``pipelines.codegen._gemm_pyfunc`` with ``slice_bytes``) on a grid whose z dimension is the slice:
    block ``(i, j, s)`` computes tile ``(i, j)`` of ``A[:, K_s] @ B[K_s, :]`` into slice
    ``s`` of a workspace, through the device pipelines the init kernel filled for ``K_s``;
 3. :mod:`dxgemm.kernels.splitk_reduce` sums the slices and applies the caller's epilogue
