@@ -150,10 +150,11 @@ def prepare(dtype: Any, arrangements: tuple[str, str], m: int, n: int, k: int, b
         from .splitk import prepare_split
 
         return prepare_split(cfg, dtype, arrangement, operands, bound, d_arrangement, slices, device)
+    traits = policy.EpilogueTraits.of(bound)  # what the bound chain declares (any object with key/make/args)
     kernel = get_kernel(
         cfg, dtype, arrangement, device=device, operands=operands,
         epilogue_key=bound.key, make_epilogue=bound.make, epi_args=bound.args,
-        preload=getattr(bound, "preload", None) is not None, wide_walk=getattr(bound, "wide_walk", False),
+        preload=traits.preload, wide_walk=traits.wide_walk,
     )
     return PipelineCall(kernel, operands == "tf32", device)
 
