@@ -7,7 +7,7 @@ For each shape: the pipeline (the configuration ``suggest`` picks, split-K inclu
 ``dxgemm.bench.time_ms`` (GPU time), and for the two backends also the wall time per
 call of 200 calls back to back (``loop``: what a caller in a loop sees, host time
 included where it exceeds the GPU's); every output checked against the float64
-reference.  The last columns say which backend ``auto`` takes (``dxgemm._gemm.
+reference.  The last columns say which backend ``auto`` takes (``dxgemm.policy.
 choose_backend``) and which one was faster here in the loop.
 """
 
@@ -24,8 +24,9 @@ import cupy as cp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import dxgemm  # noqa: E402
-from dxgemm._gemm import choose_backend  # noqa: E402
-from dxgemm.kernels import FLAG_VEC_A, FLAG_VEC_B, sm_count, vector_flags  # noqa: E402
+from dxgemm.policy import choose_backend  # noqa: E402
+from dxgemm.kernels import FLAG_VEC_A, FLAG_VEC_B, vector_flags  # noqa: E402
+from dxgemm.runtime.device import device_info  # noqa: E402
 from dxgemm.bench import chain_from_text, time_ms  # noqa: E402
 from dxgemm.epilogues.reference import check  # noqa: E402
 
@@ -79,7 +80,7 @@ def main() -> None:
             aligned = vector_flags(a.data.ptr, k, b.data.ptr, n, dtype.itemsize) == FLAG_VEC_A | FLAG_VEC_B
             heavy = epilogue is not None and any(stage.transcendental for stage in epilogue.stages)
             auto = choose_backend(dtype, m, n, k, pipeline=True, aligned=aligned, transcendental=heavy,
-                                  sms=sm_count())
+                                  sms=device_info().sm_count)
             faster = min(loops, key=loops.get)
             print(f"{name:8s} {shape:>16s} {times['pipeline']:9.4f} {times['warptile']:9.4f} {t_blas:8.4f}  "
                   f"{t_blas / times['pipeline']:11.2f} {t_blas / times['warptile']:11.2f}  "

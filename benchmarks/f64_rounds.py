@@ -87,14 +87,15 @@ def _variant(changes: dict, m: int, n: int, k: int):
     serialise the launches behind the timer's head start."""
     from numba import cuda, typeof
 
-    from dxgemm._gemm import choose_tile
+    from dxgemm.policy import choose_tile
     from dxgemm.epilogues._base import AlphaBeta, EpilogueContext
-    from dxgemm.kernels import KernelSpec, Layout, compile_rung, sm_count, vector_flags
+    from dxgemm.kernels import KernelSpec, Layout, compile_rung, vector_flags
+    from dxgemm.runtime.device import device_info
 
     dtype = np.dtype(np.float64)
     bound = AlphaBeta(1.0, 0.0).bind(EpilogueContext(m, n, dtype, adapt=None))
     changes = dict(changes)
-    tile = changes.pop("tile", None) or choose_tile("warptile", dtype, m, n, k, sm_count())
+    tile = changes.pop("tile", None) or choose_tile("warptile", dtype, m, n, k, device_info().sm_count)
     spec = KernelSpec(dtype, Layout.ROW, Layout.ROW, Layout.ROW, bound.key, bound.make(), tile=tile)
     compiled = compile_rung("warptile", spec, typeof(bound.args), **changes)
     print(f"variant: the {tile} tile with {changes}, {compiled.kernel.get_regs_per_thread()} registers", flush=True)

@@ -60,7 +60,7 @@ with use_config(config):
     e = dxgemm.gemm(b.T.copy()[:, :1536].copy(), b, backend="pipeline")
     cp.cuda.get_current_stream().synchronize()
     new_size = time.perf_counter() - t1
-from dxgemm.pipelines import kernels
+from dxgemm.pipelines import loader as kernels
 print(f"RESULT {first:.3f} {new_size:.4f} {kernels.compile_count()}")
 """
 
@@ -99,7 +99,8 @@ def speed_records(dtypes, config: str, reps: int, log) -> list[dict]:
     import dxgemm
     from dxgemm.bench import time_ms
     from dxgemm.pipelines import use_config
-    from dxgemm.pipelines.config import float32_method, parse_config, split_k, suggest
+    from dxgemm.pipelines.config import float32_method, parse_config
+    from dxgemm.runtime.pipeline import split_k, suggest
     from dxgemm.testing import check
 
     records = []

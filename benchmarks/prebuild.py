@@ -61,12 +61,19 @@ from dxgemm.pipelines import _standin  # noqa: E402
 _standin.activate((9, 0))  # before nvmath is imported
 
 import dxgemm  # noqa: E402
-import dxgemm.epilogues._arrays as _epi_arrays  # noqa: E402
-from dxgemm import _arrays, _calls, _rung_cache  # noqa: E402
-from dxgemm import kernels as _rung_kernels  # noqa: E402
+import dxgemm.epilogues._device_arrays as _epi_arrays  # noqa: E402
+from dxgemm import _arrays  # noqa: E402
 from dxgemm import epilogues as E  # noqa: E402
-from dxgemm.pipelines import _dispatch, _splitk, kernels, use_config  # noqa: E402
+from dxgemm.pipelines import loader as kernels  # noqa: E402
+from dxgemm.pipelines import use_config  # noqa: E402
 from dxgemm.pipelines import config as _config  # noqa: E402
+from dxgemm.runtime import calls as _calls  # noqa: E402
+from dxgemm.runtime import device as _device  # noqa: E402
+from dxgemm.runtime import launch as _launch  # noqa: E402
+from dxgemm.runtime import pipeline as _dispatch  # noqa: E402
+from dxgemm.runtime import rungs as _rung_cache  # noqa: E402
+from dxgemm.runtime import splitk as _splitk  # noqa: E402
+from dxgemm.runtime.pipeline import use_split_k  # noqa: E402
 from dxgemm.pipelines.cache import KernelCache, cache_key, compiler_mismatch, slower_toolchain  # noqa: E402
 from fusion import SHAPES as FUSION_SHAPES  # noqa: E402  (fusion.py and epilogue_cost.py time these)
 
@@ -117,7 +124,7 @@ class Recorder:
 
     def __call__(self, config, dtype, arrangement=("row_major", "row_major"), *, device=None, **kw):
         fields = kernels.entry_fields(config, dtype, arrangement, kw.get("epilogue_key", kernels.IDENTITY_EPILOGUE),
-                                      epi_arg_types=kernels._numba_type_text(kw.get("epi_args", ())),
+                                      epi_arg_types=_launch.numba_type_text(kw.get("epi_args", ())),
                                       operands=kw.get("operands", "native"), split_k=kw.get("split_k", False),
                                       preload=kw.get("preload", False),
                                       wide_walk=kw.get("wide_walk", False))
@@ -170,17 +177,14 @@ def stub_the_device(recorder: Recorder) -> None:
     _arrays.on_device = lambda device: contextlib.nullcontext()  # no device to switch to
     _arrays.Operand.flat = lambda self: np.empty(max(self.extent, 1), self.dtype)
     _epi_arrays._numba_view = _host_view
-    _config._queried_device_info = lambda device: _config.H100
+    _device._queried = lambda device: _device.H100  # the H100's SMs, shared memory and L2 for the rules
+    _device._cc = lambda device: _device.H100.cc  # its CC for the keys
     _dispatch.availability = lambda device: None
     _dispatch.PipelineCall.__call__ = lambda self, *a, **k: None
     _splitk.SplitKCall.__call__ = lambda self, *a, **k: None
     _calls.remember = lambda *a, **k: None
     kernels.get_kernel = recorder
-    # the rungs: the H100's SMs and L2 for choose_tile, its CC for the key, and no load or launch
-    _rung_kernels._attributes.update({(0, "MULTIPROCESSOR_COUNT"): _config.H100.sm_count,
-                                      (0, "L2_CACHE_SIZE"): _rung_kernels.H100_L2_BYTES})
-    _dispatch._device_cc = lambda device: _config.H100.cc
-    record_rungs(recorder)
+    record_rungs(recorder)  # the rungs: no load or launch
 
 
 def gemm(*args, **kw) -> None:
@@ -190,13 +194,9 @@ def gemm(*args, **kw) -> None:
         print(f"  call failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
 
 
-def env(**values) -> None:
-    for k, v in values.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    _calls.clear()
+def split(slices):
+    """``use_split_k(slices)``, or no forcing for None."""
+    return use_split_k(slices) if slices is not None else contextlib.nullcontext()
 
 
 def gpu_epilogue_calls(backends=("pipeline",)):
@@ -250,8 +250,7 @@ def gpu_pipeline_calls():
     for dtype in DTYPES:
         b_order = "col" if uses_tf32x3(np.dtype(dtype)) else "row"
         for epilogue in ("none", "bias|gelu"):
-            for store in ("staged", "staged_vec", "default"):
-                env(DXGEMM_PIPELINE_STORE=None if store == "default" else store, DXGEMM_SPLIT_K="1")
+            with split(1):
                 with use_config("small"):
                     for m, n, k in [(1000, 1000, 1000), (17, 33, 5), (4096, 64, 4096)]:
                         for d_order in ("row", "col", "padded"):
@@ -267,24 +266,24 @@ def gpu_pipeline_calls():
                                 d = normal(rng, (m, n), dtype)
                             chain = E.bias(normal(rng, n, dtype)) | E.gelu() if epilogue != "none" else None
                             gemm(a, b, d, epilogue=chain, backend="pipeline")
-    env(DXGEMM_PIPELINE_STORE=None, DXGEMM_SPLIT_K=None)
+    _calls.clear()
     with use_config("large"):
-        for slices in ("3", "8"):
-            env(DXGEMM_SPLIT_K=slices)
-            for dtype in DTYPES:
-                for arr in [("row", "row"), ("row", "col"), ("col", "row"), ("col", "col")]:
-                    m, n, k = 300, 200, 2007
-                    a = normal(rng, (m, k), dtype)
-                    b = normal(rng, (k, n), dtype)
-                    a = fortran(a) if arr[0] == "col" else a
-                    b = fortran(b) if arr[1] == "col" else b
-                    for d_order in ("row", "col"):
-                        c = normal(rng, (m, n), dtype)
-                        c = fortran(c) if d_order == "col" else c
-                        for alpha, beta, chain in [(1.0, 0.0, None), (0.5, -1.25, True)]:
-                            ep = E.bias(normal(rng, n, dtype)) | E.gelu() if chain else None
-                            gemm(a, b, c, alpha=alpha, beta=beta, epilogue=ep, backend="pipeline")
-        env(DXGEMM_SPLIT_K=None)
+        for slices in (3, 8):
+            with split(slices):
+                for dtype in DTYPES:
+                    for arr in [("row", "row"), ("row", "col"), ("col", "row"), ("col", "col")]:
+                        m, n, k = 300, 200, 2007
+                        a = normal(rng, (m, k), dtype)
+                        b = normal(rng, (k, n), dtype)
+                        a = fortran(a) if arr[0] == "col" else a
+                        b = fortran(b) if arr[1] == "col" else b
+                        for d_order in ("row", "col"):
+                            c = normal(rng, (m, n), dtype)
+                            c = fortran(c) if d_order == "col" else c
+                            for alpha, beta, chain in [(1.0, 0.0, None), (0.5, -1.25, True)]:
+                                ep = E.bias(normal(rng, n, dtype)) | E.gelu() if chain else None
+                                gemm(a, b, c, alpha=alpha, beta=beta, epilogue=ep, backend="pipeline")
+        _calls.clear()
         m = n = k = 1000
         a, b, c = (normal(rng, (m, m), np.float64) for _ in range(3))
         gemm(a, b, c, alpha=0.5, beta=-2.0, backend="pipeline")
@@ -399,12 +398,9 @@ SKINNY = [(4096, 64, 4096), (4096, 128, 4096), (4096, 256, 4096), (8192, 64, 819
 def simt_calls():
     """float32 on cuBLASDx's SIMT pipeline at the skinny shapes, where the 3xTF32 split's traffic dominates."""
     rng = np.random.default_rng(5)
-    for m, n, k in SKINNY:
-        for method in ("fp32", "tf32x3"):  # both, for auto_choice.py at these shapes under either method
-            os.environ["DXGEMM_FLOAT32_PIPELINE"] = method
-            gemm(normal(rng, (m, k), np.float32), normal(rng, (k, n), np.float32),
-                 dev(np.empty((m, n), np.float32)), backend="pipeline")
-    os.environ.pop("DXGEMM_FLOAT32_PIPELINE")
+    for m, n, k in SKINNY:  # the method float32_method gives each shape
+        gemm(normal(rng, (m, k), np.float32), normal(rng, (k, n), np.float32),
+             dev(np.empty((m, n), np.float32)), backend="pipeline")
 
 
 PARTS = {"bench": bench_calls, "fusion": fusion_calls, "cost": cost_calls, "epilogues": gpu_epilogue_calls,

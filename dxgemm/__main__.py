@@ -1,7 +1,7 @@
 """Command line: ``python -m dxgemm {demo,bench,info,cache,warmup}``.
 
 ``info`` also shows the kernel cache (place, entries, size: the pipeline's kernels and the
-handwritten rungs' cubins, :mod:`dxgemm._rung_cache`); ``cache clear`` empties it; ``warmup`` pre-compiles
+handwritten rungs' cubins, :mod:`dxgemm.runtime.rungs`); ``cache clear`` empties it; ``warmup`` pre-compiles
 into it what a plain call runs: the pipeline's default configurations and the handwritten
 kernels ``auto`` picks from (on a machine without a GPU too, for an H100).
 """
@@ -18,7 +18,9 @@ import numpy as np
 
 
 def _has_gpu() -> bool:
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+    from .runtime import env
+
+    if env.simulator_requested():
         return False
     from numba import cuda
 
@@ -60,9 +62,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"  WARNING: {mismatch}")
     elif note := slower_toolchain(compilers):
         print(f"  note: {note}")
-    forced = os.environ.get("DXGEMM_FLOAT32_PIPELINE")
-    method = (f"{forced} (DXGEMM_FLOAT32_PIPELINE) everywhere" if forced else
-              f"{float32_method()}; fp32 (SIMT) where the output has a side of at most {SIMT_FLOAT32_MAX_SIDE}")
+    method = f"{float32_method()}; fp32 (SIMT) where the output has a side of at most {SIMT_FLOAT32_MAX_SIDE}"
     print(f"pipeline float32 method: {method}")
     _print_cache(verbose=getattr(args, "verbose", False))
     return 0
@@ -71,13 +71,14 @@ def cmd_info(args: argparse.Namespace) -> int:
 def _print_cache(verbose: bool = False) -> None:
     """The kernel cache: place, entries, size (and, verbose, one line per kernel)."""
     from .pipelines.cache import KernelCache
-    from .pipelines.kernels import outlined_accumulator_functions
+    from .pipelines.loader import outlined_accumulator_functions
+    from .runtime import env
 
     cache = KernelCache()
     info = cache.info()
     print(f"kernel cache (pipeline and handwritten kernels): {info.place}")
     print(f"  entries {info.entries}, {info.size_bytes / 2**20:.1f} MiB"
-          + (" (set DXGEMM_CACHE_DIR to move it)" if "DXGEMM_CACHE_DIR" not in os.environ else ""))
+          + (" (set DXGEMM_CACHE_DIR to move it)" if not env.cache_dir_set() else ""))
     lto = info.place / "lto"
     if lto.is_dir():
         files = list(lto.glob("*.ltoir"))
@@ -121,9 +122,8 @@ def cmd_warmup(args: argparse.Namespace) -> int:
     from .pipelines import _standin
 
     _standin.activate((9, 0))  # compiles without a GPU too (for an H100); a no-op with one
-    from . import _rung_cache
     from .pipelines.cache import compiler_mismatch, slower_toolchain
-    from .pipelines.warmup import ARRANGEMENT_PAIRS, warmup
+    from .runtime.warmup import ARRANGEMENT_PAIRS, warmup, warmup_rungs
 
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     unknown = sorted(set(kinds) - {"pipeline", "handwritten"})
@@ -155,7 +155,7 @@ def cmd_warmup(args: argparse.Namespace) -> int:
     try:
         if "handwritten" in kinds:
             jobs = args.jobs if args.jobs is not None else min(os.cpu_count() or 1, 8)
-            records += _rung_cache.warmup(dtypes, arrangements=arrangements, jobs=jobs, log=log)
+            records += warmup_rungs(dtypes, arrangements=arrangements, jobs=jobs, log=log)
         if "pipeline" in kinds:
             split = [] if args.split_k == "none" else [c.strip() for c in args.split_k.split(",") if c.strip()]
             records += warmup(dtypes, configs=configs, arrangements=arrangements, jobs=args.jobs or 1,
@@ -175,7 +175,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     BACKENDS = available_backends()
 
     if not _has_gpu():
-        if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+        from .runtime import env as dxenv
+
+        if not dxenv.simulator_requested():
             print("No CUDA GPU found: running the ladder at a small size under Numba's CUDA simulator instead.",
                   flush=True)
             env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
@@ -245,12 +247,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dxgemm", description="Fused GEMM kernels for NVIDIA GPUs.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="{info,cache,warmup,demo,bench}")
     p = sub.add_parser("info", help="GPU, compute capability, versions of the stack and the kernel cache")
     p.add_argument("-v", "--verbose", action="store_true", help="list every cached kernel")
     p.set_defaults(func=cmd_info)
     p = sub.add_parser("cache", help="show or clear the kernel cache")
-    p.add_argument("action", choices=["show", "clear"])
+    p.add_argument("action", choices=["show", "clear"], nargs="?", default="show",
+                   help="show: list every cached kernel (the default); clear: remove them all")
     p.set_defaults(func=cmd_cache)
     p = sub.add_parser("warmup", help="pre-compile the kernels a plain call uses (progress bar; no GPU needed)")
     p.add_argument("--kinds", default="handwritten,pipeline",
@@ -271,15 +274,19 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("bench", help="time every backend against cuBLAS")
     p.add_argument("--sizes", type=_parse_shapes, default=_parse_shapes("1024,2048,4096"),
                    help="comma-separated N or MxNxK (default 1024,2048,4096)")
-    p.add_argument("--dtypes", default="float32,float64")
-    p.add_argument("--backends", default=None, help="comma-separated subset of the backends")
-    p.add_argument("--reps", type=int, default=10)
-    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--dtypes", default="float32,float64", help="comma-separated: float32, float64 (default both)")
+    p.add_argument("--backends", default=None, help="comma-separated subset of the backends (default: every "
+                                                    "backend that can run here)")
+    p.add_argument("--reps", type=int, default=10, help="timed calls per point; the median is reported (default 10)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed calls before the timed ones (default 2)")
     p.add_argument("--json", help="write the result file here (and a PNG plot beside it)")
     p.add_argument("--png", help="where to draw the plot (default: the JSON path with .png)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_bench)
     args = parser.parse_args(argv)
+    if args.command is None:  # bare `python -m dxgemm`: say what it can do
+        parser.print_help()
+        return 0
     return args.func(args)
 
 

@@ -42,13 +42,17 @@ def gpu() -> dict | None:
 
         if not cuda.is_available():
             return None
+        from .runtime.device import device_info
+
         dev = cuda.get_current_device()
         name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
+        info = device_info(dev.id)  # the one source of the figures the host rules use
         return {
             "name": name,
-            "compute_capability": "%d.%d" % dev.compute_capability,
-            "sm_count": int(dev.MULTIPROCESSOR_COUNT),
-            "shared_memory_per_block_optin": int(dev.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+            "compute_capability": "%d.%d" % info.cc,
+            "sm_count": info.sm_count,
+            "shared_memory_per_block_optin": info.smem_per_block,
+            "l2_bytes": info.l2_bytes,
         }
     except Exception:
         return None

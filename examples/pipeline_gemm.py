@@ -2,7 +2,7 @@
 
     python examples/pipeline_gemm.py            # on an H100/H200 (sm_90) with CuPy
 
-1. ``dxgemm.pipelines.suggest`` picks a configuration per shape from the device's
+1. ``dxgemm.runtime.pipeline.suggest`` picks a configuration per shape from the device's
    properties (printed for a few shapes; no GPU needed for this part);
 2. ``dxgemm.gemm(..., backend="pipeline")`` runs several sizes — including ones that are
    not tile multiples — through *one* compiled kernel: the compile counter does not move
@@ -19,8 +19,9 @@ import time
 import numpy as np
 
 import dxgemm
-from dxgemm.pipelines import kernels, suggest, use_config
+from dxgemm.pipelines import loader, use_config
 from dxgemm.pipelines.config import H100
+from dxgemm.runtime.pipeline import suggest
 from dxgemm.testing import check
 
 
@@ -36,7 +37,7 @@ def main() -> None:
         print("CuPy is not installed: skipping the GPU part")
         return
     from dxgemm.bench import time_ms
-    from dxgemm.pipelines._dispatch import availability
+    from dxgemm.runtime.pipeline import availability
 
     reason = availability(0)
     if reason is not None:
@@ -59,7 +60,7 @@ def main() -> None:
             err = check(d, a.astype(np.float64), b.astype(np.float64), np.dtype(dtype))
             t_pipe = time_ms(lambda: dxgemm.gemm(a, b, d, backend="pipeline"), warmup=1, reps=5)
             t_blas = time_ms(lambda: cp.matmul(a, b), warmup=1, reps=5)
-            print(f"{m:>6}x{n}x{k:<6} {kernels.compile_count():>8} {err:11.2g} {t_pipe:11.3f} {t_blas:10.3f} "
+            print(f"{m:>6}x{n}x{k:<6} {loader.compile_count():>8} {err:11.2g} {t_pipe:11.3f} {t_blas:10.3f} "
                   f"{t_blas / t_pipe:6.2f}   (first call {first:.2f} s)")
 
 

@@ -14,7 +14,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from dxgemm import _arrays, _calls
+from dxgemm import _arrays
+from dxgemm.runtime import calls as _calls
+from dxgemm.runtime.pipeline import use_split_k
 from dxgemm import epilogues as E
 from dxgemm.epilogues._base import BoundEpilogue, Span
 from dxgemm.pipelines import config
@@ -42,7 +44,7 @@ class FakeArray:
 @pytest.fixture(autouse=True)
 def fake_cupy(monkeypatch):
     monkeypatch.setattr(_arrays, "cupy_ndarray_type", lambda: FakeArray)
-    for name in _calls._STEERING_VARIABLES:
+    for name in ("DXGEMM_AUTO_PIPELINE", "DXGEMM_CACHE_DIR", "XDG_CACHE_HOME"):
         monkeypatch.delenv(name, raising=False)
     _calls.clear()
     yield
@@ -87,9 +89,11 @@ def test_signature_separates_what_changes_the_kernel_or_its_checks():
 def test_signature_follows_the_steering_state(monkeypatch, tmp_path):
     a, b = FakeArray((64, 32), 1 << 20), FakeArray((32, 48), 2 << 20)
     base = sig(a, b)
-    monkeypatch.setenv("DXGEMM_FLOAT32_PIPELINE", "fp32")
+    monkeypatch.setenv("DXGEMM_AUTO_PIPELINE", "0")
     assert sig(a, b) != base
-    monkeypatch.delenv("DXGEMM_FLOAT32_PIPELINE")
+    monkeypatch.delenv("DXGEMM_AUTO_PIPELINE")
+    with use_split_k(2):
+        assert sig(a, b) != base
     with config.use_config("small"):
         assert sig(a, b) != base
     assert sig(a, b) == base
@@ -222,7 +226,7 @@ def test_warptile_tile_rule():
     per SM; under every built-in stage too, branch-free in float64 and staged in shared memory
     there, and under a straight-line custom function, never under one that may branch) or small;
     large otherwise."""
-    from dxgemm._gemm import choose_tile
+    from dxgemm.policy import choose_tile
 
     f64, f32 = np.dtype(np.float64), np.dtype(np.float32)
     gelu = (E.bias(np.ones(3)) | E.gelu()).medium_tile_min_k
@@ -342,7 +346,7 @@ def test_warptile_simt_configuration_errors():
 
 def test_float64_split_k_rule():
     """float64 warptile splits K only where its large tiles would fill at most half the SMs and K >= 2048."""
-    from dxgemm._gemm import choose_split_k, choose_tile
+    from dxgemm.policy import choose_split_k, choose_tile
 
     f64, f32 = np.dtype(np.float64), np.dtype(np.float32)
 

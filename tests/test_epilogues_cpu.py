@@ -100,11 +100,11 @@ def test_float64_warptile_interior_blocks(monkeypatch, tile, m, n, name, layout_
     tile: one interior block, three on the edges, here with alpha and beta * C too (an element
     left unwritten keeps C's value); 270 x 70 on the grouped 128x64 tile: three tile rows in one
     group of 8, two interior blocks."""
-    import dxgemm._gemm as gemm_module
+    from dxgemm import policy
     from dxgemm.kernels.warptile import TILE_CONFIGS
 
     assert ("staged_epilogue" in TILE_CONFIGS["float64"][tile]) == tile.startswith("medium")
-    monkeypatch.setattr(gemm_module, "choose_tile", lambda *args, **kwargs: tile)
+    monkeypatch.setattr(policy, "choose_tile", lambda *args, **kwargs: tile)
     k = 20
     a, b = _operands(rng, np.float64, m, n, k)
     epilogue = _make(name, rng, np.float64, m, n)
@@ -487,7 +487,8 @@ def test_float32_chains_compile_to_float32_instructions_only():
         from dxgemm.epilogues import Chain, EpilogueContext, custom, clamp, gelu, leaky_relu, relu, scale, sigmoid, silu, tanh
         from dxgemm.epilogues._base import compose
         from dxgemm.epilogues._operands import _bias_device, _store_device
-        from dxgemm.kernels import RUNGS, KernelSpec, Layout, kernel_signature, get_kernel
+        from dxgemm.kernels import RUNGS, KernelSpec, Layout, kernel_signature
+        from dxgemm.runtime.rungs import numba_kernel as get_kernel
         import importlib
 
         F64 = re.compile(r"\\.f64\\b")  # any float64 instruction, conversion or register class
@@ -538,7 +539,8 @@ def test_custom_function_numba_cannot_compile():
     out = _compile_without_simulator("""
         import numpy as np
         from dxgemm.epilogues import Chain, EpilogueContext, custom
-        from dxgemm.kernels import KernelSpec, Layout, get_kernel
+        from dxgemm.kernels import KernelSpec, Layout
+        from dxgemm.runtime.rungs import numba_kernel as get_kernel
 
         def refers_to_nothing(x, row, col):
             return x + not_defined_anywhere
@@ -576,13 +578,17 @@ def test_float64_warptile_split_k(monkeypatch, rng, m, n, tile):
     the epilogue (row/col-dependent: a value sent to the wrong element shows), here into
     column-major D (the kernel-level tests store row-major).  The simulator is told of 2 SMs:
     one tile (128x64 for 46 columns, 128x128 for 70), two slices."""
-    import dxgemm._gemm as gemm_module
+    import dataclasses
 
-    monkeypatch.setattr(gemm_module, "sm_count", lambda: 2)
+    import dxgemm._gemm as gemm_module
+    from dxgemm import policy
+    from dxgemm.runtime.device import H100
+
+    monkeypatch.setattr(gemm_module, "device_info", lambda device=None: dataclasses.replace(H100, sm_count=2))
     k = 2048
-    assert gemm_module.choose_split_tile(n) == tile
-    assert gemm_module.choose_split_k("warptile", np.dtype(np.float64), m, n, k,
-                                      gemm_module.choose_tile("warptile", np.float64, m, n, k), 2) == 2
+    assert policy.choose_split_tile(n) == tile
+    assert policy.choose_split_k("warptile", np.dtype(np.float64), m, n, k,
+                                 policy.choose_tile("warptile", np.float64, m, n, k), 2) == 2
     a, b = _operands(rng, np.float64, m, n, k)
     c = rng.standard_normal((m, n))
     _run_and_check(_make("custom", rng, np.float64, m, n), a, b, np.float64, backend="warptile", alpha=0.75,

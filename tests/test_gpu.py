@@ -146,11 +146,11 @@ def test_warptile_fp64_short_tile(cp, shape):
 def _check_chosen_float64_tile(cp, shape, tile, alpha, beta):
     """``choose_tile`` takes ``tile`` for ``shape``, and ``warptile`` on it computes ``alpha A B +
     beta C`` into row- and column-major C."""
-    from dxgemm._gemm import choose_tile
-    from dxgemm.kernels import l2_cache_bytes, sm_count
+    from dxgemm.policy import choose_tile
+    from dxgemm.runtime.device import device_info
 
     m, n, k = shape
-    assert choose_tile("warptile", np.float64, m, n, k, sm_count(), l2_bytes=l2_cache_bytes()) == tile
+    assert choose_tile("warptile", np.float64, m, n, k, device_info().sm_count, l2_bytes=device_info().l2_bytes) == tile
     a, b = _operands(cp, m, n, k, np.float64, seed=k)
     c0 = cp.random.default_rng(m).standard_normal((m, n))
     for order in ("C", "F"):
@@ -165,10 +165,11 @@ def test_warptile_split_k_repeat_calls(cp, order):
     first call of each shape and its remembered repeats (``dxgemm._calls.SplitKernelCall``), new
     operand values and alpha each time; the repeats take their workspace from the
     one buffer kept for the stream (``dxgemm.pipelines._splitk.workspace``)."""
-    from dxgemm import _calls, epilogues
-    from dxgemm._gemm import choose_split_k, choose_tile
-    from dxgemm.kernels import sm_count
-    from dxgemm.pipelines import _splitk
+    from dxgemm import epilogues
+    from dxgemm.runtime import calls as _calls
+    from dxgemm.policy import choose_split_k, choose_tile
+    from dxgemm.runtime.device import device_info
+    from dxgemm.runtime import splitk as _splitk
 
     stream = cp.cuda.Stream(non_blocking=True)
     _calls.clear()
@@ -176,7 +177,7 @@ def test_warptile_split_k_repeat_calls(cp, order):
     with stream:
         for m, n, k in [(2048, 256, 8192), (4096, 64, 4096), (200, 300, 4000)]:
             slices = choose_split_k("warptile", np.float64, m, n, k, choose_tile("warptile", np.float64, m, n, k),
-                                    sm_count())
+                                    device_info().sm_count)
             assert slices > 1, (m, n, k)
             largest = max(largest, slices * m * n * 8)
             a, b = _operands(cp, m, n, k, np.float64, seed=m)

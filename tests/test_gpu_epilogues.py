@@ -166,15 +166,15 @@ def test_branch_free_float64_stages_on_the_gpu(cp, backend, name):
     errors are 0.95, 1.5, 0.86 and 1.16 units, and the reference rounds once more), on
     ``warptile``'s medium tile (the epilogue staged in shared memory) and the pipeline, and the
     special values, as ``num / (1 + exp(-x))`` gives them (``-inf`` NaN where ``num`` is ``x``)."""
-    from dxgemm._gemm import choose_tile
-    from dxgemm.kernels import sm_count
+    from dxgemm.policy import choose_tile
+    from dxgemm.runtime.device import device_info
 
     if backend not in dxgemm.BACKENDS:
         pytest.skip(f"{backend} is not available")
     make, reference, special_want = BRANCH_FREE[name]
     x = np.concatenate([np.linspace(-40, 40, 8192 * 256 - 6), [0.0, -0.0, 1e-300, -1e-300, 707.5, -707.5]])
     a, eye = cp.asarray(x.reshape(8192, 256)), cp.eye(256, dtype=cp.float64)
-    assert choose_tile("warptile", np.float64, 8192, 256, 256, sm_count(), make().medium_tile_min_k) == "medium"
+    assert choose_tile("warptile", np.float64, 8192, 256, 256, device_info().sm_count, make().medium_tile_min_k) == "medium"
     got = cp.asnumpy(dxgemm.gemm(a, eye, epilogue=make(), backend=backend)).ravel()
     with np.errstate(over="ignore"):
         want = reference(x.astype(np.longdouble))
@@ -249,8 +249,8 @@ def test_light_chain_on_the_float64_medium_tile(cp, shape):
     """A chain with no transcendental stage runs float64 ``warptile`` on its medium tile (64
     accumulators a thread, straight-line store): every stage checked through ``store`` targets,
     a per-row bias and a column-major C with beta."""
-    from dxgemm._gemm import choose_tile
-    from dxgemm.kernels import sm_count
+    from dxgemm.policy import choose_tile
+    from dxgemm.runtime.device import device_info
 
     m, n, k = shape
     rng = cp.random.default_rng(3)
@@ -261,7 +261,7 @@ def test_light_chain_on_the_float64_medium_tile(cp, shape):
     epilogue = (E.bias(rng.standard_normal((m, 1), dtype=np.float64)) | E.store(targets[0]) | E.leaky_relu(0.1)
                 | E.store(targets[1]) | E.scale(-1.5) | E.store(targets[2]) | E.clamp(-2.0, 3.0) | E.relu())
     assert not any(stage.transcendental for stage in epilogue.stages)
-    assert choose_tile("warptile", np.float64, m, n, k, sm_count()) == "medium"
+    assert choose_tile("warptile", np.float64, m, n, k, device_info().sm_count) == "medium"
     c = cp.asfortranarray(c0)
     alpha = 1 / math.sqrt(k)
     dxgemm.gemm(a, b, c, alpha=alpha, beta=0.5, epilogue=epilogue, backend="warptile")
@@ -278,7 +278,7 @@ def test_straight_line_custom_on_the_medium_tile(cp, order):
     """A ``custom`` function of straight-line arithmetic runs on the float64 warptile's medium
     tile, its epilogue staged in shared memory, eight outputs a lane: row, col and the arrays
     must reach the right elements, in row- and column-major D, with a ``store`` after it."""
-    from dxgemm._gemm import choose_tile
+    from dxgemm.policy import choose_tile
 
     m, n, k = 1281, 1283, 257
     rng = cp.random.default_rng(17)
@@ -306,7 +306,7 @@ def test_custom_calls_are_kept_until_a_global_changes(cp, backend, monkeypatch):
     """A ``custom`` call is remembered (``dxgemm._calls``) like a built-in chain: the repeat
     with new values in the same arrays reuses the decisions; another array, or a changed
     global the function reads (Numba baked the old value into the kernel), is bound afresh."""
-    from dxgemm import _calls
+    from dxgemm.runtime import calls as _calls
 
     m, n, k = 300, 257, 129
     rng = cp.random.default_rng(23)

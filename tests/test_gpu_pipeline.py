@@ -33,7 +33,7 @@ SHAPES = [(1, 1, 1), (17, 33, 5), (1000, 1000, 1000), (4097, 4097, 4097), (1, 40
 @pytest.fixture(scope="module")
 def cp():
     cupy = pytest.importorskip("cupy")
-    from dxgemm.pipelines._dispatch import availability
+    from dxgemm.runtime.pipeline import availability
 
     reason = availability(0)
     if reason is not None:
@@ -63,8 +63,9 @@ def _require_cached(dtype, arrangement):
         return
     from dxgemm.pipelines.cache import KernelCache, cache_key
     from dxgemm.pipelines.config import configs_for
-    from dxgemm.pipelines.kernels import _numba_type_text, entry_fields
-    from dxgemm.pipelines.warmup import plain_epilogue
+    from dxgemm.pipelines.loader import entry_fields
+    from dxgemm.runtime.launch import numba_type_text as _numba_type_text
+    from dxgemm.runtime.rungs import plain_epilogue
 
     bound = plain_epilogue(dtype)
     from dxgemm.pipelines.tf32x3 import kernel_variant
@@ -105,24 +106,21 @@ def test_shapes_and_arrangements(cp, shape, dtype, arrangement):
     assert_close(d, a.astype(np.float64), b.astype(np.float64), np.dtype(dtype), split=_split(dtype))
 
 
-@pytest.mark.parametrize("store", ["staged", "staged_vec", "default"])
 @pytest.mark.parametrize("epilogue", ["none", "bias|gelu"])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_staged_store_on_edges_and_both_d_orders(cp, dtype, epilogue, store, monkeypatch):
-    """The staged fragment stores (``_build.STORES``; ``default``: the tile walk the small configuration
-    uses) on the small configuration: whole tiles, edges, K tails, D either way, and D rows that are not
-    16-byte aligned (the vector store's fallback, and no vector walk)."""
-    from dxgemm import _calls
+def test_staged_store_on_edges_and_both_d_orders(cp, dtype, epilogue):
+    """The fragment store the small configuration uses (the tile walk, ``config.pipeline_store``):
+    whole tiles, edges, K tails, D either way, and D rows that are not 16-byte aligned (the vector
+    store's fallback, and no vector walk)."""
+    from dxgemm.runtime import calls as _calls
     from dxgemm import epilogues as E
     from dxgemm.epilogues.reference import check
     from dxgemm.pipelines import use_config
+    from dxgemm.runtime.pipeline import use_split_k
 
-    if store != "default":
-        monkeypatch.setenv("DXGEMM_PIPELINE_STORE", store)
-    monkeypatch.setenv("DXGEMM_SPLIT_K", "1")  # the fused kernel's own edges (split calls run the plain one)
     _calls.clear()
     b_order = "col" if _split(dtype) == 3 else "row"  # the arrangement the small kernels were built for
-    with use_config("small"):
+    with use_config("small"), use_split_k(1):  # the fused kernel's own edges (split calls run the plain one)
         for m, n, k in [(1000, 1000, 1000), (129, 257, 95), (17, 33, 5), (4096, 64, 4096), (1, 4096, 4096),
                         (4096, 4096, 40), (2048, 2048, 256)]:
             for d_order in ("row", "col", "padded"):
@@ -141,34 +139,35 @@ def test_staged_store_on_edges_and_both_d_orders(cp, dtype, epilogue, store, mon
 @pytest.mark.parametrize("slices", [3, 8])
 @pytest.mark.parametrize("arrangement", ARRANGEMENTS, ids=lambda a: "".join(x[0] for x in a))
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_split_k_sums_the_slices_then_applies_the_epilogue(cp, dtype, arrangement, slices, monkeypatch):
-    """K split into slices, run as the split-K kernel's grid z (``pipelines._splitk``): a K with a tail, edges in M and N,
+def test_split_k_sums_the_slices_then_applies_the_epilogue(cp, dtype, arrangement, slices):
+    """K split into slices, run as the split-K kernel's grid z (``dxgemm.runtime.splitk``): a K with a tail, edges in M and N,
     D either way, alpha/beta with C, bias|gelu; the first call and the kept repeat with new values."""
-    from dxgemm import _calls
+    from dxgemm.runtime import calls as _calls
     from dxgemm import epilogues as E
     from dxgemm.epilogues.reference import check
-    from dxgemm.pipelines._splitk import SplitKCall
+    from dxgemm.runtime.pipeline import use_split_k
+    from dxgemm.runtime.splitk import SplitKCall
 
     _require_cached(dtype, arrangement)
-    monkeypatch.setenv("DXGEMM_SPLIT_K", str(slices))
-    m, n, k = 300, 200, 2007
-    a = _matrix(cp, m, k, dtype, arrangement[0], 70)
-    b = _matrix(cp, k, n, dtype, arrangement[1], 71)
-    for d_order in ("row", "col"):
-        for seed, (alpha, beta) in enumerate([(1.0, 0.0), (1.0, 0.0), (0.5, -1.25), (-2.0, 0.75), (-2.5, 0.5)]):
-            # a seed with the signature of the one before it takes the kept path, with new arrays and values
-            c = _matrix(cp, m, n, dtype, d_order, 72 + seed)
-            if beta == 0:
-                c.fill(cp.nan)  # beta 0 must not read C
-            c0 = c.astype(np.float64)
-            v = cp.random.default_rng(seed).standard_normal(n).astype(dtype)
-            chain = E.bias(v) | E.gelu() if seed >= 2 else None
-            dxgemm.gemm(a, b, c, alpha=alpha, beta=beta, epilogue=chain, backend="pipeline")
-            worst = check(c, chain, a.astype(np.float64), b.astype(np.float64), np.dtype(dtype), alpha=alpha,
-                          beta=beta, c=c0)
-            assert worst <= 1.0, f"D {d_order}, alpha {alpha}, beta {beta}: error {worst:.3g} x the bound"
-            kept = _calls.lookup(_calls.signature(a, b, c, alpha, beta, chain, "pipeline"))
-            assert isinstance(kept.call, SplitKCall) and kept.call.slices > 1
+    with use_split_k(slices):
+        m, n, k = 300, 200, 2007
+        a = _matrix(cp, m, k, dtype, arrangement[0], 70)
+        b = _matrix(cp, k, n, dtype, arrangement[1], 71)
+        for d_order in ("row", "col"):
+            for seed, (alpha, beta) in enumerate([(1.0, 0.0), (1.0, 0.0), (0.5, -1.25), (-2.0, 0.75), (-2.5, 0.5)]):
+                # a seed with the signature of the one before it takes the kept path, with new arrays and values
+                c = _matrix(cp, m, n, dtype, d_order, 72 + seed)
+                if beta == 0:
+                    c.fill(cp.nan)  # beta 0 must not read C
+                c0 = c.astype(np.float64)
+                v = cp.random.default_rng(seed).standard_normal(n).astype(dtype)
+                chain = E.bias(v) | E.gelu() if seed >= 2 else None
+                dxgemm.gemm(a, b, c, alpha=alpha, beta=beta, epilogue=chain, backend="pipeline")
+                worst = check(c, chain, a.astype(np.float64), b.astype(np.float64), np.dtype(dtype), alpha=alpha,
+                              beta=beta, c=c0)
+                assert worst <= 1.0, f"D {d_order}, alpha {alpha}, beta {beta}: error {worst:.3g} x the bound"
+                kept = _calls.lookup(_calls.signature(a, b, c, alpha, beta, chain, "pipeline"))
+                assert isinstance(kept.call, SplitKCall) and kept.call.slices > 1
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -191,7 +190,7 @@ def test_strided_views(cp, dtype):
 def test_tf32x3_meets_the_float32_bound_at_depth(cp):
     """The 3xTF32 method is held to plain float32's bound (split=1) where K is deep."""
     if _split(np.float32) != 3:
-        pytest.skip("float32 runs the SIMT method (DXGEMM_FLOAT32_PIPELINE=fp32)")
+        pytest.skip("float32 runs the SIMT method at this shape")
     _require_cached(np.float32, ("row", "row"))
     m, n, k = 1024, 768, 4096
     a = _matrix(cp, m, k, np.float32, "row", 12)
@@ -202,8 +201,9 @@ def test_tf32x3_meets_the_float32_bound_at_depth(cp):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_autotune_times_the_candidates_and_persists_the_winner(cp, dtype, tmp_path):
-    from dxgemm.pipelines import autotune, configs_for
-    from dxgemm.pipelines.tuning import lookup
+    from dxgemm.autotune import autotune
+    from dxgemm.pipelines import configs_for
+    from dxgemm.runtime.tuned import lookup
 
     _require_cached(dtype, ("row", "row"))
     candidates = list(dict.fromkeys(configs_for(dtype).values()))
@@ -226,7 +226,7 @@ def test_alpha_beta_with_c(cp):
 
 
 def test_new_sizes_compile_nothing(cp):
-    from dxgemm.pipelines import kernels
+    from dxgemm.pipelines import loader as kernels
 
     dxgemm.gemm(*(_matrix(cp, 256, 256, np.float64, "row", s) for s in (1, 2)), backend="pipeline")
     before = kernels.compile_count()
@@ -241,7 +241,7 @@ def test_new_sizes_compile_nothing(cp):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_repeat_calls_take_the_kept_path_with_new_arrays_and_values(cp, dtype):
     """Same signature, new addresses, scalars, bias values and outputs: results stay right (dxgemm._calls)."""
-    from dxgemm import _calls
+    from dxgemm.runtime import calls as _calls
     from dxgemm import epilogues as E
     from dxgemm.epilogues.reference import check
 
@@ -275,9 +275,9 @@ def test_repeat_calls_take_the_kept_path_with_new_arrays_and_values(cp, dtype):
 
 
 def test_auto_falls_back_and_pipeline_refuses_clearly(cp, monkeypatch):
-    from dxgemm.pipelines import _dispatch
+    from dxgemm.runtime import pipeline as _dispatch
 
-    from dxgemm import _calls
+    from dxgemm.runtime import calls as _calls
 
     a = _matrix(cp, 64, 64, np.float64, "row", 11)
     monkeypatch.setattr(_dispatch, "availability", lambda device: "pretend this is not an H100")

@@ -125,7 +125,7 @@ def test_no_recompile_for_new_arrays_or_sizes(rng):
 @pytest.mark.parametrize("k", [29, 301])  # 301: the four-loads-in-flight loop and its remainder
 def test_single_row_takes_the_gemv_kernel(dtype, layouts, k, rng):
     """``m = 1`` under ``auto`` runs ``dxgemm.kernels.gemv`` (every layout; alpha, beta, C; poisoned D)."""
-    from dxgemm.kernels import _cache
+    from dxgemm.runtime.memo import KERNELS
 
     la, lb, lc = layouts
     n = 47
@@ -136,7 +136,7 @@ def test_single_row_takes_the_gemv_kernel(dtype, layouts, k, rng):
     dxgemm.gemm(device_matrix(a, la), device_matrix(b, lb), d_c, alpha=0.5, beta=-1.25)
     assert_close(d_c.copy_to_host(), a.astype(np.float64), b.astype(np.float64), np.dtype(dtype),
                  alpha=0.5, beta=-1.25, c=c.astype(np.float64))
-    assert any(key[0] == "gemv" for key in _cache)
+    assert any(key[1] == "gemv" for key in KERNELS.keys("numba"))
     d = poisoned((1, n), dtype, lc)
     dxgemm.gemm(device_matrix(a, la), device_matrix(b, lb), d)
     assert_close(d.copy_to_host(), a.astype(np.float64), b.astype(np.float64), np.dtype(dtype))

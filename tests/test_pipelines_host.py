@@ -19,8 +19,8 @@ import pytest
 
 from dxgemm.pipelines import cache as cache_mod
 from dxgemm.pipelines.cache import FORMAT_VERSION, CacheWarning, KernelCache, cache_key, key_fields
-from dxgemm.pipelines.config import (CONFIGS, H100, TF32X3_CONFIGS, DeviceInfo, PipelineConfig, configs_for, suggest,
-                                     wave_efficiency)
+from dxgemm.pipelines.config import CONFIGS, H100, TF32X3_CONFIGS, DeviceInfo, PipelineConfig, configs_for, wave_efficiency
+from dxgemm.runtime.pipeline import suggest
 
 F64, F32 = np.dtype(np.float64), np.dtype(np.float32)
 VERSIONS = {"nvmath-python": "1.0.0", "libmathdx": "0.3.2.6", "numba-cuda": "0.30.4", "driver": 13000, "nvrtc": "13.5"}
@@ -53,7 +53,6 @@ def test_float32_method_by_output_side(monkeypatch):
     from dxgemm.pipelines.config import CONFIGS, TF32X3_CONFIGS, float32_method, uses_tf32x3
     from dxgemm.pipelines.tf32x3 import ARRANGEMENT, kernel_variant
 
-    monkeypatch.delenv("DXGEMM_FLOAT32_PIPELINE", raising=False)
     assert float32_method() == "tf32x3"
     assert float32_method(4096, 64) == float32_method(128, 8192) == "fp32"
     assert float32_method(4096, 129) == float32_method(4096, 4096) == "tf32x3"
@@ -66,13 +65,6 @@ def test_float32_method_by_output_side(monkeypatch):
     with use_config("small"):  # a forced name refers to the set of the shape's method
         assert suggest(4096, 64, 4096, F32, device=H100) == CONFIGS[F32]["small"]
         assert suggest(4096, 4096, 4096, F32, device=H100) == TF32X3_CONFIGS["small"]
-    monkeypatch.setenv("DXGEMM_FLOAT32_PIPELINE", "tf32x3")
-    assert float32_method(4096, 64) == "tf32x3"
-    monkeypatch.setenv("DXGEMM_FLOAT32_PIPELINE", "fp32")
-    assert float32_method(4096, 4096) == "fp32"
-    monkeypatch.setenv("DXGEMM_FLOAT32_PIPELINE", "bf16")
-    with pytest.raises(ValueError, match="DXGEMM_FLOAT32_PIPELINE must be one of"):
-        float32_method(4096, 64)
 
 
 def test_shallow_k_takes_small_tile():
@@ -180,7 +172,7 @@ def test_key_changes_with_everything_that_changes_code(change):
 def test_walk_is_keyed_only_for_the_walking_stores():
     """Only the tile-walk stores carry ``walk``: kernels of other stores, and split-K kernels, keep their keys."""
     from dxgemm.pipelines.config import walk_unroll
-    from dxgemm.pipelines.kernels import entry_fields
+    from dxgemm.pipelines.loader import entry_fields
 
     small = CONFIGS[F64]["small"]
     assert [walk_unroll(s) for s in ("loop", "unrolled", "staged", "staged_vec")] == [1] * 4
@@ -199,7 +191,7 @@ def test_wide_float32_walks_take_more_groups():
     theirs (and their keys)."""
     from dxgemm import epilogues as E
     from dxgemm.pipelines.config import WALK_UNROLL, WALK_UNROLL_WIDE, walk_unroll
-    from dxgemm.pipelines.kernels import entry_fields
+    from dxgemm.pipelines.loader import entry_fields
 
     assert walk_unroll("staged_vec_tile", wide=True) == WALK_UNROLL_WIDE > WALK_UNROLL
     assert walk_unroll("staged_vec_tile") == walk_unroll("staged_tile", wide=True) == WALK_UNROLL
@@ -219,9 +211,9 @@ def test_wide_float32_walks_take_more_groups():
 
 def test_preload_is_keyed_only_for_tile_walks(monkeypatch):
     """``preload`` (the epilogue's per-tile reads issued before the staging) is a key field only where a
-    tile walk issues them: other stores and split-K kernels keep their keys; DXGEMM_WALK_PRELOAD=0 drops it."""
+    tile walk issues them: other stores and split-K kernels keep their keys."""
     from dxgemm.pipelines.config import walk_preload
-    from dxgemm.pipelines.kernels import entry_fields
+    from dxgemm.pipelines.loader import entry_fields
 
     small, large = CONFIGS[F64]["small"], CONFIGS[F64]["large"]
     rr = ("row_major", "row_major")
@@ -230,23 +222,8 @@ def test_preload_is_keyed_only_for_tile_walks(monkeypatch):
     assert "preload" not in entry_fields(large, "float64", rr, ("chain",), preload=True)  # the loop store
     assert "preload" not in entry_fields(small, "float64", rr, ("chain",), preload=True, split_k=True)
     assert [walk_preload(s, True) for s in ("loop", "unrolled", "staged", "staged_vec")] == [False] * 4
-    monkeypatch.setenv("DXGEMM_WALK_PRELOAD", "0")
-    assert "preload" not in entry_fields(small, "float64", rr, ("chain",), preload=True)
-    monkeypatch.setenv("DXGEMM_WALK_PRELOAD", "yes")
-    with pytest.raises(ValueError, match="DXGEMM_WALK_PRELOAD must be 0 or 1"):
-        walk_preload("staged_tile", True)
-
-
-def test_walk_unroll_override(monkeypatch):
-    from dxgemm.pipelines.config import walk_unroll
-
-    monkeypatch.setenv("DXGEMM_WALK_UNROLL", "1")
-    assert walk_unroll("staged_tile") == 1 and walk_unroll("loop") == 1
-    monkeypatch.setenv("DXGEMM_WALK_UNROLL", "8")
-    assert walk_unroll("staged_vec_tile") == 8
-    monkeypatch.setenv("DXGEMM_WALK_UNROLL", "four")
-    with pytest.raises(ValueError, match="DXGEMM_WALK_UNROLL must be a positive integer"):
-        walk_unroll("staged_tile")
+    assert walk_preload("staged_tile", True) and walk_preload("staged_vec_tile", True)
+    assert not walk_preload("staged_tile", False) and not walk_preload("staged_tile", True, split_k=True)
 
 
 @pytest.mark.parametrize(
@@ -487,7 +464,7 @@ class _FakeDeviceArray:
 
 
 def test_flatten_matches_numba_layout():
-    from dxgemm.pipelines._launch import flatten
+    from dxgemm.runtime.launch import flatten
 
     kinds = ["ptr", "ptr", "i64", "i64", "ptr", "i64", "i64", "i64", "i64", "i64", "f64", "ptr"]
     d = _FakeDeviceArray((4096 * 4096,))
@@ -501,7 +478,7 @@ def test_flatten_matches_numba_layout():
 def test_param_layout_of_numba_types():
     from numba import types
 
-    from dxgemm.pipelines._build import _param_layout
+    from dxgemm.runtime.launch import param_layout as _param_layout
 
     arr = types.Array(types.float32, 1, "C")
     tup = types.Tuple((types.float32, types.float32, arr, types.int64))
@@ -517,8 +494,9 @@ from dxgemm.pipelines import _standin
 _standin.activate((9, 0))
 from numba import cuda, types
 from cuda.core import Linker, LinkerOptions, ObjectCode
-from dxgemm.pipelines._build import _param_layout, kernel_entries, kernel_param_sizes
-from dxgemm.pipelines._launch import KIND_SIZES as _KIND_SIZES
+from dxgemm.pipelines.elf import kernel_entries, kernel_param_sizes
+from dxgemm.runtime.launch import param_layout as _param_layout
+from dxgemm.runtime.launch import KIND_SIZES as _KIND_SIZES
 
 vec = types.Array(types.float64, 1, "C")
 mat = types.Array(types.float32, 2, "A")
@@ -601,18 +579,10 @@ def test_plan_covers_every_shape(shape, tile, depth):
 def test_k_tail_is_padded_where_the_tail_costs_more(shape, copied, pad, monkeypatch):
     from dxgemm.pipelines._launch import pad_k_tail, plan
 
-    monkeypatch.delenv("DXGEMM_K_TAIL", raising=False)
     m, n, k = shape
     assert pad_k_tail(m, n, k, 32, copied, copied, 8) == pad
     p = plan(m, n, k, (128, 128, 32), 2, not copied, not copied, itemsize=8)
     assert p.zero_pad_k == pad
-    monkeypatch.setenv("DXGEMM_K_TAIL", "pad")
-    assert pad_k_tail(m, n, k, 32, copied, copied, 8) == (k % 32 != 0)
-    monkeypatch.setenv("DXGEMM_K_TAIL", "kernel")
-    assert not pad_k_tail(m, n, k, 32, copied, copied, 8)
-    monkeypatch.setenv("DXGEMM_K_TAIL", "sometimes")
-    with pytest.raises(ValueError, match="DXGEMM_K_TAIL"):
-        pad_k_tail(m, n, 1001, 32, copied, copied, 8)
 
 
 def test_plan_with_bounded_loads_needs_no_edge_strips():
@@ -627,7 +597,8 @@ def test_plan_with_bounded_loads_needs_no_edge_strips():
 
 
 def test_plan_copies_only_misaligned_operands():
-    from dxgemm.pipelines._launch import Matrix, plan
+    from dxgemm.pipelines._launch import plan
+    from dxgemm.runtime.launch import Matrix
 
     a = Matrix(0x7F00_0000_0000, 4097, 4097, 4097, "row_major", 8)  # 4097 * 8 bytes: rows not 16-byte aligned
     b = Matrix(0x7F10_0000_0000, 4097, 4097, 4098, "row_major", 8)
@@ -639,7 +610,7 @@ def test_plan_copies_only_misaligned_operands():
 
 
 def test_matrix_addressing():
-    from dxgemm.pipelines._launch import Matrix
+    from dxgemm.runtime.launch import Matrix
 
     r = Matrix(1000, 3, 5, 8, "row_major", 4)
     c = Matrix(1000, 3, 5, 4, "col_major", 4)
@@ -655,7 +626,7 @@ def test_matrix_addressing():
 def test_pipeline_backend_refuses_clearly_under_the_simulator():
     pytest.importorskip("numba")
     import dxgemm
-    from dxgemm.pipelines._dispatch import availability
+    from dxgemm.runtime.pipeline import availability
     from numba import cuda
 
     assert "pipeline" in dxgemm.BACKENDS
@@ -672,7 +643,7 @@ def test_pipeline_backend_refuses_clearly_under_the_simulator():
 
 def test_choose_backend():
     from dxgemm import epilogues as E
-    from dxgemm._gemm import choose_backend
+    from dxgemm.policy import choose_backend
 
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 4096, pipeline=False) == "warptile"
     # float64: warptile where aligned and not skinny (h100_auto_choice_f64_s15.log, h100_warptile_f64_tiles_s15.log)
@@ -729,16 +700,6 @@ def test_choose_backend():
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 40, pipeline=True) == "warptile"
 
 
-def test_choose_backend_keeps_simt_float32_on_warptile(monkeypatch):
-    from dxgemm._gemm import choose_backend
-
-    monkeypatch.setenv("DXGEMM_FLOAT32_PIPELINE", "fp32")
-    assert choose_backend(np.dtype(np.float32), 4096, 4096, 4096, pipeline=True) == "warptile"
-    monkeypatch.setenv("DXGEMM_FLOAT32_PIPELINE", "fp16")
-    with pytest.raises(ValueError, match="DXGEMM_FLOAT32_PIPELINE"):
-        choose_backend(np.dtype(np.float32), 4096, 4096, 4096, pipeline=True)
-
-
 def test_use_config_overrides_suggest():
     from dxgemm.pipelines import use_config
 
@@ -753,13 +714,13 @@ def test_use_config_overrides_suggest():
 
 
 def test_autotune_table_roundtrip(tmp_path, monkeypatch):
-    from dxgemm.pipelines import tuning as at
+    from dxgemm.runtime import tuned as at
 
     monkeypatch.setenv("DXGEMM_CACHE_DIR", str(tmp_path))
     assert at.shape_class(4000, 4096, 4100) == at.shape_class(4096, 4096, 4096) == "4096x4096x4096"
     assert at.shape_class(1, 1000, 2500) == "1x1024x2048" and at.shape_class(1, 1000, 3000) == "1x1024x4096"
     assert at.lookup(4096, 4096, 4096, np.float64) is None
-    at._write(at.table_path(), "float64", "4096x4096x4096", {"config": "128x64x32_t128_d2", "ms": {}})
+    at.write(at.table_path(), "float64", "4096x4096x4096", {"config": "128x64x32_t128_d2", "ms": {}})
     assert at.lookup(4000, 4096, 4096, np.float64) == PipelineConfig(128, 64, 32, 128, 2)
     assert at.lookup(4096, 4096, 4096, np.float32) is None
     # suggest() consults the table (measurements beat the model)
@@ -1079,7 +1040,7 @@ def test_resolve_links_an_object_once_when_it_came_both_as_placeholder_and_bytes
 def test_warmup_builds_split_k_variants_of_the_small_configurations(monkeypatch):
     import importlib
 
-    W = importlib.import_module("dxgemm.pipelines.warmup")  # the package exports the function under this name
+    W = importlib.import_module("dxgemm.runtime.warmup")  # the package exports the function under this name
     jobs = []
 
     def record(job):
@@ -1139,7 +1100,7 @@ def _elf_with_functions(functions: list[tuple[str, int]]) -> bytes:
 def test_outlined_cublasdx_functions_are_found_and_reported():
     """A kernel whose link left cuBLASDx's functions out of line is named as slow, with the fix;
     CUDA's own helpers and the kernel entry do not count."""
-    from dxgemm.pipelines._build import check_inlined, kernel_entries, outlined_functions
+    from dxgemm.pipelines.elf import check_inlined, kernel_entries, outlined_functions
 
     healthy = _elf_with_functions([("gemm_kernel", 0x10), ("$__internal_0_$__cuda_sm20_div_s64", 0)])
     slow = _elf_with_functions([("gemm_kernel", 0x10), ("$__internal_0_$__cuda_sm20_div_s64", 0),
@@ -1156,7 +1117,7 @@ def test_outlined_cublasdx_functions_are_found_and_reported():
 
 
 def test_cached_kernel_with_outlined_functions_warns_once(monkeypatch):
-    from dxgemm.pipelines import kernels
+    from dxgemm.pipelines import loader as kernels
     from dxgemm.pipelines.cache import SlowKernelWarning
 
     class Entry:
@@ -1182,7 +1143,7 @@ def test_cached_kernel_with_outlined_functions_warns_once(monkeypatch):
 def test_slow_kernel_from_a_mismatched_pair_is_rebuilt_once_the_pair_matches(monkeypatch):
     """A cached kernel that NVRTC 13.0 + nvJitLink 13.5 left slow is discarded and rebuilt when
     the compilers loaded now match; with the mismatch still loaded it is kept (and warns)."""
-    from dxgemm.pipelines import kernels
+    from dxgemm.pipelines import loader as kernels
     from dxgemm.pipelines.cache import SlowKernelWarning
 
     class Entry:
@@ -1242,17 +1203,17 @@ def test_slower_toolchain_is_noted(monkeypatch, capsys, tmp_path):
     prebuild.py say so (the cache key holds CUDA's major version only)."""
     from dxgemm.__main__ import main
     from dxgemm.pipelines import _standin
-    import dxgemm.pipelines.warmup  # noqa: F401  (the module; the package's name ``warmup`` is the function)
+    import dxgemm.runtime.warmup  # noqa: F401  (the module; the package's name ``warmup`` is the function)
     from dxgemm.pipelines.cache import PREFERRED_TOOLCHAIN, slower_toolchain
 
     assert slower_toolchain({"nvrtc": PREFERRED_TOOLCHAIN, "nvjitlink": PREFERRED_TOOLCHAIN}) is None
     assert slower_toolchain({"nvrtc": "13.0", "nvjitlink": "13.5"}) is None  # compiler_mismatch's case
     assert slower_toolchain({"nvrtc": None, "nvjitlink": None}) is None
     note = slower_toolchain({"nvrtc": "13.5", "nvjitlink": "13.5"})
-    assert "faster on the H100 than 13.5's" in note and "dxgemm[ctk130]" in note
+    assert "faster on the H100 than 13.5's" in note and 'pip install -e ".[ctk130]"' in note
     monkeypatch.setattr(_standin, "activate", lambda cc: None)
     monkeypatch.setattr(cache_mod, "toolchain_versions", lambda: {"nvrtc": "13.5", "nvjitlink": "13.5"})
-    monkeypatch.setattr(sys.modules["dxgemm.pipelines.warmup"], "warmup", lambda *a, **k: [])  # build nothing
+    monkeypatch.setattr(sys.modules["dxgemm.runtime.warmup"], "warmup", lambda *a, **k: [])  # build nothing
     monkeypatch.setenv("DXGEMM_CACHE_DIR", str(tmp_path))
     main(["warmup", "--kinds", "pipeline", "--dtype", "float64"])
     assert "warmup: note: pipeline kernels built by the 13.0 toolchain" in capsys.readouterr().err

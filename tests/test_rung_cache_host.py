@@ -10,14 +10,15 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from dxgemm import _rung_cache
+from dxgemm.runtime import rungs as _rung_cache
+from dxgemm.runtime import warmup as _warmup
+from dxgemm.runtime.memo import KernelMemo
 from dxgemm import epilogues as E
 from dxgemm._gemm import _adapt_extra
 from dxgemm.epilogues._base import AlphaBeta, Chain, EpilogueContext
 from dxgemm.kernels import KernelSpec, Layout
-from dxgemm.pipelines import _dispatch
 from dxgemm.pipelines.cache import KernelCache, cache_key
-from dxgemm.pipelines.kernels import _numba_type_text
+from dxgemm.runtime.launch import numba_type_text as _numba_type_text
 
 M, N = 33, 47
 
@@ -103,12 +104,12 @@ def stubbed(monkeypatch, tmp_path):
         loads.append((entry.meta["entry"], entry.meta["name"], entry.meta["dynamic_smem"], slices))
         return SimpleNamespace(cubin=entry.blobs["cubin"], slices=slices)
 
-    monkeypatch.setattr(_rung_cache, "get_kernel", get_kernel)
+    monkeypatch.setattr(_rung_cache, "numba_kernel", get_kernel)
     monkeypatch.setattr(_rung_cache, "launch_layout",
                         lambda compiled: (SimpleNamespace(library=library), ["p", "i64"], (256, 1, 1), (64, 128), 4096))
     monkeypatch.setattr(_rung_cache, "_call_of", call_of)
-    monkeypatch.setattr(_dispatch, "_device_cc", lambda device: (9, 0))
-    monkeypatch.setattr(_rung_cache, "_memo", {})
+    monkeypatch.setattr(_rung_cache, "device_cc", lambda device: (9, 0))
+    monkeypatch.setattr(_rung_cache, "_memo", KernelMemo())
     return SimpleNamespace(builds=builds, loads=loads, cache=KernelCache(tmp_path))
 
 
@@ -120,7 +121,7 @@ def test_compiled_once_then_loaded_from_disk(stubbed, rng, monkeypatch):
     assert stubbed.loads == [("_Z6kernel", "warptile/medium", 4096, 1)]
     again = _bound(E.bias(_vector(rng)) | E.gelu(), alpha=3.0)  # new values: the process's memo
     assert _rung_cache.rung_call("warptile", _spec(again), again, 0, cache=stubbed.cache) is first
-    monkeypatch.setattr(_rung_cache, "_memo", {})  # a new process: loaded from disk, nothing compiled
+    monkeypatch.setattr(_rung_cache, "_memo", KernelMemo())  # a new process: loaded from disk, nothing compiled
     _rung_cache.rung_call("warptile", _spec(again), again, 0, cache=stubbed.cache)
     assert len(stubbed.builds) == 1 and len(stubbed.loads) == 2
     split = _rung_cache.rung_call("warptile", _spec(again, tile="split"), again, 0, slices=4, cache=stubbed.cache)
@@ -144,7 +145,7 @@ def test_a_rung_module_patched_at_run_time_is_not_cached(stubbed, rng, monkeypat
     import sys
     import types
 
-    from dxgemm._calls import KernelCall
+    from dxgemm.runtime.launch import KernelCall
 
     monkeypatch.setitem(sys.modules, "dxgemm.kernels.warptile", types.ModuleType("dxgemm.kernels.warptile"))
     monkeypatch.setattr(KernelCall, "of", classmethod(lambda cls, compiled, slices=1: ("numba's", slices)))
@@ -175,12 +176,12 @@ def test_compile_progress_on_a_terminal_only(capsys):
 
 
 def test_plain_kernels_hold_every_tile_a_plain_call_can_take():
-    """``warmup`` builds :func:`_rung_cache.plain_kernels`: every tile ``choose_tile`` and
+    """``warmup`` builds :func:`_warmup.plain_kernels`: every tile ``choose_tile`` and
     ``choose_split_tile`` can give a plain call must be among them, in both dtypes."""
-    from dxgemm._gemm import choose_split_k, choose_split_tile, choose_tile
+    from dxgemm.policy import choose_split_k, choose_split_tile, choose_tile
 
     listed = {(backend, dtype, tile) for backend, dtype, _, tile in
-              _rung_cache.plain_kernels(["float32", "float64"], [("row_major", "col_major")])}
+              _warmup.plain_kernels(["float32", "float64"], [("row_major", "col_major")])}
     assert ("gemv", "float64", "large") in listed and ("splitk_reduce", "float64", "large") in listed
     sides = [1, 63, 64, 65, 200, 500, 1000, 2048, 3000, 4096, 6000, 8192, 16384]
     depths = [1, 8, 40, 63, 64, 128, 256, 512, 1024, 2048, 4096, 16384]

@@ -10,16 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dxgemm.pipelines.config import CONFIGS, H100, MAX_SPLIT_K, TF32X3_CONFIGS, slice_ranges, split_k
+from dxgemm.pipelines.config import CONFIGS, H100, MAX_SPLIT_K, TF32X3_CONFIGS, slice_ranges
+from dxgemm.runtime.pipeline import split_k, use_split_k
 
 F64 = np.dtype(np.float64)
 F32 = np.dtype(np.float32)
-
-
-@pytest.fixture(autouse=True)
-def no_override(monkeypatch):
-    monkeypatch.delenv("DXGEMM_SPLIT_K", raising=False)
-    monkeypatch.delenv("DXGEMM_FLOAT32_PIPELINE", raising=False)
 
 
 @pytest.mark.parametrize("shape, dtype, config, expected", [
@@ -40,17 +35,17 @@ def test_split_count(shape, dtype, config, expected):
     assert split_k(*shape, config, dtype, device=H100) == expected
 
 
-def test_split_override_is_bounded_and_checked(monkeypatch):
+def test_split_override_is_bounded_and_checked():
     small = CONFIGS[F64]["small"]
-    monkeypatch.setenv("DXGEMM_SPLIT_K", "3")
-    assert split_k(8192, 8192, 8192, small, F64, device=H100) == 3
-    assert split_k(64, 64, 300, small, F64, device=H100) == 1  # 300 holds no 8-tile slice
-    monkeypatch.setenv("DXGEMM_SPLIT_K", "1")
-    assert split_k(4096, 64, 4096, small, F64, device=H100) == 1
-    for bad in ("0", "9", "two", "-2"):
-        monkeypatch.setenv("DXGEMM_SPLIT_K", bad)
-        with pytest.raises(ValueError, match="DXGEMM_SPLIT_K"):
-            split_k(4096, 64, 4096, small, F64, device=H100)
+    with use_split_k(3):
+        assert split_k(8192, 8192, 8192, small, F64, device=H100) == 3
+        assert split_k(64, 64, 300, small, F64, device=H100) == 1  # 300 holds no 8-tile slice
+    with use_split_k(1):
+        assert split_k(4096, 64, 4096, small, F64, device=H100) == 1
+    assert split_k(4096, 64, 4096, small, F64, device=H100) == 4  # the rule again outside the block
+    for bad in (0, 9, "two", -2, True):
+        with pytest.raises(ValueError, match="split-K slices must be an integer from 1 to 8"):
+            use_split_k(bad)
 
 
 @pytest.mark.parametrize("k, slices, tile_k", [(4096, 8, 32), (1000, 3, 32), (12288, 4, 32), (33, 1, 32),
@@ -82,7 +77,8 @@ def test_reduce_kernel_sums_slices_then_applies_the_epilogue(dtype, layout, rng)
     from dxgemm._gemm import _adapt_extra
     from dxgemm.epilogues._base import AlphaBeta, Chain, EpilogueContext
     from dxgemm.epilogues.reference import check
-    from dxgemm.kernels import KernelSpec, Layout, get_kernel
+    from dxgemm.kernels import KernelSpec, Layout
+    from dxgemm.runtime.rungs import numba_kernel as get_kernel
 
     from ._sim import device_matrix
 
@@ -141,7 +137,8 @@ def _recording_kernel(slice_bytes: int = 320, stride: int = 80):
 
 
 def test_split_launch_inits_each_slice_and_runs_them_as_the_grid_z():
-    from dxgemm.pipelines._launch import Matrix, ShapeError
+    from dxgemm.pipelines._launch import ShapeError
+    from dxgemm.runtime.launch import Matrix
 
     kernel, launches = _recording_kernel()
     m, n, k = 4096, 64, 4100  # a K tail of 4: the kernel's own (the last slice adds it)
@@ -173,7 +170,7 @@ def test_split_launch_inits_each_slice_and_runs_them_as_the_grid_z():
 
 
 def test_split_launch_needs_the_split_kernel():
-    from dxgemm.pipelines._launch import Matrix
+    from dxgemm.runtime.launch import Matrix
 
     kernel, _ = _recording_kernel(slice_bytes=0)
     a = Matrix(1 << 32, 256, 512, 512, "row_major", 8)
@@ -205,7 +202,7 @@ class _Device:
 
 
 def test_kept_buffers_reuse_grow_in_stream_order_and_keep_keys_apart():
-    from dxgemm.pipelines._launch import KeptBuffers
+    from dxgemm.runtime.launch import KeptBuffers
 
     device, kept = _Device(), KeptBuffers()
     first, replaced = kept.get(7, device, "s7", 256)

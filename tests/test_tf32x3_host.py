@@ -89,7 +89,6 @@ def test_error_bound_rejects_other_splits():
 def test_store_rule_follows_the_measurements(monkeypatch):
     from dxgemm.pipelines.config import CONFIGS, pipeline_store
 
-    monkeypatch.delenv("DXGEMM_PIPELINE_STORE", raising=False)
     small, large = TF32X3_CONFIGS["small"], TF32X3_CONFIGS["large"]
     f64 = np.dtype(np.float64)
     # every TF32 kernel (the vector variant), and float64 wherever two or more blocks fit an SM: staged,
@@ -106,18 +105,15 @@ def test_store_rule_follows_the_measurements(monkeypatch):
     # two blocks fit by shared memory, but the 128 KiB tile does not fit the 96 KiB buffer it would be staged in
     wide_shallow = small.__class__(128, 128, 16, 256, 3)
     assert wide_shallow.resident_blocks(8) == 2 and pipeline_store("native", wide_shallow, f64) == "loop"
-    monkeypatch.setenv("DXGEMM_PIPELINE_STORE", "unrolled")
-    assert pipeline_store("native", CONFIGS[f64]["large"], f64) == "unrolled"
-    monkeypatch.setenv("DXGEMM_PIPELINE_STORE", "sideways")
-    with pytest.raises(ValueError, match="DXGEMM_PIPELINE_STORE"):
-        pipeline_store("tf32", small)
 
 
 def test_dispatch_routes_float32_through_the_split_and_float64_straight(monkeypatch):
     """``_dispatch.run`` on the CPU with the GPU pieces replaced: which kernel, which operands, which K."""
     from types import SimpleNamespace
 
-    from dxgemm.pipelines import _dispatch, kernels, tf32x3
+    from dxgemm.pipelines import loader as kernels
+    from dxgemm.pipelines import tf32x3
+    from dxgemm.runtime import pipeline as _dispatch
 
     calls = []
 
@@ -141,7 +137,6 @@ def test_dispatch_routes_float32_through_the_split_and_float64_straight(monkeypa
         assert (core_device, core_stream) == ("cuda.core device", "cuda.core stream")
         return 1 << 20, 2 << 20, None
 
-    monkeypatch.delenv("DXGEMM_FLOAT32_PIPELINE", raising=False)
     monkeypatch.setattr(_dispatch, "availability", lambda device: None)
     monkeypatch.setattr(kernels, "get_kernel", fake_get_kernel)
     monkeypatch.setattr(tf32x3, "split_pointers", fake_split)

@@ -118,7 +118,7 @@ class Epilogue(abc.ABC):
         :attr:`transcendental`, ``inf`` (never) for one that is, unless measured otherwise.
         The medium tile's main loop is the faster, but with half the warps per SM it ran long
         FP64 epilogues with branches slower (libdevice's ``exp`` and a division), which decided
-        where K is short (``dxgemm._gemm.choose_tile``).  Every built-in stage is straight-line
+        where K is short (``dxgemm.policy.choose_tile``).  Every built-in stage is straight-line
         code now and, staged in shared memory there, runs as fast on it (0); so does a ``custom``
         function of straight-line arithmetic (:func:`~dxgemm.epilogues._custom.straight_line`);
         any other may branch (``inf``)."""
@@ -138,7 +138,7 @@ class Epilogue(abc.ABC):
 
         Two stages with equal signatures bind to the same key and the same run-time
         arguments for the same problem, so ``dxgemm.gemm`` may reuse a previous binding
-        (:mod:`dxgemm._calls`).  The default covers stages whose attributes are plain
+        (:mod:`dxgemm.runtime.calls`).  The default covers stages whose attributes are plain
         scalars, strings, tuples/dicts of them and CuPy arrays (by address, shape,
         strides, dtype and device); anything else answers None, and the call is bound
         afresh.

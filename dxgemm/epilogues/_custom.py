@@ -38,7 +38,7 @@ import numpy as np
 from numba import cuda
 
 from ..kernels._device import SIMULATOR
-from ._arrays import device_array
+from ._device_arrays import device_array
 from ._base import BoundEpilogue, Epilogue, EpilogueContext, signature_atom
 
 
@@ -128,7 +128,7 @@ class Custom(Epilogue):
 
     def _reference(self, x: Any, xp: Any) -> Any:
         """``fn`` applied in float64 Python, element by element, with float64 host copies of the arrays."""
-        from .reference import to_xp
+        from ._device_arrays import to_xp
 
         host = np.asarray(x.get() if hasattr(x, "get") else x, dtype=np.float64)
         arrays = [np.asarray(to_xp(a, np)) for a in self.arrays]
@@ -143,11 +143,14 @@ class Custom(Epilogue):
 
 def _device(fn: pytypes.FunctionType, t: type, arg_type) -> Callable:
     """The stage's device function: ``fn`` called with the arrays unpacked, its result cast to ``t``."""
-    user = cuda.jit(device=True)(fn)
-    if not SIMULATOR:
-        from numba import from_dtype, types
+    from numba import from_dtype, types
 
-        _pretype(user, fn, (from_dtype(np.dtype(t)), types.int64, types.int64) + tuple(arg_type), t)
+    user = cuda.jit(device=True)(fn)
+    argtypes = (from_dtype(np.dtype(t)), types.int64, types.int64) + tuple(arg_type)
+    if SIMULATOR:
+        _pretype_simulated(fn, argtypes)
+    else:
+        _pretype(user, fn, argtypes, t)
     unpack = "".join(f", args[{i}]" for i in range(len(arg_type)))
     source = f"def custom_stage(value, row, col, args):\n    return cast(user(value, row, col{unpack}))\n"
     namespace: dict = {"user": user, "cast": t}
@@ -155,24 +158,54 @@ def _device(fn: pytypes.FunctionType, t: type, arg_type) -> Callable:
     return cuda.jit(device=True)(namespace["custom_stage"])
 
 
-def _pretype(user, fn: pytypes.FunctionType, argtypes: tuple, t: type) -> None:
-    """Compile ``fn`` for the kernel's argument types now, turning Numba's failure into a TypeError about ``fn``."""
-    from numba import types
-    from numba.core.errors import NumbaError
-
+def _where(fn: pytypes.FunctionType, argtypes: tuple) -> tuple[str, str]:
+    """``fn``'s name and place, and the argument types it is compiled for, as the errors show them."""
     code = fn.__code__
     where = f"{fn.__qualname__} ({code.co_filename}:{code.co_firstlineno})"
     shown = ", ".join(f"{n}: {ty}" for n, ty in zip(("x", "row", "col"), argtypes[:3]))
     shown += "".join(f", array {i}: {ty}" for i, ty in enumerate(argtypes[3:]))
+    return where, shown
+
+
+def _check_result(fn: pytypes.FunctionType, argtypes: tuple, result: Any) -> None:
+    from numba import types
+
+    if not isinstance(result, (types.Number, types.Boolean)):
+        raise TypeError(f"custom epilogue function {_where(fn, argtypes)[0]} must return a number; Numba typed its "
+                        f"result as {result}")
+
+
+def _pretype_simulated(fn: pytypes.FunctionType, argtypes: tuple) -> None:
+    """Under Numba's CUDA simulator, which compiles nothing, type ``fn`` with Numba's CPU compiler for
+    the kernel's argument types, so a function that cannot compile fails here, with the TypeError a
+    GPU gives, before any simulated thread runs (the CUDA compiler cannot be loaded beside the
+    simulator; the two type plain arithmetic, ``math`` and array indexing alike)."""
+    import numba
+    from numba.core.errors import NumbaError
+
+    dispatcher = numba.njit(fn)
+    try:
+        dispatcher.compile(argtypes)
+    except NumbaError as exc:
+        where, shown = _where(fn, argtypes)
+        raise TypeError(
+            f"custom epilogue function {where} cannot be compiled by Numba for ({shown}):\n{_reason(exc)}"
+        ) from None
+    _check_result(fn, argtypes, dispatcher.overloads[tuple(argtypes)].signature.return_type)
+
+
+def _pretype(user, fn: pytypes.FunctionType, argtypes: tuple, t: type) -> None:
+    """Compile ``fn`` for the kernel's argument types now, turning Numba's failure into a TypeError about ``fn``."""
+    from numba.core.errors import NumbaError
+
+    where, shown = _where(fn, argtypes)
     try:
         cres = user.compile_device(argtypes)
     except NumbaError as exc:
         raise TypeError(
             f"custom epilogue function {where} cannot be compiled by Numba for ({shown}):\n{_reason(exc)}"
         ) from None
-    result = cres.signature.return_type
-    if not isinstance(result, (types.Number, types.Boolean)):
-        raise TypeError(f"custom epilogue function {where} must return a number; Numba typed its result as {result}")
+    _check_result(fn, argtypes, cres.signature.return_type)
     if t is np.float32 and _FLOAT64_MATH.search(cres.library.get_llvm_str()):
         warnings.warn(
             f"custom epilogue function {where} computes in float64 on float32 data, which runs on the slow FP64 "
@@ -216,7 +249,7 @@ def straight_line(fn: Callable) -> bool:
     v[col]`` at 4096^2 x 256 0.1774 ms against the small tile's 0.1908 (the bare medium tile
     0.1727), at 8192^2 x 512 1.437 against 1.556.  A function with libdevice's ``erf`` (its
     branches) ran the other way round, 0.3231 on the medium tile against 0.2545 on the small
-    one (``h100_custom_tile_s25.log``), and anything that may branch keeps the small tile.
+    one, and anything that may branch keeps the small tile.
     Read from the byte code, without compiling: the choice of tile comes before the kernel,
     which may come from the disk cache."""
     py = _python_function(fn)

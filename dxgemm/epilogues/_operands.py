@@ -14,7 +14,7 @@ import numpy as np
 from numba import cuda
 
 from ..kernels._device import U, load_invariant, make_offset
-from ._arrays import device_array
+from ._device_arrays import device_array, to_xp
 from ._base import BoundEpilogue, Epilogue, EpilogueContext, Span
 
 
@@ -63,8 +63,6 @@ class Bias(Epilogue):
                              preload=lambda: _bias_read(orientation))
 
     def _reference(self, x: Any, xp: Any) -> Any:
-        from .reference import to_xp
-
         v = to_xp(self.v, xp).astype(np.float64)
         m, n = x.shape
         return x + (v.reshape(1, n) if bias_orientation(v.shape, m, n) == "col" else v.reshape(m, 1))

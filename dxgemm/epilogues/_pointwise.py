@@ -170,7 +170,7 @@ class GELU(Pointwise):
     @property
     def medium_tile_min_k(self) -> float:
         # both float64 forms are branch-free, and the medium tile, running its epilogue from shared
-        # memory, leads at every K measured (h100_tiles_staged_chains_s23.log, h100_logistic64_s24.log)
+        # memory, leads at every K measured
         return 0.0
 
     def _formula(self, dtype: np.dtype) -> tuple:
@@ -260,7 +260,7 @@ EXP_FLOAT64_POLY = (
     0.0013888888952424726, 0.00019841269890131665, 2.480148536466595e-05, 2.7557240828098965e-06,
     2.763268316490701e-07, 2.511007107635293e-08,
 )
-"""``exp(r)`` on ``|r| <= ln(2) / 2``, lowest degree first (fitted in mpmath in session 20): relative
+"""``exp(r)`` on ``|r| <= ln(2) / 2``, lowest degree first (fitted in mpmath): relative
 error 1.6e-17.  The float64 logistic quotient's ``exp`` (:func:`_quotient_float64`)."""
 
 EXPM1_FLOAT64_Q = (
@@ -416,7 +416,7 @@ def _quotient_float64() -> Callable:
     even and odd halves), ``2**j`` an integer add to the exponent; the quotient is
     ``rcp_approx64``'s first guess, two Newton steps and one correction of the product.
     24 FP64 instructions and one MUFU, no branch: eight outputs replay at 46 %, and ``bias |
-    silu`` costs +23 % (``h100_logistic64_s24.log``).  Beyond ``z = 708`` the quotient,
+    silu`` costs +23 %.  Beyond ``z = 708`` the quotient,
     below ``1e-307 |num|``, is 0 (NaN for an infinite ``num``, as ``num / inf``); below ``z =
     -708`` it is ``num`` to the last bit, without the correction (``inf - inf`` would make it
     NaN).  Worst errors, replayed with exact FMA rounding and a coarser first guess than the
@@ -491,7 +491,7 @@ class SiLU(Pointwise):
 
     @property
     def medium_tile_min_k(self) -> float:
-        return 0.0  # branch-free in float64 (_quotient_float64): h100_logistic64_s24.log
+        return 0.0  # branch-free in float64 (_quotient_float64): runs on the medium tile
 
     @staticmethod
     def _device(t):
@@ -522,7 +522,7 @@ class Sigmoid(Pointwise):
 
     @property
     def medium_tile_min_k(self) -> float:
-        return 0.0  # branch-free in float64 (_quotient_float64): h100_logistic64_s24.log
+        return 0.0  # branch-free in float64 (_quotient_float64): runs on the medium tile
 
     @staticmethod
     def _device(t):
@@ -591,7 +591,7 @@ class Tanh(Pointwise):
 
     @property
     def medium_tile_min_k(self) -> float:
-        return 0.0  # branch-free in float64 (_tanh_float64): h100_tanh64_s24.log
+        return 0.0  # branch-free in float64 (_tanh_float64): runs on the medium tile
 
     @staticmethod
     def _device(t):

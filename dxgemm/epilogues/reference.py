@@ -29,22 +29,10 @@ import numpy as np
 
 from .. import testing
 from ._base import Epilogue
+from ._device_arrays import to_xp  # noqa: F401  (part of this module's interface)
 from ._operands import Store
 
 ROUNDING_ULPS = 8
-
-
-def to_xp(obj: Any, xp: Any) -> Any:
-    """``obj`` (a device array of any library, or a host array) as a NumPy (``xp is np``) or CuPy array."""
-    if xp is np:
-        if isinstance(obj, np.ndarray):
-            return obj
-        if hasattr(obj, "copy_to_host"):  # Numba device array, simulated or real
-            return obj.copy_to_host()
-        import cupy
-
-        return cupy.asnumpy(cupy.asarray(obj))
-    return xp.asarray(obj)
 
 
 @dataclass

@@ -14,8 +14,9 @@ Two helpers take the same form without being rungs: ``gemv`` (single-row problem
 ``splitk_reduce`` (the pipeline's split-K sum and epilogue).
 
 Each rung module exposes ``build(spec) -> BuiltKernel``; this package compiles it with an
-explicit signature (one specialisation per :class:`KernelSpec`) and caches the result for
-the process, so new arrays or new sizes never recompile.  Every kernel takes the same
+explicit signature (one specialisation per :class:`KernelSpec` and epilogue argument type,
+:func:`build_kernel`), so new arrays or new sizes never recompile: the runtime keeps each
+compiled kernel for the process (:mod:`dxgemm.runtime.memo`).  Every kernel takes the same
 arguments::
 
     kernel(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args)
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import threading
 from dataclasses import dataclass
 
 from numba import cuda, typeof, types
@@ -49,8 +49,8 @@ def vector_flags(a_ptr: int, a_ld: int, b_ptr: int, b_ld: int, itemsize: int) ->
     return ((FLAG_VEC_A if a_ptr % 16 == 0 and a_ld % width == 0 else 0)
             | (FLAG_VEC_B if b_ptr % 16 == 0 and b_ld % width == 0 else 0))
 
-__all__ = ["RUNGS", "KernelSpec", "Layout", "CompiledKernel", "get_kernel", "kernel_signature", "compile_count",
-           "compile_rung", "sm_count", "l2_cache_bytes", "FLAG_VEC_A", "FLAG_VEC_B", "vector_flags"]
+__all__ = ["RUNGS", "KernelSpec", "Layout", "CompiledKernel", "build_kernel", "kernel_signature", "compile_count",
+           "compile_rung", "FLAG_VEC_A", "FLAG_VEC_B", "vector_flags"]
 
 
 @dataclass(frozen=True)
@@ -68,36 +68,6 @@ class CompiledKernel:
             _raise_smem_limit(self.kernel, smem)
         self.kernel[grid, self.built.block, stream, smem](a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args)
 
-
-H100_SMS = 132
-"""An H100 SXM's SMs: what the simulator reports, and the host rules' default."""
-
-H100_L2_BYTES = 50 * 2**20
-"""An H100 SXM's L2 cache: what the simulator reports, and the host rules' default."""
-
-
-def sm_count() -> int:
-    """SMs of the current device (the simulator's: an H100's, so host rules see real figures)."""
-    return _device_attribute("MULTIPROCESSOR_COUNT", simulated=H100_SMS)
-
-
-def l2_cache_bytes() -> int:
-    """L2 cache of the current device in bytes (the simulator's: an H100's)."""
-    return _device_attribute("L2_CACHE_SIZE", simulated=H100_L2_BYTES)
-
-
-def _device_attribute(name: str, simulated: int) -> int:
-    """The current device's ``CU_DEVICE_ATTRIBUTE_<name>``, read once per device."""
-    if SIMULATOR:
-        return simulated
-    device = cuda.get_current_device()
-    value = _attributes.get((device.id, name))
-    if value is None:
-        value = _attributes[device.id, name] = getattr(device, name)
-    return value
-
-
-_attributes: dict[tuple[int, str], int] = {}
 
 STATIC_SMEM_LIMIT = 48 * 1024
 """Shared memory a block may use without opting in (static arrays can never exceed it)."""
@@ -121,8 +91,6 @@ def _raise_smem_limit(kernel, nbytes: int) -> None:
     _smem_raised.add(key)
 
 
-_cache: dict[tuple, CompiledKernel] = {}
-_lock = threading.Lock()
 _compiles = 0
 
 
@@ -131,22 +99,13 @@ def compile_count() -> int:
     return _compiles
 
 
-def get_kernel(backend: str, spec: KernelSpec, epi_args: tuple, make_epilogue) -> CompiledKernel:
-    """The compiled kernel of ``backend`` for ``spec``, compiling it on first use.
+def build_kernel(backend: str, spec: KernelSpec, epi_args: tuple, make_epilogue) -> CompiledKernel:
+    """``backend``'s kernel for ``spec``, compiled for the Numba type of ``epi_args`` (not kept:
+    :func:`dxgemm.runtime.rungs.numba_kernel` keeps one per process).
 
-    ``make_epilogue()`` builds the epilogue device function; it is called only on a miss.
+    ``make_epilogue()`` builds the epilogue device function.
     """
-    arg_type = typeof(epi_args)
-    key = (backend, spec, arg_type)
-    hit = _cache.get(key)
-    if hit is not None:
-        return hit
-    with _lock:
-        hit = _cache.get(key)
-        if hit is None:
-            hit = _compile(backend, dataclasses.replace(spec, epilogue_fn=make_epilogue()), arg_type)
-            _cache[key] = hit
-    return hit
+    return compile_rung(backend, dataclasses.replace(spec, epilogue_fn=make_epilogue()), typeof(epi_args))
 
 
 def kernel_signature(dtype, epi_type) -> types.Type:
@@ -172,6 +131,3 @@ def compile_rung(backend: str, spec: KernelSpec, epi_type, **overrides) -> Compi
     _compiles += 1
     return CompiledKernel(backend, built, kernel)
 
-
-def _compile(backend: str, spec: KernelSpec, epi_type) -> CompiledKernel:
-    return compile_rung(backend, spec, epi_type)

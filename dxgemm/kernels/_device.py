@@ -821,7 +821,7 @@ def make_tile_stager(
 # for vm < M // 8, vk < K // 4, h < 2.  Both shared tiles are stored K-major (element
 # (k, i) at ``k * ld + i``), so one index expression loads either operand.
 #
-# Why the shape matters (benchmarks/results/h100_dmma_peak.log, register-only loops on
+# Why the shape matters (register-only loops on
 # the H100): m8n8k4 tops out at 31 TFLOP/s, half the FP64 tensor peak; m16n8k4 needs
 # eight independent accumulators per warp and 16 warps per SM to pass 60; m16n8k8 and
 # m16n8k16 reach 61-65 with a few.
@@ -838,11 +838,9 @@ DMMA_SHAPES = ((8, 4), (16, 4), (16, 8), (16, 16))
 def dmma_shape_for(cc: tuple[int, int]) -> tuple[int, int]:
     """The FP64 mma shape a kernel for compute capability ``cc`` uses unless its tile names
     its own (``mma_sm90``): m16n8k4 on sm_90 and later, m8n8k4 before.  In warptile's
-    register-path tiles m16n8k4 beat m16n8k8 and m16n8k16 at every tile measured
-    (benchmarks/results/h100_warptile_dmma_shapes*.log): their longer fragments must all be
+    register-path tiles m16n8k4 beat m16n8k8 and m16n8k16 at every tile measured: their longer fragments must all be
     loaded before the first mma can issue.  The cp.async tile in cuBLAS's shape is the
-    other way round (m16n8k16 0.83x, m16n8k8 0.69x, m16n8k4 0.61x at 4096^3,
-    h100_warptile_cublas_shape_s15.log)."""
+    other way round (m16n8k16 0.83x, m16n8k8 0.69x, m16n8k4 0.61x at 4096^3)."""
     return (16, 4) if tuple(cc) >= (9, 0) else (8, 4)
 
 

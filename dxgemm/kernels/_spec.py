@@ -34,7 +34,7 @@ class KernelSpec:
     is what the in-process kernel cache hashes, never the function object itself.
     ``tile`` names the tile configuration for rungs that have more than one (``warptile``
     in both dtypes: ``"large"``, ``"small"`` or ``"tiny"``, and float64's ``"medium"``,
-    ``"medium_grouped"`` and ``"short"``; the host picks it, ``dxgemm._gemm.choose_tile``).
+    ``"medium_grouped"`` and ``"short"``; the host picks it, ``dxgemm.policy.choose_tile``).
     """
 
     dtype: np.dtype

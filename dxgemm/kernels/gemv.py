@@ -23,11 +23,10 @@ A is read by every column's threads (a broadcast from L1).  Memory traffic: B on
 dimension walks output rows, so the kernel is correct for any ``m`` — it is only *used*
 for ``m = 1`` (``dxgemm._gemm``), where it wins.
 
-Reached on the H100 (``benchmarks/results/h100_gemv_16cols.log``, cuBLAS in the same run):
+Reached on the H100 (cuBLAS in the same run):
 at 1x4096x4096 0.95x (float64) and 0.88x (float32) with B row-major, 0.91x and 1.02x with
 B column-major; at 1x8192x8192 0.91-1.17x; at 1x4096x1024 0.89-1.05x.  With 32 columns
-per block (128 blocks for 4096 columns) B row-major had reached 0.76x / 0.72x
-(``h100_gemv.log``).
+per block (128 blocks for 4096 columns) B row-major had reached 0.76x / 0.72x.
 """
 
 from __future__ import annotations

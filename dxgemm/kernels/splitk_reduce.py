@@ -1,7 +1,7 @@
 """Split-K reduction: sum the K slices' partial products, then apply the epilogue, in one pass.
 
 Not a rung of the ladder but its helper for problems with too few output tiles to fill
-the GPU (``dxgemm.pipelines.config.split_k``): the pipeline computes ``S`` partial
+the GPU (``dxgemm.policy.pipeline_split_k``): the pipeline computes ``S`` partial
 products ``W_s = A[:, K_s] @ B[K_s, :]`` over disjoint K ranges, each as its own grid, and
 this kernel finishes the GEMM::
 

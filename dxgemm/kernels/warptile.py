@@ -23,8 +23,7 @@ What else makes this rung fast:
   (:func:`_build_dmma`; ``m8n8k4`` before sm_90).  The SIMT version of this rung peaked at
   12.6 TFLOP/s (0.21x cuBLAS, 38 % of the measured SIMT FP64 ceiling of 33 TFLOP/s: its
   128 registers leave 4 warps per scheduler, too few to hide DFMA and shared-load
-  latency).  The instruction shape matters as much as the tiling: register-only loops
-  (benchmarks/results/h100_dmma_peak.log) put ``m8n8k4`` at 31 TFLOP/s, half of what
+  latency).  The instruction shape matters as much as the tiling: register-only loops put ``m8n8k4`` at 31 TFLOP/s, half of what
   the m16 shapes reach (58-65), and the kernel on m8n8k4 had stopped at 0.46x.
 * **cuBLAS's own shape, and copies that cost nothing.**  libcublasLt's sm_90 DGEMM is an
   ``mma.sync`` + ``cp.async`` kernel: 128x128x16, 8 warps, ``DMMA.16x8x16``, 254 registers,
@@ -50,13 +49,13 @@ What else makes this rung fast:
   (:func:`~._device.make_cp_async`); converted inside it, each copy had paid a 64-bit add, a
   carry and a move to rebuild an address one immediate away from the last.  The K loops lost
   10-15 % of their instructions (the large tile's 220 -> 187 a K tile) and, old and new
-  alternating (h100_f64_rounds_cp_async_shared_s18.log), 4096^3 went from 0.92x to
+  alternating, 4096^3 went from 0.92x to
   0.96-0.97x cuBLAS, 4096^2 x 256 0.915x -> 0.933x, 1000^3 0.85x -> 0.87x.  The global
   side likewise: a copy's source is its origin's address plus the tile's K offset in bytes
   (:func:`~._device.make_cp_async_moved`), so the origins' addresses stay in registers and
   a copy costs one 64-bit add where the summed index cost an add and a scaled add more
   (medium 247 -> 228 instructions a K tile, small 114 -> 109): 4096^2 x 256 0.933x ->
-  0.950x, 4096^3 and 1000^3 unchanged (h100_f64_rounds_moved_s19.log).  Issuing the
+  0.950x, 4096^3 and 1000^3 unchanged.  Issuing the
   copies in bursts, which ptxas pays three never-executed ``@!PT LDS RZ, [RZ]`` per burst
   for instead of per copy after a shared load (medium 228 -> 214), was slower on all three
   tiles there (``copy_burst`` 4: 0.947x, 0.93x, 0.84x).  Nor did 16-byte fragment loads
@@ -69,20 +68,20 @@ What else makes this rung fast:
   the rows and columns it then fills are never stored.  At 1000^3 the 128 blocks of the
   small tile are one wave, which lasts as long as its slowest block, and 23 of them had
   been on the checked copier: 0.60x -> 0.85x cuBLAS; 4000^3 0.81x -> 0.88x, 2000^3 0.73x
-  -> 0.78x, 4096^3 unchanged (h100_f64_rounds_edges_s17.log).  cuBLAS's own kernel at
-  1000^3, 128x64x32 with 8 warps of 32x32 (h100_ncu_cublas_f64_1000_s17.log), was no
-  faster here than the small tile (h100_f64_rounds_cublas_tile_s17.log).
+  -> 0.78x, 4096^3 unchanged.  cuBLAS's own kernel at
+  1000^3, 128x64x32 with 8 warps of 32x32, was no
+  faster here than the small tile.
 * **K split over the grid for few output tiles** (float64).  A skinny output with deep K
   has too few tiles to fill the SMs; its K slices run as the grid's z, each into a
   workspace laid out like D, and :mod:`~.splitk_reduce` adds them and applies the
   epilogue (``TILE_CONFIGS["float64"]["split"]`` and ``"split_narrow"``,
-  ``dxgemm._gemm.choose_split_k``): 2048x256x8192 0.48x -> 1.00x cuBLAS, 4096x64x4096
-  0.41x -> 0.89x (h100_splitk_ab_s17.log, h100_splitk_ab_narrow_s17.log).
+  ``dxgemm.policy.choose_split_k``): 2048x256x8192 0.48x -> 1.00x cuBLAS, 4096x64x4096
+  0.41x -> 0.89x.
 * **16-byte stores.**  A thread's neighbours in a row of D (a lane's pair of the DMMA
   accumulator, a thread's four float32 columns) leave in one ``STG.E.128`` when D is
   row-major and aligned.  At short K the GEMM is bound by writing D, and one store per
   element ran at half the write bandwidth: 4096x4096x40 went from 0.58x to 0.88x cuBLAS
-  in both dtypes (h100_warptile_store_ab*.log), and to 0.96x in float64 once its small
+  in both dtypes, and to 0.96x in float64 once its small
   tile took ``cp.async`` (:data:`TILE_CONFIGS`).
 * **The epilogue from shared memory** (the float64 medium tile).  A heavy float64 epilogue
   (the exact GELU: 37 FP64 instructions an element) ran from the accumulators in registers
@@ -91,21 +90,21 @@ What else makes this rung fast:
   scheduler.  Each warp now stages its accumulators in shared memory 8 rows at a time and
   runs the epilogue on eight independent values a lane (:func:`_make_staged_store`):
   ``bias | gelu`` at 4096x4096x256 0.2361 -> 0.2139 ms, 1.26x the unfused cuBLAS + CuPy
-  path (h100_tiles_staged_chains_s23.log, h100_fusion_f64_staged_s23.log).
+  path.
 
 Memory traffic saved over vectorized: global traffic is the same per output; per K step
 a warp reads ``WM + WN`` distinct shared values for ``WM * WN`` multiply-adds, and the
 larger K step (16) halves the barriers per multiply-add.
 
 Reached on the H100 (benchmarks/results/h100.json, 4096^3): 36.58 TFLOP/s float32 (0.708x
-cuBLAS, h100_bench_warptile_final.log; 0.716x before the 16-byte stores, which cost it 1.2 %
+cuBLAS; 0.716x before the 16-byte stores, which cost it 1.2 %
 here and gained 1.8-3x at short K), 55.88 TFLOP/s float64 (0.918x, the median of five
-rounds at 0.908-0.950x; 0.991x at 8192^3, 0.960x at 2048^3, h100_bench_warptile_f64_s19_r*.log;
-0.96-0.97x at 4096^3 against cuBLAS in interleaved rounds, h100_f64_rounds_tiles_s19.log);
-float32 in the sweeps (h100_run*_sweep*.log) 0.695-0.716x; ncu (h100_ncu_warptile.log)
+rounds at 0.908-0.950x; 0.991x at 8192^3, 0.960x at 2048^3;
+0.96-0.97x at 4096^3 against cuBLAS in interleaved rounds);
+float32 in the sweeps 0.695-0.716x; ncu
 shows the float32 kernel issuing an instruction on 80 % of scheduler cycles — it is
 issue-bound, and 75 % of its inner-loop instructions are FFMA.  The float64 kernel keeps
-its SMs' compute 88 % busy (h100_ncu_warptile_f64_s16.log; 77 % before the fragments were
+its SMs' compute 88 % busy (77 % before the fragments were
 streamed): the tensor pipe is the busiest place, and the NOPs ptxas puts after each DMMA
 wait on it.
 """
@@ -124,15 +123,14 @@ WARP = 32
 
 # Per dtype: threads, block tile (BM, BN, BK), warp tile (WM, WN), sub-tiles across a warp
 # tile (WNITER), thread tile (TM, TN), shared stages, K-loop unroll.  Chosen by
-# benchmarks/sweep_warptile.py on the H100 at 4096^3 (benchmarks/results/h100_run*_sweep*.log):
+# benchmarks/sweep_warptile.py on the H100 at 4096^3:
 # float32: 8 warps with 32 (8x4 twice) accumulators each, two blocks per SM (126 registers),
 # 0.716x; siboehm's 4-warp 64-accumulator layout reached 0.707x with 239 registers.
 # float64: cuBLAS's own sm_90 DGEMM shape (libcublasLt 13's sm90_xmma_gemm_f64f64 kernels):
 # 8 warps of 64x32 (4x4 m16n8k16 blocks), BK = 16, cp.async four stages deep, blocks 16 tile
 # rows a group, fragments streamed behind the mmas, 249 registers: 0.931x at 4096^3, 0.973x
-# at 8192^3 (medians of five rounds, h100_bench_warptile_f64_s16_r*.log); around it 3 or 5
-# stages tie, cuBLAS's 32x64 warps lose (0.78x), no grouping loses 3 % at 8192^3
-# (h100_warptile_streamed_sweep_s16.log, h100_warptile_cublas_shape2_s15.log).  The 16-warp
+# at 8192^3 (medians of five rounds); around it 3 or 5
+# stages tie, cuBLAS's 32x64 warps lose (0.78x), no grouping loses 3 % at 8192^3.  The 16-warp
 # 32x32 m16n8k4 tile it replaced, double-buffered through registers, reached 0.66-0.69x; in
 # that tile m16n8k4 beat the longer shapes.
 CONFIGS = {
@@ -142,14 +140,14 @@ CONFIGS = {
 }
 
 # two blocks per SM, held to 128 registers: the float64 exact GELU took it to 135 and one block
-# (bias | gelu at 4096x4096x256 0.288 ms against 0.243 capped, h100_gelu64_tiles_s20.log)
+# (bias | gelu at 4096x4096x256 0.288 ms against 0.243 capped)
 _F64_SMALL = dict(kind="dmma", copy="async", threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=4, min_blocks=2)
-# cuBLAS's own kernel shape at 4096x4096x256 (h100_ncu_shallow_s18.log): 128x64x16, 4 warps of
+# cuBLAS's own kernel shape at 4096x4096x256: 128x64x16, 4 warps of
 # 64x32 on m16n8k8, 3 stages, two blocks per SM; on m16n8k16 (30 fewer instructions a K tile),
-# or with 4 or 2 stages, slower (h100_f64_rounds_medium_variants_s19.log).  Blocks inside D take
+# or with 4 or 2 stages, slower.  Blocks inside D take
 # their epilogue through shared memory, 8 rows a warp at a time (_make_staged_store): bias | gelu
 # at 4096x4096x256 0.2139 ms against 0.2361 without and the small tile's 0.2288, 3072x3072x768
-# 0.2916 against 0.3313, the bare GEMM 1-6 % faster too (h100_tiles_staged_chains_s23.log)
+# 0.2916 against 0.3313, the bare GEMM 1-6 % faster too
 _F64_MEDIUM = dict(kind="dmma", copy="async", mma_sm90=(16, 8), threads=128, BM=128, BN=64, BK=16, WM=64, WN=32,
                    stages=3, min_blocks=2, unchecked_prologue=True, staged_epilogue=8)
 
@@ -162,52 +160,46 @@ TILE_CONFIGS = {
         "small": _F64_SMALL,
         "tiny": dict(kind="dmma", copy="async", threads=256, BM=64, BN=64, BK=8, WM=32, WN=16, stages=4),
         # the small tile on m16n8k8 for K below 64 (half its mmas a K tile), in interleaved rounds: 4096x4096x40
-        # 0.0590 against 0.0634 ms (1.04x cuBLAS), 8192x8192x32 0.199 / 0.205, 2048x2048x48 a tie
-        # (h100_f64_rounds_short_s21.log); where the small tile runs at deeper K (few blocks, 1000^3 and 1024^3,
-        # or a transcendental epilogue) m16n8k4 does 2 % better or ties (h100_warptile_small_k8_s21.log)
+        # 0.0590 against 0.0634 ms (1.04x cuBLAS), 8192x8192x32 0.199 / 0.205, 2048x2048x48 a tie;
+        # where the small tile runs at deeper K (few blocks, 1000^3 and 1024^3,
+        # or a transcendental epilogue) m16n8k4 does 2 % better or ties
         "short": dict(_F64_SMALL, mma_sm90=(16, 8)),
         "medium": _F64_MEDIUM,
         # blocks in groups of 8 tile rows sweeping the columns, for B too large to stay in L2 while
-        # the tile rows go by (dxgemm._gemm.choose_tile): 8192x8192x512 bias | gelu 1.501 against
-        # 1.553 / 1.581 ms in two runs, 8192x8192x1024 bare 2.636 against 3.004 (h100_medium_group_m_s24.log,
-        # h100_tiles_group_large8_s24.log); at 4096x4096x256, where A and B stay in L2, 1 % slower
+        # the tile rows go by (dxgemm.policy.choose_tile): 8192x8192x512 bias | gelu 1.501 against
+        # 1.553 / 1.581 ms in two runs, 8192x8192x1024 bare 2.636 against 3.004; at 4096x4096x256,
+        # where A and B stay in L2, 1 % slower
         "medium_grouped": dict(_F64_MEDIUM, group_m=8),
-        # the large tile over K slices (blockIdx.z) into a workspace: dxgemm._gemm.choose_split_k
+        # the large tile over K slices (blockIdx.z) into a workspace: dxgemm.policy.choose_split_k
         "split": dict(CONFIGS["float64"], split_k=True, group_m=0),
         # outputs at most 64 columns wide: cuBLAS's 1000^3 shape (128x64x32, 8 warps of 32x32, 3
         # stages) over K slices; 4096x64x4096 0.064 ms against the split large tile's 0.101
-        # (h100_splitk_narrow_s17.log)
         "split_narrow": dict(CONFIGS["float64"], BN=64, BK=32, WM=32, WN=32, stages=3, split_k=True, group_m=0),
     },
 }
-"""Other tiles by ``spec.tile`` (``dxgemm._gemm.choose_tile`` decides); a dtype or name without
+"""Other tiles by ``spec.tile`` (``dxgemm.policy.choose_tile`` decides); a dtype or name without
 an entry uses :data:`CONFIGS` (``"large"``).
 
 float64 ``"small"`` serves short K and few output tiles: 8 warps of 64x16 with ``cp.async``
 four stages deep.  Against the same tile double-buffered through registers it took
 4096x4096x40 from 0.071 to 0.063 ms (0.97x cuBLAS), 8192x8192x32 from 0.235 to 0.206,
-1024^3 from 0.086 to 0.079 (``benchmarks/results/h100_warptile_small_async.log``); for the
-large tile the copy path made no difference (``h100_warptile_async.log``); ``"short"``, the
-same tile on m16n8k8, takes K below 64 (4096x4096x40 0.0590 against 0.0634 ms, 1.04x cuBLAS,
-``h100_f64_rounds_short_s21.log``).  ``"tiny"``
+1024^3 from 0.086 to 0.079; for the
+large tile the copy path made no difference; ``"short"``, the
+same tile on m16n8k8, takes K below 64 (4096x4096x40 0.0590 against 0.0634 ms, 1.04x cuBLAS).  ``"tiny"``
 halves it to 64x64 for the smallest outputs (512^3: 0.030 ms against 0.042).  ``"medium"``,
 cuBLAS's own shallow-K kernel shape, has the small tile's 128x64 blocks as 4 warps of 64x32
 on m16n8k8, half the instructions per multiply-add: where its blocks fill every SM twice, it
 beats the small tile by 3-12 % and, where its finer waves fit the SMs better, the large one
-(2560^2 x 1024: 0.89x against 0.79x, ``h100_f64_rounds_tile_model_s19.log``; 4096^2 x 256:
-0.89x cuBLAS against 0.84x; ``h100_warptile_tiles_medium_s18.log``,
-``dxgemm._gemm.choose_tile``), and with its first K tiles copied unchecked too 0.92x
-(``h100_f64_rounds_prologue_s18.log``).  Its blocks inside D run the epilogue from shared
+(2560^2 x 1024: 0.89x against 0.79x; 4096^2 x 256:
+0.89x cuBLAS against 0.84x,
+``dxgemm.policy.choose_tile``), and with its first K tiles copied unchecked too 0.92x.  Its blocks inside D run the epilogue from shared
 memory (:func:`_make_staged_store`), which took its exact-GELU epilogue past the small
-tile's (``bias | gelu`` 4096^2 x 256 0.2139 ms against 0.2288, where it had been 0.2361;
-``h100_tiles_staged_chains_s23.log``), and, once they lost their branches, SiLU, sigmoid, tanh
+tile's (``bias | gelu`` 4096^2 x 256 0.2139 ms against 0.2288, where it had been 0.2361), and, once they lost their branches, SiLU, sigmoid, tanh
 and the tanh GELU past it too (``bias | silu`` 0.2115 against 0.2303, ``bias | tanh`` 0.2055
-against 0.2069, where libdevice's forms had taken 0.2806 and 0.3418 on it;
-``h100_logistic64_s24.log``, ``h100_tanh64_s24.log``).
+against 0.2069, where libdevice's forms had taken 0.2806 and 0.3418 on it).
 
 float32 ``"small"`` (64x128, 8 warps of 32x32) and ``"tiny"`` (64x64, 8 warps of 32x16)
-give small and skinny problems the blocks the 128x128 tile leaves idle
-(``benchmarks/results/h100_warptile_f32_tiles.log``): 1024^3 0.143 -> 0.087 ms, 512^3
+give small and skinny problems the blocks the 128x128 tile leaves idle: 1024^3 0.143 -> 0.087 ms, 512^3
 0.074 -> 0.034, 4096x64x4096 0.588 -> 0.240; from 2048^3 the 128x128 tile is fastest."""
 
 
@@ -628,7 +620,7 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
         # (``make_prologue``): on the medium tile 4096^2 x 256 0.184 -> 0.180 ms, 2048^2 x 256
         # 0.052 -> 0.051; with it the large tile's loop grew by 12 instructions a K tile (4096^3
         # 0.93x -> 0.86x cuBLAS), and the small tile's 1000^3 did not move
-        # (h100_f64_rounds_prologue_s18.log, before cp.async's shared operand left the asm)
+        # (before cp.async's shared operand left the asm)
         UNCHECKED_PROLOGUE = bool(cfg.get("unchecked_prologue", False))
 
         def warptile_dmma_gemm(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args):
@@ -669,7 +661,7 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
                 if row0 + uBM <= um and col0 + uBN <= un:
                     fast = True
                     # One add per copy in the loop, where a multiply by the copy's line step
-                    # cost 4 % at 4096^3 (h100_warptile_cublas_shape2_s15.log).
+                    # cost 4 % at 4096^3.
                     a_origin, a_step = stream_a.origin(U(lda), row0, kb, tid), stream_a.step(U(lda))
                     b_origin, b_step = stream_b.origin(U(ldb), kb, col0, tid), stream_b.step(U(ldb))
                     for c in range(A_IT):
@@ -788,7 +780,7 @@ def _make_dmma_store(blocks_m: int, blocks_n: int, store_run, epilogue, d_off, d
     bytes of stack and 163 registers with ``bias | gelu``).  A block wholly inside D
     computes every value before it stores any, with no bounds checks between them, so the
     FP64 pipe sees up to 64 independent epilogue chains a thread (``bias | gelu`` had cost
-    +83 % at 4096^2 x 256 with one run at a time, ``h100_fusion_f64_warptile_s15.log``).
+    +83 % at 4096^2 x 256 with one run at a time).
     Blocks on D's edges store run by run through ``store_run``, bounds-checked."""
     edge, values, vec_stores, one_stores = [], [], [], []
     for i in range(blocks_m):

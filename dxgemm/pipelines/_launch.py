@@ -11,7 +11,7 @@ ordered after whatever produced A and B and before whatever reads D):
 2. launches the init kernel (one thread in each of 4 blocks) that writes four device
    pipelines' storage (A/B pointers, extents, leading dimensions: the cp.async state,
    72 bytes each, or TMA descriptors for the TF32 kernels, 576 bytes) — once per K slice
-   for a split-K call (:mod:`._splitk`), each slice's four in their own region — and
+   for a split-K call (:mod:`dxgemm.runtime.splitk`), each slice's four in their own region — and
    skips it when the storage already holds what it would write;
 3. launches the GEMM on a ceil(m / tile_m) x ceil(n / tile_n) grid, then frees any
    scratch stream-ordered.  The storage is allocated once per stream and kept: the init
@@ -19,7 +19,7 @@ ordered after whatever produced A and B and before whatever reads D):
 
 Any m, n, k >= 1: how, and why this way
 ---------------------------------------
-Measured on the H100 (``benchmarks/results/h100_pipeline_edges.log``) with the
+Measured on the H100 with the
 run-time-shape pipeline libmathdx 0.3.2 generates for these configurations: its global
 loads are **cp.async (LDGSTS), not TMA** — no hardware out-of-bounds fill, no masking —
 and its tile loop covers ceil(K / tile_k) tiles: with k = 1000 and NaN past k in A and B
@@ -50,7 +50,7 @@ So, for every call:
 
 The scratch copies are in-stream and freed stream-ordered; nothing is recompiled.
 
-Verified on the H100 (``benchmarks/results/h100_pipeline_run3_tests.log``): both dtypes x
+Verified on the H100: both dtypes x
 the four A/B arrangements x 1x1x1, 17x33x5, 1000^3, 4097^3, 1x4096x4096, 4096x64x4096,
 4096x4096x40, 129x257x95, 256x256x64 within the fp64-reference bound, through one
 kernel per (dtype, arrangement).  Cost of the edge treatment where it matters most
@@ -63,240 +63,24 @@ The GEMM kernel was compiled by Numba, so its parameters follow Numba's flatteni
 (``_Kernel._prepare_args``): every array is ``meminfo, parent, nitems, itemsize, data,
 shape[ndim], strides[ndim]`` (strides in bytes), tuples are flattened member by member,
 the device pipeline is one pointer.  ``meta["gemm_params"]`` lists the kinds;
-:func:`flatten` produces matching numpy scalars.
+:func:`dxgemm.runtime.launch.flatten` produces matching numpy scalars.
 """
 
 from __future__ import annotations
 
-import ctypes
-import functools
-import math
-import os
-import struct
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
+from ..runtime.launch import KeptBuffers, Matrix, PackedLaunch, aligned_ld, check_params, core_stream, cu_stream, flat_values
 from .cache import CacheEntry
 from .config import slice_ranges
 
-__all__ = ["PipelineKernel", "Matrix", "flatten", "ShapeError", "plan"]
-
-_KINDS = {  # a kernel parameter kind (``_build._param_layout``): its numpy type and struct code
-    "ptr": (np.uint64, "Q"),
-    "i64": (np.int64, "q"),
-    "u64": (np.uint64, "Q"),
-    "i32": (np.int32, "i"),
-    "u32": (np.uint32, "I"),
-    "i16": (np.int16, "h"),
-    "i8": (np.int8, "b"),
-    "u8": (np.uint8, "B"),
-    "f64": (np.float64, "d"),
-    "f32": (np.float32, "f"),
-}
-_KIND_TO_NUMPY = {kind: numpy_type for kind, (numpy_type, _) in _KINDS.items()}
-KIND_SIZES = {kind: np.dtype(numpy_type).itemsize for kind, (numpy_type, _) in _KINDS.items()}
-"""Bytes of each parameter kind (what ``.nv.info`` and ``cuKernelGetParamInfo`` report)."""
-
+__all__ = ["PipelineKernel", "ShapeError", "plan", "storage_stride"]
 
 class ShapeError(ValueError):
     """A problem the compiled pipeline cannot compute correctly (not tile multiples, misaligned)."""
-
-
-def _array_slots(arr: Any) -> list:
-    """Numba's flattened representation of a device array (anything with ``__cuda_array_interface__``)."""
-    cai = arr.__cuda_array_interface__
-    shape = tuple(int(s) for s in cai["shape"])
-    itemsize = np.dtype(cai["typestr"]).itemsize
-    strides = cai.get("strides")
-    if strides is None:  # C-contiguous
-        strides, acc = [], itemsize
-        for extent in reversed(shape):
-            strides.insert(0, acc)
-            acc *= extent
-    nitems = math.prod(shape)
-    return [0, 0, nitems, itemsize, int(cai["data"][0]), *shape, *[int(s) for s in strides]]
-
-
-def _values(value: Any, out: list | None = None) -> list:
-    """Append ``value``'s flattened kernel slots to ``out`` (runs on every launch: plain types first)."""
-    if out is None:
-        out = []
-    kind = type(value)
-    if kind is int or kind is float:
-        out.append(value)
-    elif kind is tuple:
-        for member in value:
-            _values(member, out)
-    elif kind is list:  # already Numba's flattened slots (Matrix.vector_slots)
-        out.extend(value)
-    elif hasattr(value, "__cuda_array_interface__"):
-        out.extend(_array_slots(value))
-    else:
-        out.append(value)
-    return out
-
-
-def flatten(values: Sequence[Any], kinds: Sequence[str]) -> list:
-    """Kernel arguments as numpy scalars of the kinds recorded at build time.
-
-    ``values``: the kernel's arguments in order (device arrays, Python/numpy scalars,
-    tuples of them, integer pointers).  Raises if the count differs from ``kinds`` — the
-    cubin was built for another argument structure.
-    """
-    flat = _values(tuple(values))
-    if len(flat) != len(kinds):
-        raise TypeError(f"kernel takes {len(kinds)} flattened parameters, got {len(flat)}")
-    return [convert(v) for convert, v in zip(_converters(tuple(kinds)), flat)]
-
-
-@functools.lru_cache(maxsize=64)
-def _converters(kinds: tuple[str, ...]) -> tuple:
-    return tuple(_KIND_TO_NUMPY[k] for k in kinds)
-
-
-# Each parameter in its own 8-byte slot: the driver reads a parameter from the address
-# given for it, with the size it knows from the cubin, so narrower kinds are padded.
-_SLOT_FORMATS = {kind: code + (f"{8 - KIND_SIZES[kind]}x" if KIND_SIZES[kind] < 8 else "")
-                 for kind, (_, code) in _KINDS.items()}
-
-
-_cu_streams: dict[int, Any] = {}
-
-
-def cu_stream(handle: int) -> Any:
-    """The ``driver.CUstream`` for an integer handle, made once per handle (launches need it per call)."""
-    stream = _cu_streams.get(handle)
-    if stream is None:
-        from cuda.bindings import driver
-
-        if len(_cu_streams) > 256:
-            _cu_streams.clear()
-        stream = _cu_streams[handle] = driver.CUstream(handle)
-    return stream
-
-
-_core_streams: dict[tuple[int, int], Any] = {}
-
-
-def core_stream(device: Any, handle: int) -> Any:
-    """The cuda.core ``Stream`` for an integer handle on ``device`` (a cuda.core ``Device``; handle 0 is
-    its legacy default stream), made once per handle: what ``KeptBuffers`` allocates and frees on."""
-    key = (device.device_id, handle)
-    stream = _core_streams.get(key)
-    if stream is None:
-        from cuda.core import Stream
-
-        if len(_core_streams) > 256:
-            _core_streams.clear()
-        stream = _core_streams[key] = device.default_stream if handle == 0 else Stream.from_handle(handle)
-    return stream
-
-
-class PackedLaunch:
-    """One kernel launched with ``cuLaunchKernel`` from parameters packed by one ``struct`` call.
-
-    Why not ``cuda.core.launch``: it converts and stores every argument on each call
-    (16-22 microseconds for the GEMM's ~40 parameters on the H100 host,
-    ``benchmarks/results/h100_host_breakdown.log``); here the kinds recorded at build time
-    give a fixed ``struct`` layout, packed into one reused buffer, and the driver gets
-    the address of a fixed array of pointers into it.  The driver copies the values at
-    launch, so the buffer may be refilled as soon as the call returns; callers serialise
-    calls on one instance (the kernel's launch lock).
-    """
-
-    def __init__(self, kernel: Any, kinds: Sequence[str]):
-        self.kinds = tuple(kinds)
-        self.format = struct.Struct("=" + "".join(_SLOT_FORMATS[k] for k in self.kinds))
-        self._buffer = ctypes.create_string_buffer(max(8 * len(self.kinds), 8))
-        base = ctypes.addressof(self._buffer)
-        self._pointers = (ctypes.c_void_p * max(len(self.kinds), 1))(*[base + 8 * i for i in range(len(self.kinds))])
-        self._params = ctypes.addressof(self._pointers)
-        from cuda.bindings import driver
-
-        # a CUkernel (cuda.core loads library kernels) is launched as a CUfunction (CUDA >= 12)
-        self._function = driver.CUfunction(int(kernel.handle))
-
-    def __call__(self, stream: Any, grid: tuple[int, ...], block: tuple[int, ...], smem: int, values: Sequence) -> None:
-        """Launch on ``stream`` (a ``driver.CUstream``) with ``values`` in the recorded kinds' order."""
-        from cuda.bindings import driver
-
-        if len(values) != len(self.kinds):
-            raise TypeError(f"kernel takes {len(self.kinds)} flattened parameters, got {len(values)}")
-        self.format.pack_into(self._buffer, 0, *values)
-        bx, by, bz = (tuple(block) + (1, 1))[:3]
-        gx, gy, gz = (tuple(grid) + (1, 1))[:3]
-        err, = driver.cuLaunchKernel(self._function, gx, gy, gz, bx, by, bz, smem, stream, self._params, 0)
-        if err != driver.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"cuLaunchKernel failed: {err!r}")
-
-
-def _check_params(kernel: Any, kinds: Sequence[str], entry: str) -> None:
-    """Compare the recorded parameter kinds with the driver's view of the loaded kernel.
-
-    ``Kernel.arguments_info`` (``cuKernelGetParamInfo``) gives each parameter's offset and
-    size; a mismatch means the metadata does not describe this cubin, and launching
-    would pass garbage — refuse instead.
-    """
-    try:
-        info = kernel.arguments_info
-    except Exception:  # older cuda.core or driver without cuKernelGetParamInfo
-        return
-    sizes = [int(getattr(p, "size", p[1] if isinstance(p, tuple) else 0)) for p in info]
-    expected = [KIND_SIZES[k] for k in kinds]
-    if sizes != expected:
-        raise RuntimeError(f"kernel {entry[:40]}... has parameter sizes {sizes}, the cache metadata says {expected}")
-
-
-@dataclass(frozen=True)
-class Matrix:
-    """A device matrix as the launcher sees it: base pointer, leading dimension, arrangement.
-
-    Element ``(i, j)`` is at ``ptr + itemsize * (i * ld + j)`` (``"row_major"``) or
-    ``ptr + itemsize * (i + j * ld)`` (``"col_major"``).
-    """
-
-    ptr: int
-    rows: int
-    cols: int
-    ld: int
-    arrangement: str
-    itemsize: int
-
-    @property
-    def strides(self) -> tuple[int, int]:
-        """(row stride, column stride) in elements."""
-        return (self.ld, 1) if self.arrangement == "row_major" else (1, self.ld)
-
-    @property
-    def extent(self) -> int:
-        """Elements from the first to one past the last one the matrix touches."""
-        if self.rows == 0 or self.cols == 0:
-            return 0
-        if self.arrangement == "row_major":
-            return (self.rows - 1) * self.ld + self.cols
-        return (self.cols - 1) * self.ld + self.rows
-
-    @property
-    def nbytes_span(self) -> tuple[int, int]:
-        """``[first byte, one past the last)`` the matrix touches."""
-        return self.ptr, self.ptr + self.extent * self.itemsize
-
-    def aligned(self) -> bool:
-        """Whether cp.async 16-byte copies can read it in place."""
-        return self.ptr % 16 == 0 and (self.ld * self.itemsize) % 16 == 0
-
-    def at(self, row: int, col: int) -> int:
-        """The address of element ``(row, col)``."""
-        rs, cs = self.strides
-        return self.ptr + self.itemsize * (row * rs + col * cs)
-
-    def vector_slots(self) -> list:
-        """Numba's flattened 1-D C array over this matrix's memory (meminfo, parent, nitems,
-        itemsize, data, shape, stride in bytes)."""
-        n = max(self.extent, 1)
-        return [0, 0, n, self.itemsize, self.ptr, n, self.itemsize]
 
 
 @dataclass(frozen=True)
@@ -315,10 +99,10 @@ class Plan:
 
 
 TAIL_SECONDS_PER_PRODUCT = 0.7e-12
-"""What the kernel's own K tail costs per output element and tail column (H100, float64,
-``benchmarks/results/h100_k_tail_smem.log``: 1024x1024 with K = 992 / 1000 / 1008 took
+"""What the kernel's own K tail costs per output element and tail column (H100, float64:
+1024x1024 with K = 992 / 1000 / 1008 took
 0.0569 / 0.0628 / 0.0693 ms).  The block stages its tail strips of A and B in shared
-memory and adds them to the fragment in registers (``_build._fragment_tail``).  With it
+memory and adds them to the fragment in registers (``codegen._fragment_tail``).  With it
 the rule keeps the kernel's tail at 2048x2048x2040 (0.434 ms against 0.473 padded) and
 pads at 2048x2048x2047 (0.472 against 0.481) and 4096x4096x4095 (3.230 against 3.255).
 The tail it replaced read A and B per stored element and cost 3.4-7.3e-12."""
@@ -328,17 +112,8 @@ COPY_BYTES_PER_SECOND = 2.5e12
 
 COPY_LAUNCH_SECONDS = 10e-6
 """Fixed cost the padding estimate assumes per copied operand (memsets, 2-D copy, their
-launches; ``h100_k_tail.log``: padding 1024 x 1024 x 1000 cost 3 microseconds more than
+launches: padding 1024 x 1024 x 1000 cost 3 microseconds more than
 the kernel's tail of 8, which the model puts at 28 -- about 9 per operand beyond the bytes)."""
-
-
-def _k_tail_mode() -> str:
-    import os
-
-    mode = os.environ.get("DXGEMM_K_TAIL", "auto")
-    if mode not in ("auto", "kernel", "pad"):
-        raise ValueError(f"DXGEMM_K_TAIL must be 'auto', 'kernel' or 'pad', got {mode!r}")
-    return mode
 
 
 def pad_k_tail(m: int, n: int, k: int, tile_k: int, a_copied: bool, b_copied: bool, itemsize: int) -> bool:
@@ -348,19 +123,16 @@ def pad_k_tail(m: int, n: int, k: int, tile_k: int, a_copied: bool, b_copied: bo
     The kernel's tail costs ``m n (k mod tile_k)`` products at :data:`TAIL_SECONDS_PER_PRODUCT`;
     padding costs a copy of each operand (a read and a write; only the padding is
     zeroed) or, for one the launcher copies anyway (misaligned), nothing measurable.
-    Measured on the H100 (``benchmarks/results/h100_k_tail.log``, float64, ms, tail by
+    Measured on the H100 (float64, ms, tail by
     the kernel -> padded): 4096x4096x4095 4.26 -> 3.32 (0.69x -> 0.89x cuBLAS),
     2048x2048x2047 0.759 -> 0.513, 2048x2048x2040 0.595 -> 0.514, 4097^3 (both operands
     copied for alignment anyway) 3.845 -> 3.724 (0.91x), 1024x1024x1008 0.124 -> 0.100;
     but 1024x1024x1000 0.097 -> 0.100 and 1000^3 0.106 -> 0.107, where the rule keeps the
-    kernel's tail.  ``DXGEMM_K_TAIL`` (``auto``, ``kernel`` or ``pad``) overrides the choice.
+    kernel's tail.
     """
     tail = k % tile_k
     if tail == 0:
         return False
-    mode = _k_tail_mode()
-    if mode != "auto":
-        return mode == "pad"
     k_pad = k - tail + tile_k
     tail_s = m * n * tail * TAIL_SECONDS_PER_PRODUCT
     pad_s = 0.0
@@ -378,10 +150,10 @@ def plan(m: int, n: int, k: int, tile: tuple[int, int, int], depth: int, a_align
     ``bounded_loads``: the pipeline's loads stop at the operands' extents by themselves
     (TMA, the TF32 kernels: the copy engine fills what lies past them with zeros), so
     the partial block row and column read the operands in place — no edge strips.
-    Measured (``benchmarks/results/h100_tma_edges.log``, float32, against the strips):
+    Measured (float32, against the strips):
     1000^3 0.077 -> 0.069 ms (0.68x -> 0.76x cuBLAS), 4096x64x4096 0.236 -> 0.217 ms, and
     host time per call 367 -> 259 us at 1000^3, 478 -> 356 at 4096x64x4096 (split-K:
-    every slice copied its strip).  ``DXGEMM_TMA_EDGES=copy`` brings the strips back.
+    every slice copied its strip).
     """
     tm, tn, tk = tile
     for name, v in (("m", m), ("n", n), ("k", k)):
@@ -399,48 +171,12 @@ def plan(m: int, n: int, k: int, tile: tuple[int, int, int], depth: int, a_align
     return Plan(k_floor, k_floor, k, not a_aligned, not b_aligned, False, mb_main, nb_main, grid)
 
 
-class KeptBuffers:
-    """Device buffers kept between calls, one per key (a stream), grown in stream order.
-
-    A pipeline kernel keeps its pipelines' storage this way, and split-K calls their
-    workspace: a request no larger than the kept buffer reuses it; a larger one frees the
-    old buffer on the requesting stream (so work already enqueued there finishes with it)
-    and allocates a new one from ``device``'s memory resource.
-    """
-
-    def __init__(self) -> None:
-        import threading
-
-        self._buffers: dict[Any, Any] = {}
-        self._lock = threading.Lock()
-
-    def get(self, key: Any, device: Any, stream: Any, nbytes: int) -> tuple[int, bool]:
-        """``(pointer, replaced)``: at least ``nbytes`` for ``key``; ``replaced`` when a new buffer was taken."""
-        buf = self._buffers.get(key)
-        if buf is not None and buf.size >= nbytes:
-            return int(buf.handle), False
-        with self._lock:
-            buf = self._buffers.get(key)
-            if buf is not None and buf.size >= nbytes:
-                return int(buf.handle), False
-            if buf is not None:
-                buf.close(stream)
-            buf = self._buffers[key] = device.memory_resource.allocate(nbytes, stream=stream)
-        return int(buf.handle), True
-
-
 def storage_stride(storage_bytes: int, storage_alignment: int) -> int:
     """Bytes from one device pipeline's storage to the next in a storage buffer: what the
     init kernel is told, and (times the four pipelines of a K slice) how far a split-K
-    kernel's slice moves into the buffer (``_build._gemm_pyfunc``)."""
+    kernel's slice moves into the buffer (``codegen._gemm_pyfunc``)."""
     step = max(int(storage_alignment), 16)
     return -(-int(storage_bytes) // step) * step
-
-
-def _aligned_ld(elements: int, itemsize: int) -> int:
-    """The smallest leading dimension >= ``elements`` whose rows start 16-byte aligned."""
-    per = max(16 // itemsize, 1)
-    return -(-max(elements, 1) // per) * per
 
 
 class _Scratch:
@@ -515,7 +251,7 @@ def _copy_scratch(src: Matrix, rows: int, cols: int, alloc_rows: int, alloc_cols
     outer = alloc_rows if row_major else alloc_cols
     used_inner, used_outer = (cols, rows) if row_major else (rows, cols)
     it = src.itemsize
-    ld = _aligned_ld(inner, it)
+    ld = aligned_ld(inner, it)
     ptr = scratch.alloc(ld * outer * it)
     if zero:
         # past the copied lines' ends, then the lines past the copied ones
@@ -547,14 +283,14 @@ class PipelineKernel:
         )
         if err != driver.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"cannot raise the kernel's dynamic shared memory to {smem} bytes: {err!r}")
-        _check_params(self._gemm, self.meta["gemm_params"], self.meta["gemm_entry"])
-        _check_params(self._init, self.meta["init_params"], self.meta["init_entry"])
+        check_params(self._gemm, self.meta["gemm_params"], self.meta["gemm_entry"])
+        check_params(self._init, self.meta["init_params"], self.meta["init_entry"])
         self.tile_m, self.tile_n, self.tile_k = (int(x) for x in self.meta["tile"])
         self.depth = int(self.meta["config"]["depth"])
         self.block = tuple(int(x) for x in self.meta["block_dim"])
         self.itemsize = np.dtype(self.meta["dtype"]).itemsize
         # the TF32 kernels load through TMA, which stops at the tensor's extents (``plan``)
-        self._bounded_loads = self.meta.get("operands") == "tf32" and os.environ.get("DXGEMM_TMA_EDGES") != "copy"
+        self._bounded_loads = self.meta.get("operands") == "tf32"
         self.arrangement = tuple(self.meta["arrangement"][:2])
         # one block per pipeline; entries built before "init_launch" existed run 4 threads of one block
         init = self.meta.get("init_launch", {"grid": 1, "block": 4})
@@ -582,7 +318,7 @@ class PipelineKernel:
         tuple (or a list of its already flattened kernel slots).  Returns the
         :class:`Plan` that ran (tests and benchmarks read it).
 
-        ``slices`` > 1 (a kernel built with ``split_k``, :mod:`._splitk`): the pipeline's K
+        ``slices`` > 1 (a kernel built with ``split_k``, :mod:`dxgemm.runtime.splitk`): the pipeline's K
         is cut into that many ranges (:func:`.config.slice_ranges`), run side by side as
         the grid's z dimension, and ``d`` is the stacked workspace: ``slices`` blocks of
         ``m`` rows (row-major) or ``n`` columns (column-major), slice ``s`` holding
@@ -598,7 +334,7 @@ class PipelineKernel:
             raise ValueError(f"kernel {self.key} was not built for split-K (split_k=True)")
         tm, tn = self.tile_m, self.tile_n
         a_aligned, b_aligned = a.aligned(), b.aligned()
-        plan_key = (m, n, k, a_aligned, b_aligned, _k_tail_mode())
+        plan_key = (m, n, k, a_aligned, b_aligned)
         p = self._plans.get(plan_key)
         if p is None:
             p = plan(m, n, k, (tm, tn, self.tile_k), self.depth, a_aligned, b_aligned, itemsize=self.itemsize,
@@ -609,7 +345,7 @@ class PipelineKernel:
         ranges = [(0, p.k_main)] if slices == 1 else slice_ranges(p.k_main, slices, self.tile_k)
         handle = int(getattr(stream, "handle", stream))
         stream, cu_stream = self._stream(handle)
-        epi_slots = epi_args if type(epi_args) is list else _values(tuple(epi_args))
+        epi_slots = epi_args if type(epi_args) is list else flat_values(tuple(epi_args))
         scratch = None
         try:
             pa, pb = a, b

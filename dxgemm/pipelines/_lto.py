@@ -28,7 +28,7 @@ plus the target.  A request is answered
    once they exist.  Numba only collects LTO-IR objects while lowering, so placeholders
    pass through ``compile_all`` untouched.
 
-``_build`` starts worker processes that each replay the same lowering in ``defer`` mode —
+``workers`` starts worker processes that each replay the same lowering in ``defer`` mode —
 cheap once the finalize traits below come from the store: descriptors and Numba, no
 NVRTC — and then compile the pending requests with :func:`compile_pending`, writing the
 objects to the store: each worker walks the sorted list from its own share onwards and
@@ -60,8 +60,7 @@ from unfinalized handles, with byte-identical LTO-IR (the pipeline ``create`` an
 fragment copy, compared); any other call given an unfinalized handle finalizes it first;
 tensor UIDs are numbered as libmathdx numbers them; and kernels built with traits from
 the store have the same code as before (fp64 and TF32; see ``_build``).  Damaged entries
-are recomputed; writes are atomic (:class:`LtoStore`).  ``DXGEMM_TRAIT_CACHE=0`` turns
-this off (every finalize runs, in order, as nvmath issues it).
+are recomputed; writes are atomic (:class:`LtoStore`).
 """
 
 from __future__ import annotations
@@ -241,11 +240,6 @@ def _answer(p: Pending) -> tuple[bytes, int]:
     return p.ltoir, p.isa
 
 
-def trait_cache_enabled() -> bool:
-    """Whether finalize traits are kept on disk (``DXGEMM_TRAIT_CACHE=0`` turns it off)."""
-    return os.environ.get("DXGEMM_TRAIT_CACHE", "1").strip().lower() not in ("0", "off", "no", "false")
-
-
 def intercept(store: LtoStore | None, *, mode: str = "eager", target: str = "") -> None:
     """Route nvmath's device-function compiles and trait queries through this module (see the module doc).
 
@@ -265,8 +259,7 @@ def intercept(store: LtoStore | None, *, mode: str = "eager", target: str = "") 
     from nvmath.device import cublasdx_backend as be
     from nvmath.device import cublasdx_numba as dxn
 
-    if trait_cache_enabled():
-        traits.install(mathdx, (be, dx))
+    traits.install(mathdx, (be, dx))  # finalize traits kept on disk
 
     orig_generate_code = be.generate_code
     orig_get_lto = common_backend.get_lto
@@ -350,7 +343,7 @@ def compile_pending(index: int, workers: int, keys: list[str] | None = None) -> 
     Every worker walks the pending list (``keys``, default all), starting at its own
     ``index``-th share, and compiles each request no one else has claimed
     (:meth:`LtoStore.claim`): a worker that is done early takes what is left, and a
-    request another process is already compiling (a speculative one, see ``_build``) is
+    request another process is already compiling (a speculative one, see ``workers``) is
     not compiled twice.  Returns how many this process compiled.
     """
     pending = pending_keys() if keys is None else sorted(k for k in keys if k in _state.by_key)
@@ -385,8 +378,8 @@ def resolve(objects: list[bytes]) -> list[bytes]:
     One object can reach the list twice, once as a placeholder and once as its bytes: a
     request answered with a placeholder (the store did not have it yet), then the same request
     from another call site answered from the store, which a worker filled in between.  Linked
-    twice, nvJitLink refuses it (``symbol multiply defined``; seen once in session 28's GPU
-    tests, where 16 processes compiled at once), so a repeat is dropped.  Compiles here what
+    twice, nvJitLink refuses it (``symbol multiply defined``; seen once when 16 processes
+    compiled at once), so a repeat is dropped.  Compiles here what
     no worker made."""
     out: dict[bytes, None] = {}
     for data in objects:

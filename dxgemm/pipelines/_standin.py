@@ -51,6 +51,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..runtime import env
+
 __all__ = ["activate", "gpu_available", "standin_library", "FakeDevice", "STANDIN_DRIVER_VERSION"]
 
 STANDIN_DRIVER_VERSION = 13000
@@ -148,7 +150,7 @@ def standin_library(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     src.write_text(_STANDIN_SOURCE + "\nint dxgemm_standin_marker = 1;\n")
     fd, tmp = tempfile.mkstemp(dir=folder, suffix=".so.tmp")
     os.close(fd)
-    cc = os.environ.get("CC", "gcc")
+    cc = env.c_compiler()
     cmd = [cc, "-shared", "-fPIC", "-O1", "-Wl,-soname,libcuda.so.1", "-o", tmp, str(src)]
     try:
         subprocess.run(cmd, check=True, capture_output=True, text=True)
@@ -207,7 +209,7 @@ def _patch_numba(cc: tuple[int, int]) -> None:
     Numba adds for a real device), and ``bind`` does nothing: there is no context to load
     into, and the cubin is linked whenever it is asked for (``get_cubin(cc=...)``).  That is
     what lets a handwritten rung be built into the on-disk cache without a GPU
-    (:func:`dxgemm._rung_cache.stored`).
+    (:func:`dxgemm.runtime.rungs.stored`).
     """
     import numba.cuda
     import numba.cuda.api as api

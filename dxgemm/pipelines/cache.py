@@ -86,13 +86,14 @@ __all__ = [
 FORMAT_VERSION = 5  # 5: K tail staged in shared memory, added in registers; 4: full tiles stored without bounds checks or run-time directions; 3: grouped block order, one-block-per-pipeline init
 """Part of every key: bump it whenever the code dxgemm generates changes (see :data:`CODEGEN_DIGEST`)."""
 
-CODEGEN_SOURCES = ("pipelines/_build.py", "pipelines/_lto.py", "kernels/__init__.py", "kernels/_device.py",
+CODEGEN_SOURCES = ("pipelines/_build.py", "pipelines/codegen.py", "pipelines/workers.py", "pipelines/_lto.py",
+                   "kernels/__init__.py", "kernels/_device.py",
                    "kernels/_spec.py", "kernels/splitk_reduce.py", "epilogues/_base.py", "epilogues/_pointwise.py",
                    "epilogues/_operands.py", "epilogues/_custom.py")
 """The modules (relative to the package) whose code ends up in cached kernels, besides
 :class:`~.config.PipelineConfig` (its launch bounds)."""
 
-CODEGEN_DIGEST = "bdce88690aaf70a3"
+CODEGEN_DIGEST = "434489f7510b5a62"
 """:func:`codegen_digest` as of the last review of :data:`FORMAT_VERSION`.
 
 The key does not hash dxgemm's own source: a cold kernel costs 30-60 s, and every edit
@@ -124,7 +125,7 @@ def accumulator_functions(outlined: Iterable[str]) -> list[str]:
 
 class SlowKernelWarning(UserWarning):
     """A pipeline kernel was built, correct, but with code known to run far below its speed
-    (the link left cuBLASDx's device functions out of line; :func:`._build.check_inlined`)."""
+    (the link left cuBLASDx's device functions out of line; :func:`.elf.check_inlined`)."""
 
 
 def codegen_digest() -> str:
@@ -144,22 +145,10 @@ def codegen_digest() -> str:
 
 
 def default_cache_dir() -> Path:
-    """``$DXGEMM_CACHE_DIR``, else the user cache directory for dxgemm."""
-    env = os.environ.get("DXGEMM_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    return _user_cache_dir(os.environ.get("XDG_CACHE_HOME"))
+    """``$DXGEMM_CACHE_DIR``, else the user cache directory for dxgemm (:mod:`dxgemm.runtime.env`)."""
+    from ..runtime import env
 
-
-@functools.lru_cache(maxsize=None)
-def _user_cache_dir(xdg_cache_home: str | None) -> Path:
-    """platformdirs' answer, asked once (every pipeline call consults the cache directory)."""
-    try:
-        import platformdirs
-    except ImportError:  # the GPU host has no platformdirs outside the wheelhouse
-        base = xdg_cache_home or os.path.join(os.path.expanduser("~"), ".cache")
-        return Path(base) / "dxgemm"
-    return Path(platformdirs.user_cache_dir("dxgemm"))
+    return env.cache_dir()
 
 
 # --------------------------------------------------------------------------- keys
@@ -176,8 +165,7 @@ def _dist_version(*names: str) -> str | None:
 
 PREFERRED_TOOLCHAIN = "13.0"
 """The NVRTC/NVVM/nvJitLink version whose pipeline kernels measured fastest on the H100:
-13.5 builds of the same code keep more in local memory and ran 10-26 % slower in float32
-(``benchmarks/results/h100_toolchain_ab_s11.log``).  ``python -m dxgemm info`` says so
+13.5 builds of the same code keep more in local memory and ran 10-26 % slower in float32.  ``python -m dxgemm info`` says so
 when another version is loaded; the cache key holds the CUDA major version only, so a
 kernel keeps the toolchain that built it."""
 
@@ -230,14 +218,15 @@ def compiler_mismatch(versions: Mapping[str, Any] | None = None) -> str | None:
     """None when NVRTC and nvJitLink are the same version (or either is unknown), else why that matters.
 
     nvJitLink 13.5 linking NVRTC 13.0's LTO-IR left cuBLASDx's functions out of line and
-    built kernels 12x slower (:func:`._build.check_inlined`)."""
+    built kernels 12x slower (:func:`.elf.check_inlined`)."""
     v = toolchain_versions() if versions is None else versions
     nvrtc, nvjitlink = v.get("nvrtc"), v.get("nvjitlink")
     if not nvrtc or not nvjitlink or nvrtc == nvjitlink:
         return None
     return (f"NVRTC {nvrtc} and nvJitLink {nvjitlink} differ: kernels they build keep cuBLASDx's functions out of "
             f"line (nvJitLink 13.5 with NVRTC 13.0 ran 12x slower); install the matching nvJitLink, "
-            f"pip install 'nvidia-nvjitlink=={nvrtc}.*', or dxgemm[ctk130] for the 13.0 set")
+            f"pip install 'nvidia-nvjitlink=={nvrtc}.*', or, in a clone of dxgemm, pip install -e \".[ctk130]\" "
+            f"for the 13.0 set")
 
 
 def slower_toolchain(versions: Mapping[str, Any] | None = None) -> str | None:
@@ -252,7 +241,7 @@ def slower_toolchain(versions: Mapping[str, Any] | None = None) -> str | None:
         return None
     return (f"pipeline kernels built by the {PREFERRED_TOOLCHAIN} toolchain ran 10-26 % faster on the H100 than "
             f"{linker}'s (docs/performance.md: 'Which toolchain builds the kernels'); "
-            f"pip install \"dxgemm[ctk130]\" pins it")
+            f"in a clone of dxgemm, pip install -e \".[ctk130]\" pins it")
 
 
 def key_versions(versions: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -296,7 +285,7 @@ def key_fields(
     iteration of a staged store's tile walk (a field only when not 1, likewise); ``split_k``
     the variant whose grid runs K slices (a field only when set, likewise); ``preload`` a
     tile walk that reads its epilogue's per-tile operands right after the main loop (a
-    field only when set, likewise; :func:`dxgemm.pipelines._build._preload_group`).
+    field only when set, likewise; :func:`dxgemm.pipelines.codegen._preload_group`).
     """
     if hasattr(config, "as_dict"):
         config = config.as_dict()
@@ -378,8 +367,8 @@ def _encode(fields: Mapping[str, Any], meta: Mapping[str, Any], blobs: Mapping[s
     float32 pipeline kernel's 5.5 MB GEMM cubin and 3.3 MB setup cubin to 0.45 MB together,
     a quarter less than zlib's 0.61 MB, and inflates them in ~25 ms (zlib: ~8 ms), well inside
     the warm start's budget; a cache of a few dozen configurations is tens of megabytes, so
-    the smaller format is the one written.  Entries written with zlib (before session 27)
-    still read.  The checksum is over the uncompressed bytes.
+    the smaller format is the one written.  Entries written with zlib (earlier
+    versions) still read.  The checksum is over the uncompressed bytes.
     """
     import lzma
 

@@ -1,28 +1,31 @@
-"""Get a pipeline GEMM kernel: process memo -> on-disk cache -> compile.
+"""Get a pipeline GEMM kernel: the process's table (:mod:`dxgemm.runtime.memo`) -> on-disk cache -> compile.
 
 The warm path (``get_kernel`` with the entry on disk) reads one cache file and loads two
-cubins with cuda.core; it imports neither nvmath nor Numba.  Only a miss imports
+cubins with cuda.core; it imports no nvmath.  Only a miss imports
 :mod:`._build` (and with it nvmath, libmathdx, Numba) and compiles, under the cache's
 per-key inter-process lock.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Callable, Hashable
 
 import numpy as np
 
+from ..runtime.launch import numba_type_text
+from ..runtime.memo import KERNELS
 from .cache import CacheEntry, KernelCache, key_fields
 from .config import PipelineConfig, pipeline_store, walk_preload, walk_unroll
 
-__all__ = ["IDENTITY_EPILOGUE", "entry_fields", "get_entry", "get_kernel", "compile_count"]
+__all__ = ["PipelineUnavailable", "IDENTITY_EPILOGUE", "entry_fields", "get_entry", "get_kernel", "compile_count"]
+
+class PipelineUnavailable(RuntimeError):
+    """The pipeline backend cannot run this call here (:mod:`dxgemm.runtime.pipeline` says when)."""
+
 
 IDENTITY_EPILOGUE: Hashable = ("identity",)
 """The epilogue key of a kernel built without an epilogue: it stores ``A @ B`` as is."""
 
-_memo: dict[tuple, Any] = {}
-_lock = threading.Lock()
 _compiles = 0
 
 
@@ -45,7 +48,7 @@ def entry_fields(
     wide_walk: bool = False,
 ) -> dict:
     """The cache-key fields of one kernel.  ``epi_arg_types``: the Numba type of the epilogue's arguments, as text;
-    ``split_k``: the variant whose grid runs K slices (:mod:`._splitk`); ``preload``: whether the
+    ``split_k``: the variant whose grid runs K slices (:mod:`dxgemm.runtime.splitk`); ``preload``: whether the
     epilogue has early reads (a bound epilogue's ``preload``), which a tile walk issues;
     ``wide_walk``: the epilogue's (a bound epilogue's), which sets the tile walk's width.
 
@@ -85,9 +88,9 @@ def get_entry(
     """The cache entry (cubins + launch metadata) of one kernel, compiling it on a miss.
 
     ``operands="tf32"``: a float32 kernel whose tensor cores read A and B as TF32 (the
-    building block of :mod:`.tf32x3`); ``split_k=True``: the split-K variant (:mod:`._splitk`)."""
+    building block of :mod:`.tf32x3`); ``split_k=True``: the split-K variant (:mod:`dxgemm.runtime.splitk`)."""
     cache = cache or KernelCache()
-    arg_types = _numba_type_text(epi_args)
+    arg_types = numba_type_text(epi_args)
     fields = entry_fields(config, dtype, arrangement, epilogue_key, epi_arg_types=arg_types, cc=cc,
                           operands=operands, split_k=split_k, preload=preload, wide_walk=wide_walk)
     store = fields.get("store", "loop")
@@ -97,8 +100,6 @@ def get_entry(
         import importlib.util
 
         if importlib.util.find_spec("nvmath") is None:
-            from ._dispatch import PipelineUnavailable
-
             raise PipelineUnavailable(
                 f"pipeline kernel {config.name} {np.dtype(dtype).name} {'/'.join(arrangement)} is not in the cache "
                 f"({cache.root}) and nvmath-python is not installed to compile it"
@@ -135,14 +136,14 @@ _warned_outlined: set[str] = set()
 
 def outlined_accumulator_functions(entry: CacheEntry) -> list[str]:
     """The accumulator-taking cuBLASDx functions a cached kernel's link left out of line
-    (:func:`._build.check_inlined`; non-empty means slow); kernels built before dxgemm
+    (:func:`.elf.check_inlined`; non-empty means slow); kernels built before dxgemm
     recorded it are read from their cubin.  Memoized per key."""
     if entry.key not in _outlined_by_key:
         from .cache import accumulator_functions
 
         outlined = entry.meta.get("outlined")
         if outlined is None and "gemm" in entry.blobs:
-            from ._build import outlined_functions
+            from .elf import outlined_functions
 
             outlined = outlined_functions(entry.blobs["gemm"])
         _outlined_by_key[entry.key] = accumulator_functions(outlined or [])
@@ -188,65 +189,28 @@ def get_kernel(
     device: int | None = None,
     **kwargs: Any,
 ):
-    """A loaded :class:`~._launch.PipelineKernel`, memoized per process and device."""
+    """A loaded :class:`~._launch.PipelineKernel`, kept per process and device (:mod:`dxgemm.runtime.memo`)."""
     from ._launch import PipelineKernel
 
-    key = (config, np.dtype(dtype).name, tuple(arrangement), kwargs.get("epilogue_key", IDENTITY_EPILOGUE),
-           _numba_type_text(kwargs.get("epi_args", ())), kwargs.get("operands", "native"),
+    key = ("pipeline", config, np.dtype(dtype).name, tuple(arrangement), kwargs.get("epilogue_key", IDENTITY_EPILOGUE),
+           numba_type_text(kwargs.get("epi_args", ())), kwargs.get("operands", "native"),
            pipeline_store(kwargs.get("operands", "native"), config, dtype), kwargs.get("split_k", False),
            device)
-    hit = _memo.get(key)
-    if hit is not None:
-        return hit
-    with _lock:
-        hit = _memo.get(key)
-        if hit is None:
-            entry = get_entry(config, dtype, arrangement, **kwargs)
-            try:
-                hit = PipelineKernel(entry, device)
-            except Exception as e:  # a cubin this driver refuses (newer toolchain, corrupt): rebuild it
-                import warnings
 
-                from .cache import CacheWarning, KernelCache
+    def make() -> Any:
+        entry = get_entry(config, dtype, arrangement, **kwargs)
+        try:
+            return PipelineKernel(entry, device)
+        except Exception as e:  # a cubin this driver refuses (newer toolchain, corrupt): rebuild it
+            import warnings
 
-                warnings.warn(f"dxgemm kernel cache: cannot load {entry.path} ({e}); rebuilding", CacheWarning,
-                              stacklevel=2)
-                (kwargs.get("cache") or KernelCache()).discard(entry.key)
-                hit = PipelineKernel(get_entry(config, dtype, arrangement, **kwargs), device)
-            _memo[key] = hit
-    return hit
+            from .cache import CacheWarning, KernelCache
+
+            warnings.warn(f"dxgemm kernel cache: cannot load {entry.path} ({e}); rebuilding", CacheWarning,
+                          stacklevel=4)
+            (kwargs.get("cache") or KernelCache()).discard(entry.key)
+            return PipelineKernel(get_entry(config, dtype, arrangement, **kwargs), device)
+
+    return KERNELS.get_or_make(key, make)
 
 
-_type_texts: dict[tuple, str] = {}
-
-
-def _numba_type_text(epi_args: tuple) -> str:
-    """``str(numba.typeof(epi_args))``: the epilogue arguments' Numba type, part of the key.
-
-    Two calls whose arguments have the same Numba type run the same compiled kernel (the
-    values are run-time); a new type (another dtype, an array of other rank or layout)
-    is another kernel.  Numba's ``typeof`` costs tens of microseconds per argument, paid
-    on every call, so the text is memoized by a cheap signature (Python type, dtype,
-    shape and strides of each argument) that determines it.
-    """
-    signature = _signature(tuple(epi_args))
-    text = _type_texts.get(signature)
-    if text is None:
-        from numba import typeof
-
-        text = str(typeof(tuple(epi_args)))
-        if len(_type_texts) > 4096:  # many sizes of extra arrays: start over rather than grow
-            _type_texts.clear()
-        _type_texts[signature] = text
-    return text
-
-
-def _signature(value: Any) -> tuple:
-    if isinstance(value, tuple):
-        return ("tuple",) + tuple(_signature(v) for v in value)
-    dtype = getattr(value, "dtype", None)
-    shape = getattr(value, "shape", None)
-    if dtype is not None and shape is not None:  # an array: its type follows dtype, rank and layout
-        strides = getattr(value, "strides", None)
-        return (type(value), str(dtype), tuple(shape), None if strides is None else tuple(strides))
-    return (type(value), None if dtype is None else str(dtype))

@@ -1,16 +1,17 @@
 """``dxgemm.gemm(..., backend="pipeline")``: from validated operands to a pipeline launch.
 
-Kept apart from :mod:`dxgemm._gemm` so that the top-level module stays small and nothing
-here is imported until the pipeline is asked for.  Nothing here imports nvmath: the
-kernel comes from the process memo or the on-disk cache, and only a miss compiles
-(:mod:`.kernels`).
+Nothing here imports nvmath: the kernel comes from the process memo or the on-disk cache,
+and only a miss compiles (:mod:`dxgemm.pipelines.loader`).  The configuration and the K
+split are :mod:`dxgemm.policy`'s, unless a configuration is forced
+(:class:`~dxgemm.pipelines.config.use_config`) or was tuned for the shape class
+(:mod:`.tuning`).
 
 What the pipeline can take, and what it cannot
 ----------------------------------------------
 It takes every float32/float64 problem with ``m, n, k >= 1`` whose operands have a unit
 stride in one dimension (``dxgemm._arrays`` already copies inputs without one): shapes
 that are not tile multiples, short K and misaligned operands are handled by the launcher
-(:mod:`._launch`).  It cannot run when
+(:mod:`dxgemm.pipelines._launch`).  It cannot run when
 
 * the device is not compute capability 9.0 (the cubins are ``sm_90a``: wgmma-era SASS
   that no other GPU loads),
@@ -24,54 +25,86 @@ best handwritten backend instead, ``backend="pipeline"`` lets it reach the calle
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 from typing import Any
 
 import numpy as np
 
-from .config import PipelineConfig, split_k, suggest
-from .tf32x3 import kernel_variant
-from .tf32x3 import run as run_tf32x3
+from .. import policy
+from ..kernels._device import SIMULATOR
+from ..pipelines.config import PipelineConfig, forced_config, parse_config
+from ..pipelines.loader import PipelineUnavailable
+from ..pipelines.tf32x3 import kernel_variant
+from ..pipelines.tf32x3 import run as run_tf32x3
+from .device import device_cc, device_info
+from .launch import matrix_of
+from .tuned import lookup
 
-__all__ = ["PipelineUnavailable", "PipelineCall", "availability", "prepare", "run", "matrix_of"]
+__all__ = ["PipelineUnavailable", "PipelineCall", "availability", "prepare", "run", "matrix_of", "suggest",
+           "split_k", "use_split_k"]
+
+_forced_slices: list[int] = []
 
 
-class PipelineUnavailable(RuntimeError):
-    """The pipeline backend cannot run this call here (see the module docstring for when)."""
+def suggest(m: int, n: int, k: int, dtype: Any, *, device: Any = None) -> PipelineConfig:
+    """The pipeline configuration a call runs: the one :class:`~dxgemm.pipelines.config.use_config`
+    forces, else the one :func:`dxgemm.autotune.autotune` stored for the shape class, else
+    :func:`dxgemm.policy.pipeline_config` for ``device`` (a ``DeviceInfo``, an ordinal, or
+    None: the current device, an H100's figures without one)."""
+    for name, value in (("m", m), ("n", n), ("k", k)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    dt = np.dtype(dtype)
+    forced = forced_config()
+    if dt in (np.dtype(np.float32), np.dtype(np.float64)):
+        if forced is not None:
+            return parse_config(forced, dt, m, n)
+        tuned = lookup(m, n, k, dt)
+        if tuned is not None:
+            return tuned
+    return policy.pipeline_config(m, n, k, dt, device_info(device))
 
 
-@functools.lru_cache(maxsize=None)
-def _device_cc(device: int) -> tuple[int, int]:
-    from cuda.core import Device
+def split_k(m: int, n: int, k: int, config: PipelineConfig, dtype: Any, *, device: Any = None) -> int:
+    """K slices of a pipeline call (:func:`dxgemm.policy.pipeline_split_k`; :class:`use_split_k`
+    forces a count)."""
+    return policy.pipeline_split_k(m, n, k, config, dtype, device_info(device),
+                                   slices=_forced_slices[-1] if _forced_slices else None)
 
-    return tuple(Device(device).compute_capability)
+
+def forced_slices() -> tuple:
+    """The split counts :class:`use_split_k` forces now (innermost last)."""
+    return tuple(_forced_slices)
+
+
+class use_split_k:
+    """``with use_split_k(4):`` runs pipeline calls in that many K slices (1: unsplit), still
+    bounded by the slice minimum; for tests and benchmarks.  Process-wide, nestable."""
+
+    def __init__(self, slices: int):
+        self.slices = policy.check_split_count(slices)
+
+    def __enter__(self) -> "use_split_k":
+        _forced_slices.append(self.slices)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _forced_slices.pop()
 
 
 def availability(device: int) -> str | None:
     """None when the pipeline can run on ``device``, else the reason it cannot (one sentence)."""
-    from ..kernels._device import SIMULATOR
-
     if SIMULATOR:
         return "Numba's CUDA simulator is active (NUMBA_ENABLE_CUDASIM=1)"
     if importlib.util.find_spec("cuda.core") is None:
         return "cuda.core is not installed"
     try:
-        cc = _device_cc(int(device))
+        cc = device_cc(int(device))
     except Exception as e:  # no driver, no such device
         return f"GPU {device} cannot be queried ({e})"
     if cc != (9, 0):
         return f"its kernels are built for compute capability 9.0 (H100/H200); GPU {device} is {cc[0]}.{cc[1]}"
     return None
-
-
-def matrix_of(op: Any):
-    """The launcher's :class:`~._launch.Matrix` for a validated ``dxgemm._arrays.Operand``."""
-    from ._launch import Matrix
-
-    arrangement = "row_major" if op.layout.value == "row" else "col_major"
-    rows, cols = op.shape
-    return Matrix(int(op.ptr), int(rows), int(cols), int(op.ld), arrangement, int(op.dtype.itemsize))
 
 
 class PipelineCall:
@@ -88,23 +121,23 @@ class PipelineCall:
         self.kernel, self.tf32x3, self.device = kernel, tf32x3, device
 
     def __call__(self, a: Any, b: Any, d: Any, m: int, n: int, k: int, epi_args: tuple | list, stream: int):
-        """Launch on ``stream`` for :class:`~._launch.Matrix` views ``a``, ``b``, ``d``; returns the Plan."""
+        """Launch on ``stream`` for :class:`~.launch.Matrix` views ``a``, ``b``, ``d``; returns the Plan."""
         if self.tf32x3:
             return run_tf32x3(self.kernel, a, b, d, m, n, k, epi_args, stream, self.device)
         return self.kernel(stream, a, b, d, m, n, k, epi_args)
 
 
 def prepare(dtype: Any, arrangements: tuple[str, str], m: int, n: int, k: int, bound: Any, device: int,
-            *, config: PipelineConfig | None = None, d_arrangement: str = "row_major") -> "PipelineCall | SplitKCall":
+            *, config: PipelineConfig | None = None, d_arrangement: str = "row_major") -> "PipelineCall | Any":
     """Choose the configuration, kernel variant and K split for this problem and load the kernel(s).
 
     ``arrangements``: A's and B's (``"row_major"``/``"col_major"``); ``bound``: the bound
     epilogue chain (alpha/beta first), whose key and argument types select the kernel;
     ``d_arrangement``: D's, which the split-K reduce is compiled for.  A problem with too
-    few output tiles (:func:`.config.split_k`) gets a :class:`._splitk.SplitKCall`.
+    few output tiles (:func:`split_k`) gets a :class:`.splitk.SplitKCall`.
     Raises :class:`PipelineUnavailable` when the pipeline cannot run here (module docstring).
     """
-    from .kernels import get_kernel
+    from ..pipelines.loader import get_kernel
 
     reason = availability(device)
     if reason is not None:
@@ -114,20 +147,21 @@ def prepare(dtype: Any, arrangements: tuple[str, str], m: int, n: int, k: int, b
     arrangement, operands = kernel_variant(dtype, arrangements, m, n)
     slices = split_k(m, n, k, cfg, dtype, device=device)
     if slices > 1:
-        from ._splitk import prepare_split
+        from .splitk import prepare_split
 
         return prepare_split(cfg, dtype, arrangement, operands, bound, d_arrangement, slices, device)
+    traits = policy.EpilogueTraits.of(bound)  # what the bound chain declares (any object with key/make/args)
     kernel = get_kernel(
         cfg, dtype, arrangement, device=device, operands=operands,
         epilogue_key=bound.key, make_epilogue=bound.make, epi_args=bound.args,
-        preload=getattr(bound, "preload", None) is not None, wide_walk=getattr(bound, "wide_walk", False),
+        preload=traits.preload, wide_walk=traits.wide_walk,
     )
     return PipelineCall(kernel, operands == "tf32", device)
 
 
 def run(op_a: Any, op_b: Any, op_d: Any, m: int, n: int, k: int, bound: Any, stream: int, device: int,
         *, config: PipelineConfig | None = None):
-    """Run ``D = bound_epilogue(A @ B)`` through the pipeline; returns the launch :class:`~._launch.Plan`.
+    """Run ``D = bound_epilogue(A @ B)`` through the pipeline; returns the launch :class:`~dxgemm.pipelines._launch.Plan`.
 
     ``bound`` is the bound epilogue chain (alpha/beta first).  Raises
     :class:`PipelineUnavailable` when the pipeline cannot run here (module docstring).

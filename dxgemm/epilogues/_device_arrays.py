@@ -94,3 +94,16 @@ def device_array(obj: Any, name: str, ctx: EpilogueContext) -> DeviceArray:
     if device != ctx.device:
         raise ValueError(f"{name} is on GPU {device} but a and b are on GPU {ctx.device}; put them on one device")
     return DeviceArray(keep, name, shape, np.dtype(dtype), int(ptr), tuple(int(s) for s in strides), int(device))
+
+
+def to_xp(obj: Any, xp: Any) -> Any:
+    """``obj`` (a device array of any library, or a host array) as a NumPy (``xp is np``) or CuPy array."""
+    if xp is np:
+        if isinstance(obj, np.ndarray):
+            return obj
+        if hasattr(obj, "copy_to_host"):  # Numba device array, simulated or real
+            return obj.copy_to_host()
+        import cupy
+
+        return cupy.asnumpy(cupy.asarray(obj))
+    return xp.asarray(obj)

@@ -12,10 +12,10 @@ the pipeline layer's on-disk cache only when it ran on the pipeline.
 What is kept
 ------------
 The cubin of the kernel Numba built, its entry name and its parameter layout
-(:func:`dxgemm._calls.launch_layout`), in the pipeline layer's cache folder
+(:func:`.launch.launch_layout`), in the pipeline layer's cache folder
 (:class:`dxgemm.pipelines.cache.KernelCache`: atomic writes, a file lock per key, stale
 or corrupt entries warned about and rebuilt).  A hit loads the cubin with cuda.core and
-launches it with packed parameters (:class:`dxgemm._calls.KernelCall`), the path a
+launches it with packed parameters (:class:`.launch.KernelCall`), the path a
 repeated call already took; Numba compiles nothing.
 
 The key
@@ -40,29 +40,30 @@ import functools
 import hashlib
 import importlib
 import threading
-import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import numpy as np
 
-from ._calls import KernelCall, launch_layout
-from .kernels import STATIC_SMEM_LIMIT, KernelSpec, _raise_smem_limit, get_kernel
+from ..kernels import STATIC_SMEM_LIMIT, KernelSpec, _raise_smem_limit, build_kernel
+from ..pipelines.cache import CacheWarning, KernelCache, key_fields
+from .device import device_cc
+from .launch import KernelCall, launch_layout, numba_type_text
+from .memo import KERNELS
 
 __all__ = ["rung_call", "rung_fields", "source_digest", "tile_config", "compile_progress", "stored",
-           "plain_kernels", "warmup"]
+           "plain_epilogue"]
 
 _SOURCE_PACKAGES = ("kernels", "epilogues")
-_memo: dict[tuple, KernelCall] = {}
-_lock = threading.Lock()
+_memo = KERNELS  # the process's one table of ready kernels (.memo)
 
 
 @functools.lru_cache(maxsize=None)
 def source_digest() -> str:
     """sha256 (16 hex digits) of every module of ``dxgemm.kernels`` and ``dxgemm.epilogues``
     (the code a rung's cubin is generated from), line endings normalised."""
-    root = Path(__file__).resolve().parent
+    root = Path(__file__).resolve().parents[1]
     digest = hashlib.sha256()
     for package in _SOURCE_PACKAGES:
         for path in sorted((root / package).glob("*.py")):
@@ -78,8 +79,6 @@ def rung_fields(backend: str, spec: KernelSpec, arg_types: str, cc: tuple[int, i
     ``arg_types``: the Numba type of the epilogue's arguments, as text.  Values never
     enter: a new bias vector, slope or output array finds the same entry.
     """
-    from .pipelines.cache import key_fields
-
     config = {"rung": backend, "tile": spec.tile, "tile_config": tile_config(backend, spec)}
     fields = key_fields(cc=cc, config=config, dtype=np.dtype(spec.dtype).name,
                         arrangement=(spec.layout_a.value, spec.layout_b.value, spec.layout_d.value),
@@ -107,33 +106,35 @@ def rung_call(backend: str, spec: KernelSpec, bound: Any, device: int, slices: i
               cache: Any = None) -> KernelCall:
     """The launcher of ``backend``'s kernel for ``spec`` and ``bound``'s epilogue on ``device``.
 
-    Memoized per process; otherwise loaded from the on-disk cache, or compiled by Numba
-    (:func:`dxgemm.kernels.get_kernel`) and stored there.  ``slices``: the K slices a
+    Kept for the process (:mod:`.memo`); otherwise loaded from the on-disk cache, or compiled
+    by Numba (:func:`numba_kernel`) and stored there.  ``slices``: the K slices a
     split-K kernel runs over ``gridDim.z``.  ``cache``: a
     :class:`~dxgemm.pipelines.cache.KernelCache` (default: the user's).
     """
-    from .pipelines._dispatch import _device_cc
-    from .pipelines.kernels import _numba_type_text
+    arg_types = numba_type_text(bound.args)
 
-    arg_types = _numba_type_text(bound.args)
-    memo_key = (backend, spec, arg_types, device, slices)
-    hit = _memo.get(memo_key)
-    if hit is not None:
-        return hit
-    with _lock:
-        hit = _memo.get(memo_key)
-        if hit is None and _patched(backend):
-            hit = _memo[memo_key] = _compiled_here(backend, spec, bound, slices)
-        if hit is None:
-            hit = _load(backend, spec, bound, rung_fields(backend, spec, arg_types, _device_cc(device)), device,
-                        slices, cache)
-            _memo[memo_key] = hit
-    return hit
+    def make() -> KernelCall:
+        if _patched(backend):
+            return _compiled_here(backend, spec, bound, slices)
+        return _load(backend, spec, bound, rung_fields(backend, spec, arg_types, device_cc(device)), device,
+                     slices, cache)
+
+    return _memo.get_or_make(("rung", backend, spec, arg_types, device, slices), make)
+
+
+def numba_kernel(backend: str, spec: KernelSpec, epi_args: tuple, make_epilogue: Any) -> Any:
+    """``backend``'s kernel for ``spec`` compiled by Numba (a :class:`dxgemm.kernels.CompiledKernel`),
+    once per process and epilogue argument type (:mod:`.memo`); ``make_epilogue()`` builds the
+    epilogue device function on a miss.  What the simulator launches, and what a cubin is taken from."""
+    from numba import typeof
+
+    return _memo.get_or_make(("numba", backend, spec, typeof(epi_args)),
+                             lambda: build_kernel(backend, spec, epi_args, make_epilogue))
 
 
 def _compiled_here(backend: str, spec: KernelSpec, bound: Any, slices: int) -> KernelCall:
     """Numba's kernel of this process, not kept on disk (a rung module patched at run time)."""
-    compiled = get_kernel(backend, spec, bound.args, bound.make)
+    compiled = numba_kernel(backend, spec, bound.args, bound.make)
     if compiled.built.dynamic_smem > STATIC_SMEM_LIMIT:
         _raise_smem_limit(compiled.kernel, compiled.built.dynamic_smem)
     return KernelCall.of(compiled, slices)
@@ -141,8 +142,6 @@ def _compiled_here(backend: str, spec: KernelSpec, bound: Any, slices: int) -> K
 
 def _load(backend: str, spec: KernelSpec, bound: Any, fields: dict, device: int, slices: int,
           cache: Any) -> KernelCall:
-    from .pipelines.cache import CacheWarning, KernelCache
-
     cache = cache or KernelCache()
     entry = _stored(backend, spec, bound, fields, cache)
     try:
@@ -163,10 +162,7 @@ def stored(backend: str, spec: KernelSpec, bound: Any, cc: tuple[int, int], cach
     without one: the entry's key is the one a GPU process of the same versions computes, so
     that process loads the cubin instead of compiling.
     """
-    from .pipelines.cache import KernelCache
-    from .pipelines.kernels import _numba_type_text
-
-    fields = rung_fields(backend, spec, _numba_type_text(bound.args), tuple(cc))
+    fields = rung_fields(backend, spec, numba_type_text(bound.args), tuple(cc))
     return _stored(backend, spec, bound, fields, cache or KernelCache())
 
 
@@ -175,7 +171,7 @@ def _stored(backend: str, spec: KernelSpec, bound: Any, fields: dict, cache: Any
 
     def build() -> tuple[dict, dict]:
         with compile_progress(f"dxgemm: compiling {backend}/{spec.tile} {fields['dtype']} (first use, then on disk)"):
-            compiled = get_kernel(backend, spec, bound.args, bound.make)
+            compiled = numba_kernel(backend, spec, bound.args, bound.make)
         overload, kinds, block, tile, smem = launch_layout(compiled)
         library = overload.library
         meta = {"kind": "rung", "name": f"{backend}/{spec.tile}", "dtype": fields["dtype"],
@@ -221,74 +217,11 @@ def _call_of(entry: Any, device: int, slices: int) -> KernelCall:
                                  tuple(meta["tile"]), device, smem=int(meta.get("dynamic_smem", 0)), slices=slices)
 
 
-def plain_kernels(dtypes: Iterable[Any], arrangements: Iterable[tuple[str, str]]) -> list[tuple[str, str, tuple, str]]:
-    """``(backend, dtype, (layout A, B, D), tile)`` of every handwritten kernel a plain
-    ``dxgemm.gemm(a, b)`` may run (``alpha * A @ B``, no C, D row-major as ``gemm`` allocates it)
-    under ``auto``, for the given A/B ``arrangements`` (``"row_major"``/``"col_major"`` pairs).
+def plain_epilogue(dtype: Any) -> Any:
+    """The bound epilogue of a plain ``dxgemm.gemm(a, b)``: ``alpha * acc``, no C.
 
-    That is ``warptile`` on each of its tiles (``warptile.TILE_CONFIGS`` besides ``"large"``,
-    float64's split-K tiles among them, which :func:`dxgemm._gemm.choose_split_k` runs with
-    the plain chain), the split-K reduce that applies the chain, and ``gemv`` for one output row.
-    """
-    from .kernels import warptile
+    Split-K slices of both backends and both warmups use it, so a warmed kernel has the
+    key a call asks for."""
+    from ..epilogues._base import AlphaBeta, Chain, EpilogueContext
 
-    out = []
-    for dtype in dtypes:
-        name = np.dtype(dtype).name
-        tiles = ["large"] + [t for t in warptile.TILE_CONFIGS.get(name, {}) if t != "large"]
-        for arrangement in arrangements:
-            layouts = tuple(a.split("_")[0] for a in arrangement) + ("row",)
-            out += [("warptile", name, layouts, tile) for tile in tiles]
-            out.append(("gemv", name, layouts, "large"))
-        if any(warptile.TILE_CONFIGS.get(name, {}).get(t, {}).get("split_k") for t in tiles):
-            out.append(("splitk_reduce", name, ("row", "row", "row"), "large"))
-    return out
-
-
-def _build_plain(job: tuple) -> dict:
-    """Build one of :func:`plain_kernels` into the cache (a worker process's task)."""
-    (backend, dtype, layouts, tile), cc, cache_root = job
-    from .kernels import Layout
-    from .pipelines import _standin
-    from .pipelines.cache import KernelCache
-    from .pipelines.warmup import plain_epilogue
-
-    _standin.activate(tuple(cc))  # no-op with a GPU
-    bound = plain_epilogue(dtype)
-    spec = KernelSpec(np.dtype(dtype), *(Layout(x) for x in layouts), bound.key, None, tile=tile)
-    t0 = time.perf_counter()
-    entry = stored(backend, spec, bound, tuple(cc), KernelCache(cache_root))
-    return {"backend": backend, "tile": tile, "dtype": dtype, "layouts": "/".join(layouts),
-            "seconds": round(time.perf_counter() - t0, 1), "path": str(entry.path)}
-
-
-def warmup(dtypes: Iterable[Any] = ("float64", "float32"), *,
-           arrangements: Iterable[tuple[str, str]] = (("row_major", "row_major"),), cc: tuple[int, int] | None = None,
-           cache_root: str | None = None, jobs: int = 1, progress: bool = True,
-           log: Callable[[str], None] | None = None) -> list[dict]:
-    """Compile :func:`plain_kernels` into the on-disk cache; one record per kernel.
-
-    ``cc``: the compute capability to build for (default: the current GPU's, or 9.0 where
-    there is none, through the stand-in driver).  Kernels already stored cost a file read.
-    ``jobs > 1`` builds that many at once in worker processes (Numba compiles a kernel on
-    one core: a float64 ``warptile`` tile takes 8-30 s).
-    """
-    from .pipelines import _standin
-    from .pipelines.warmup import build_all
-
-    for dtype in dtypes:
-        if np.dtype(dtype) not in (np.float32, np.float64):
-            raise TypeError(f"dtypes: the handwritten kernels support float32 and float64, not {np.dtype(dtype)}")
-    if cc is None:
-        if _standin.activate((9, 0)):
-            cc = (9, 0)
-        else:
-            from numba import cuda
-
-            from .pipelines._dispatch import _device_cc
-
-            cc = _device_cc(cuda.get_current_device().id)
-    todo = [(kernel, tuple(cc), cache_root) for kernel in plain_kernels(dtypes, arrangements)]
-    return build_all(_build_plain, todo, jobs=jobs, desc="dxgemm warmup (handwritten kernels)", progress=progress,
-                     log=log, describe=lambda r: f"{r['backend']}/{r['tile']} {r['dtype']} {r['layouts']}: "
-                                                 f"{r['seconds']} s")
+    return Chain((AlphaBeta(1.0, 0.0),)).bind(EpilogueContext(1, 1, np.dtype(dtype), adapt=None))

@@ -1,0 +1,275 @@
+"""Every host decision in one place: which backend, which tile, how many K slices, which pipeline configuration.
+
+Each rule is a pure function of the problem (dtype, ``m x n x k``, operand alignment), the
+epilogue's traits (:class:`EpilogueTraits`, data the epilogue stages declare) and the
+device's properties (a :class:`~dxgemm.runtime.device.DeviceInfo`, or its SM count and L2
+size).  Nothing here reads the environment, queries a device or imports the runtime, so
+every rule can be checked on a machine without a GPU; the caller asks the device and passes
+its answer in.
+The measurements behind the constants are in ``docs/performance.md`` and
+``benchmarks/results/``; the docstrings give each rule and its reason.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .kernels.warptile import CONFIGS as WARPTILE_CONFIGS
+from .kernels.warptile import TILE_CONFIGS as WARPTILE_TILES
+from .pipelines.config import (_DEEP_K_TILES_F64, _SHALLOW_K_TILES, _SHALLOW_K_TILES_TF32, CONFIGS, MAX_SPLIT_K, SIMT_FLOAT32_MAX_SIDE,
+                               PipelineConfig, _configs, float32_method, uses_tf32x3, wave_efficiency, waves)
+
+H100_SMS = 132
+"""An H100 SXM's SMs: the rules' default where no device is named."""
+
+H100_L2_BYTES = 50 * 2**20
+"""An H100 SXM's L2 cache: the rules' default where no device is named."""
+
+__all__ = ["EpilogueTraits", "choose_backend", "choose_tile", "choose_split_tile", "choose_split_k",
+           "pipeline_config", "pipeline_split_k", "check_split_count", "F64_BLOCK_COST", "MIN_SLICE_TILES"]
+
+
+@dataclass(frozen=True)
+class EpilogueTraits:
+    """What the host rules need to know about a call's epilogue chain (alpha/beta first).
+
+    ``transcendental``: a stage evaluates ``exp``, ``erf`` or ``tanh`` per element;
+    ``medium_tile_min_k``: the smallest K at which float64 ``warptile``'s medium tile may run
+    it (``inf``: never; a ``custom`` stage that is not straight-line code asks for that);
+    ``preload``: a stage reads per-tile operands the pipeline's tile walk can issue early;
+    ``wide_walk``: the pipeline's tile walk takes its wide width for it.
+    """
+
+    transcendental: bool = False
+    medium_tile_min_k: float = 0.0
+    preload: bool = False
+    wide_walk: bool = False
+
+    @classmethod
+    def of(cls, chain: Any) -> "EpilogueTraits":
+        """The traits of an epilogue chain (or a bound one): the attributes each stage declares."""
+        return cls(bool(getattr(chain, "transcendental", False)), float(getattr(chain, "medium_tile_min_k", 0.0)),
+                   getattr(chain, "preload", None) is not None, bool(getattr(chain, "wide_walk", False)))
+
+
+def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = False, aligned: bool = True,
+                   transcendental: bool = False, medium_min_k: float = math.inf, sms: int = H100_SMS) -> str:
+    """The backend ``backend="auto"`` runs: ``"warptile"`` or ``"pipeline"``.
+
+    ``pipeline``: whether the pipeline can run on this device; ``aligned``: whether both
+    operands take 16-byte accesses; ``transcendental``/``medium_min_k``: the epilogue's
+    traits (:class:`EpilogueTraits`); ``sms``: the device's SMs.
+
+    float64 runs ``warptile`` where it measured faster: small problems (below K = 128 or
+    ``2**28`` multiply-adds, where the pipeline's fixed host and fill costs dominate);
+    aligned outputs larger than 256 on both sides (its DMMA tiles in cuBLAS's sm_90 shapes
+    beat cuBLASDx's pipeline there), except at K = 128 with an epilogue that keeps it on its
+    small tile (a transcendental stage whose ``medium_min_k`` exceeds K); and aligned skinny
+    outputs of at least 128 x 64 that :func:`choose_split_k` splits over K.  The pipeline keeps
+    the rest: unaligned operands (warptile's checked loads are slower), skinny outputs that
+    are not split, and the heavy epilogues at K = 128.
+
+    float32 runs the pipeline from K = 64 and ``2**30`` multiply-adds, where the 3xTF32
+    tensor-core method (or, for an output side of at most 128, cuBLASDx's SIMT float32
+    pipeline) leads; ``warptile`` elsewhere, including the shapes where only the SIMT
+    method would apply (it lost to warptile on squares).  Where the pipeline cannot run,
+    ``warptile``.
+    """
+    dt = np.dtype(dtype)
+    if not pipeline:
+        return "warptile"
+    if dt == np.float64:
+        heavy = transcendental and medium_min_k > k  # an epilogue that keeps warptile on its small tile
+        if k < 128 or m * n * k < 2**28 or (aligned and min(m, n) > 256 and (k > 128 or not heavy)):
+            return "warptile"
+        tile = choose_tile("warptile", dt, m, n, k, sms)  # any tile but large: the same split count
+        if aligned and m >= 128 and n >= 64 and choose_split_k("warptile", dt, m, n, k, tile, sms) > 1:
+            return "warptile"
+        return "pipeline"
+    if dt == np.float32 and k >= 64 and m * n * k >= 2**30:
+        if uses_tf32x3(dt, m, n) or min(m, n) <= SIMT_FLOAT32_MAX_SIDE:
+            return "pipeline"
+    return "warptile"
+
+
+F64_BLOCK_COST = {"large": 1.0, "medium": 0.53, "small": 0.575, "tiny": 0.31}
+"""A float64 ``warptile`` block's time in large-tile block times, each tile at its own
+occupancy (large one block per SM, medium and small two, tiny three).  A medium or small
+block does half a large block's work, a tiny one a quarter: so the medium tile runs the DMMA
+pipe about as well as the large one, the small 15 % worse (64x16 warp tiles) and the tiny
+24 % worse, and each trades that for finer waves.  Fitted to all four tiles from 1000^3 to
+4096^3 on the H100; it predicted the fastest tile at 12 of 13 shapes it was not fitted on."""
+
+
+def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int = H100_SMS,
+                medium_min_k: float = 0.0, l2_bytes: int = H100_L2_BYTES) -> str:
+    """The tile configuration of a handwritten rung (``KernelSpec.tile``).
+
+    ``medium_min_k``: the epilogue's :attr:`EpilogueTraits.medium_tile_min_k` (0 without an
+    epilogue); ``sms``, ``l2_bytes``: the device's SMs and L2 cache.  Only ``warptile`` has
+    several tiles (``warptile.TILE_CONFIGS``).
+
+    float32: the 64x64 tile below ``2**19`` outputs, 64x128 below ``2**22``, 128x128 above
+    (finer tiles fill the SMs where there are few outputs).
+
+    float64 is wave quantization: the busiest SM runs ``ceil(blocks / sms)`` blocks, each
+    costing :data:`F64_BLOCK_COST`; the cheapest tile wins, ties to the larger, within three
+    limits the costs do not capture: below ``2**19`` outputs the tiny tile; below K = 1024
+    not the large tile (it pads K to 16 and pays a long prologue for few K tiles); the medium
+    tile only with more blocks than SMs (one block per SM leaves its 4 warps too few) and
+    from K = 64, or the epilogue's ``medium_min_k``.  Then two variants of the same tiles:
+    below K = 1024 a medium pick runs ``"medium_grouped"`` (blocks in groups of 8 tile rows)
+    where B takes more than half the L2, so B is not streamed from DRAM for every two tile
+    rows; below K = 64 a small pick runs ``"short"`` (the same tile on m16n8k8).
+    """
+    if backend != "warptile":
+        return "large"
+    if np.dtype(dtype) == np.float32:
+        return "tiny" if m * n < 2**19 else "small" if m * n < 2**22 else "large"
+    if np.dtype(dtype) != np.float64:
+        return "large"
+    if m * n < 2**19:
+        return "tiny"
+    costs = {}
+    for tile, block_cost in F64_BLOCK_COST.items():  # larger tiles first: min() keeps the first of a tie
+        blocks = _f64_tiles(tile, m, n)
+        if tile == "large" and k < 1024:
+            continue
+        if tile == "medium" and (k < max(64, medium_min_k) or blocks <= sms):
+            continue
+        costs[tile] = block_cost * -(-blocks // sms)
+    best = min(costs, key=costs.__getitem__)
+    if best == "medium" and k < 1024 and 2 * n * k * np.dtype(dtype).itemsize > l2_bytes:
+        return "medium_grouped"
+    return "short" if best == "small" and k < 64 else best
+
+
+def choose_split_tile(n: int) -> str:
+    """The float64 split-K tile for an output ``n`` wide: 128x64 up to 64 columns, where the
+    128x128 tile would leave half its columns idle, else 128x128."""
+    return "split_narrow" if n <= 64 else "split"
+
+
+def _f64_tiles(tile: str, m: int, n: int) -> int:
+    """How many blocks float64 ``warptile``'s ``tile`` covers an ``m x n`` output with."""
+    cfg = WARPTILE_TILES["float64"].get(tile, WARPTILE_CONFIGS["float64"])
+    return -(-m // cfg["BM"]) * -(-n // cfg["BN"])
+
+
+def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: str, sms: int) -> int:
+    """K slices for a float64 ``warptile`` call (1: unsplit).
+
+    A call whose split tiles (:func:`choose_split_tile`) would fill at most half the GPU runs
+    on the small or tiny tile, at about half the large tile's DMMA rate, on few blocks.
+    Slicing K over ``gridDim.z`` gives the split tile's 64x32 warps enough blocks; the
+    partial sums are reduced by :mod:`dxgemm.kernels.splitk_reduce`
+    (:mod:`dxgemm.runtime.splitk`).  Slices keep at least 16 K tiles each (a slice's start-up
+    is ~10 K tiles' worth), at most 8 slices, and only from K = 2048: the split pays for deep
+    K on skinny outputs, not for cubes.
+    """
+    if backend != "warptile" or np.dtype(dtype) != np.float64 or tile == "large" or k < 2048:
+        return 1
+    tiles = _f64_tiles(choose_split_tile(n), m, n)
+    if 2 * tiles > sms:
+        return 1
+    return max(1, min(sms // tiles, -(-k // 16) // 16, 8))
+
+
+def pipeline_config(m: int, n: int, k: int, dtype: Any, info: Any) -> PipelineConfig:
+    """The pipeline configuration for an ``m x n x k`` GEMM: one of the fixed set
+    (:data:`dxgemm.pipelines.config.CONFIGS`, :data:`~dxgemm.pipelines.config.TF32X3_CONFIGS`).
+
+    Each configuration is a multi-MB cubin and minutes of cold compile, so the choice is
+    between two per dtype (``large`` and ``small``), in order:
+
+    1. a configuration whose shared memory exceeds the device's per-block limit is skipped;
+    2. skinny outputs (a side below the large tile), or fewer large tiles than one wave,
+       take the small tile (the large one would be mostly padding or idle SMs);
+    3. float64: the large tile only where K holds at least ``_DEEP_K_TILES_F64`` of its K
+       tiles and its waves are at least 90 % full: the small tile (three blocks per SM)
+       beat it everywhere else;
+    4. float32: a shallow K (at most 16 large K tiles, 64 under 3xTF32, whose K is tripled)
+       takes the small tile (pipeline fill and drain dominate), as does a shape where the
+       small tile's wave efficiency is more than 15 % better.
+    """
+    for name, value in (("m", m), ("n", n), ("k", k)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    dt = np.dtype(dtype)
+    if dt not in CONFIGS:
+        raise TypeError(f"pipeline GEMM supports float32 and float64, not {dt}")
+    return _choose(int(m), int(n), int(k), dt, info, float32_method(m, n) if dt == np.float32 else "")
+
+
+@functools.lru_cache(maxsize=4096)
+def _choose(m: int, n: int, k: int, dt: np.dtype, info: Any, method: str) -> PipelineConfig:
+    """:func:`pipeline_config`'s rule for one problem, device and float32 method (memoized: it
+    runs on every pipeline call)."""
+    large, small = _configs(dt, method)["large"], _configs(dt, method)["small"]
+    shallow_tiles = _SHALLOW_K_TILES
+    if method == "tf32x3":
+        k = 3 * k  # the split triples K (pipelines.tf32x3)
+        shallow_tiles = _SHALLOW_K_TILES_TF32
+    fits = [c for c in (large, small) if c.smem_bytes(dt.itemsize) <= info.smem_per_block]
+    if not fits:
+        raise ValueError(f"no pipeline configuration fits {info.smem_per_block} bytes of shared memory per block")
+    if len(fits) == 1:
+        return fits[0]
+    if m < large.tile_m or n < large.tile_n:
+        return small  # skinny: the large tile would be mostly padding
+    if waves(m, n, large, info.sm_count) < 1.0:
+        return small  # not even one wave with the large tile
+    if dt == np.float64:
+        deep = k >= _DEEP_K_TILES_F64 * large.tile_k
+        return large if deep and wave_efficiency(m, n, large, info.sm_count) >= 0.9 else small
+    if k <= shallow_tiles * large.tile_k:
+        return small  # shallow K: pipeline fill/drain is a large share of the loop
+    if wave_efficiency(m, n, small, info.sm_count) > 1.15 * wave_efficiency(m, n, large, info.sm_count):
+        return small
+    return large
+
+
+MIN_SLICE_TILES = 8
+"""Each pipeline K slice holds at least this many K tiles, so the pipeline's fill and drain
+stay a small part of every slice's loop."""
+
+
+def check_split_count(slices: Any) -> int:
+    """``slices`` as a K split count a caller may ask for (1 to ``MAX_SPLIT_K``), or ValueError."""
+    if isinstance(slices, bool) or not isinstance(slices, (int, np.integer)) or not 1 <= slices <= MAX_SPLIT_K:
+        raise ValueError(f"split-K slices must be an integer from 1 to {MAX_SPLIT_K}, got {slices!r}")
+    return int(slices)
+
+
+def pipeline_split_k(m: int, n: int, k: int, config: PipelineConfig, dtype: Any, info: Any,
+                     *, slices: int | None = None) -> int:
+    """K slices for an ``m x n x k`` pipeline GEMM in ``config`` (1: unsplit).
+
+    A problem with few output tiles leaves most SMs idle however deep K is (4096 x 64 x 4096
+    in float64 is 32 tiles on 132 SMs).  ``S`` slices give ``S`` times the blocks, for the
+    price of a reduce pass and each slice's fixed cost (fill, drain, tile store).  The rule:
+    ``S`` is how many times the output tiles fit into ``R - 1`` blocks per SM (at least one),
+    ``R`` being how many blocks of the configuration an SM holds
+    (:meth:`~dxgemm.pipelines.config.PipelineConfig.resident_blocks`), at most
+    :data:`~dxgemm.pipelines.config.MAX_SPLIT_K`, and every slice keeps at least
+    ``max(8, depth)`` K tiles (K tripled under 3xTF32).  An empirical fit: two-block
+    configurations were fastest with one block per SM, the three-block 64x64 one with two.
+    ``slices``: a count asked for (benchmarks, tests), still bounded by the slice minimum.
+    """
+    dt = np.dtype(dtype)
+    k_eff = 3 * int(k) if uses_tf32x3(dt, m, n) else int(k)
+    most = k_eff // (config.tile_k * max(MIN_SLICE_TILES, config.depth))
+    if most < 2 and slices is None:
+        return 1
+    if slices is not None:
+        wanted = check_split_count(slices)
+    else:
+        tiles = math.ceil(m / config.tile_m) * math.ceil(n / config.tile_n)
+        per_sm = max(1, config.resident_blocks(dt.itemsize) - 1)
+        wanted = min(info.sm_count * per_sm // tiles, MAX_SPLIT_K)
+    return max(1, min(wanted, most))

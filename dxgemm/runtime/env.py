@@ -1,0 +1,90 @@
+"""The environment variables dxgemm reads, all of them, read here and nowhere else.
+
+==========================  ===========================================  ==========================================
+variable                    default                                      effect
+==========================  ===========================================  ==========================================
+``DXGEMM_CACHE_DIR``        the user cache directory (platformdirs:      where compiled kernels (both backends) and
+                            ``~/.cache/dxgemm`` on Linux)                the autotune table are kept
+``XDG_CACHE_HOME``          ``~/.cache``                                 moves the user cache directory (when
+                                                                         ``DXGEMM_CACHE_DIR`` is not set)
+``DXGEMM_AUTO_PIPELINE``    ``1``                                        ``0`` keeps ``backend="auto"`` on the
+                                                                         handwritten kernels (no pipeline compile
+                                                                         behind the caller's back, e.g. in a test
+                                                                         suite); ``backend="pipeline"`` still works
+``DXGEMM_COMPILE_WORKERS``  one per CPU core beyond the first, at most   processes a cold pipeline build spreads
+                            12                                           its NVRTC compiles over
+``CC``                      ``gcc``                                      the C compiler that builds the stand-in
+                                                                         driver on a machine without a GPU
+``NUMBA_ENABLE_CUDASIM``    unset                                        Numba's own: ``1`` runs every kernel on
+                                                                         Numba's CUDA simulator (CPU, slow)
+==========================  ===========================================  ==========================================
+
+Each is read when it is used (a test or a script may set it between calls), never at import.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+__all__ = ["cache_dir", "auto_pipeline", "compile_workers", "c_compiler", "simulator_requested", "steering_state",
+           "VARIABLES"]
+
+VARIABLES = ("DXGEMM_CACHE_DIR", "XDG_CACHE_HOME", "DXGEMM_AUTO_PIPELINE", "DXGEMM_COMPILE_WORKERS", "CC",
+             "NUMBA_ENABLE_CUDASIM")
+"""Every variable the table above lists."""
+
+
+def cache_dir() -> Path:
+    """``$DXGEMM_CACHE_DIR``, else the user cache directory for dxgemm."""
+    env = os.environ.get("DXGEMM_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    return _user_cache_dir(os.environ.get("XDG_CACHE_HOME"))
+
+
+def cache_dir_set() -> bool:
+    """Whether ``DXGEMM_CACHE_DIR`` names the cache directory."""
+    return bool(os.environ.get("DXGEMM_CACHE_DIR"))
+
+
+@functools.lru_cache(maxsize=None)
+def _user_cache_dir(xdg_cache_home: str | None) -> Path:
+    """platformdirs' answer, asked once (every pipeline call consults the cache directory)."""
+    try:
+        import platformdirs
+    except ImportError:  # a host without platformdirs: the XDG rule it would apply on Linux
+        base = xdg_cache_home or os.path.join(os.path.expanduser("~"), ".cache")
+        return Path(base) / "dxgemm"
+    return Path(platformdirs.user_cache_dir("dxgemm"))
+
+
+def auto_pipeline() -> bool:
+    """Whether ``backend="auto"`` may pick the pipeline (``DXGEMM_AUTO_PIPELINE`` is not ``0``)."""
+    return os.environ.get("DXGEMM_AUTO_PIPELINE", "1") != "0"
+
+
+def compile_workers() -> int:
+    """Processes a cold pipeline build spreads its NVRTC compiles over (``DXGEMM_COMPILE_WORKERS``)."""
+    text = os.environ.get("DXGEMM_COMPILE_WORKERS")
+    if text:
+        return max(int(text), 1)
+    return max(min((os.cpu_count() or 1) - 1, 12), 1)
+
+
+def c_compiler() -> str:
+    """The C compiler for the stand-in driver (``CC``, default ``gcc``)."""
+    return os.environ.get("CC", "gcc")
+
+
+def simulator_requested() -> bool:
+    """Whether ``NUMBA_ENABLE_CUDASIM=1`` asks for Numba's CUDA simulator."""
+    return os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+
+
+def steering_state() -> tuple:
+    """The variables that change a call's decisions, as a hashable value (the repeat-call
+    memo, :mod:`.calls`, keys on it)."""
+    env = os.environ
+    return (env.get("DXGEMM_AUTO_PIPELINE"), env.get("DXGEMM_CACHE_DIR"), env.get("XDG_CACHE_HOME"))

@@ -1,0 +1,426 @@
+"""Launching a compiled kernel: parameter packing, ``cuLaunchKernel``, the views launches take.
+
+Both backends launch the same way: a kernel Numba compiled (a handwritten rung, or the
+cuBLASDx pipeline's GEMM, whose device code Numba lowers too) takes its parameters in
+Numba's flattened form (:func:`param_layout`: every array is ``meminfo, parent, nitems,
+itemsize, data, shape[ndim], strides[ndim]``, tuples member by member).  The layout is
+recorded once per kernel, so a launch packs plain integers and floats into one reused
+buffer (:class:`PackedLaunch`) instead of going through Numba's or cuda.core's argument
+handling, which cost tens of microseconds per call.
+
+This module sits below both backends: it imports nothing from dxgemm but the kernels'
+ground floor, and imports the CUDA bindings only when a launcher is made.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import math
+import struct
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..kernels import vector_flags
+
+__all__ = ["Matrix", "PackedLaunch", "KernelCall", "KeptBuffers", "KIND_SIZES", "param_layout", "flat_values",
+           "flatten", "check_params", "cu_stream", "core_stream", "numba_type_text", "launch_layout", "matrix_of",
+           "aligned_ld"]
+
+_KINDS = {  # a kernel parameter kind (:func:`param_layout`): its numpy type and struct code
+    "ptr": (np.uint64, "Q"),
+    "i64": (np.int64, "q"),
+    "u64": (np.uint64, "Q"),
+    "i32": (np.int32, "i"),
+    "u32": (np.uint32, "I"),
+    "i16": (np.int16, "h"),
+    "i8": (np.int8, "b"),
+    "u8": (np.uint8, "B"),
+    "f64": (np.float64, "d"),
+    "f32": (np.float32, "f"),
+}
+_KIND_TO_NUMPY = {kind: numpy_type for kind, (numpy_type, _) in _KINDS.items()}
+KIND_SIZES = {kind: np.dtype(numpy_type).itemsize for kind, (numpy_type, _) in _KINDS.items()}
+"""Bytes of each parameter kind (what ``.nv.info`` and ``cuKernelGetParamInfo`` report)."""
+
+
+def param_layout(numba_types: list) -> list[str]:
+    """The kernel's flattened parameters as Numba passes them (``_Kernel._prepare_args``).
+
+    Each entry is a kind the launcher knows how to pack: ``"ptr"`` / ``"i64"`` (8 bytes),
+    ``"f64"``, ``"f32"``, ``"i32"``.  An array becomes meminfo, parent, nitems, itemsize,
+    data, shape[ndim], strides[ndim]; a tuple its members in order.
+    """
+    from numba import types
+
+    out: list[str] = []
+
+    def visit(ty) -> None:
+        if isinstance(ty, types.Array):
+            out.extend(["ptr", "ptr", "i64", "i64", "ptr"] + ["i64"] * ty.ndim * 2)
+        elif isinstance(ty, (types.BaseTuple,)):
+            for member in ty:
+                visit(member)
+        elif isinstance(ty, types.Float):
+            out.append(f"f{ty.bitwidth}")
+        elif isinstance(ty, types.Integer):
+            out.append(f"{'i' if ty.signed else 'u'}{ty.bitwidth}")
+        elif isinstance(ty, types.Boolean):
+            out.append("u8")
+        elif "DevicePipeline" in type(ty).__name__ or isinstance(ty, (types.CPointer, types.RawPointer)):
+            out.append("ptr")
+        else:
+            raise TypeError(f"cannot describe kernel parameter of Numba type {ty}")
+
+    for ty in numba_types:
+        visit(ty)
+    return out
+
+
+
+def _array_slots(arr: Any) -> list:
+    """Numba's flattened representation of a device array (anything with ``__cuda_array_interface__``)."""
+    cai = arr.__cuda_array_interface__
+    shape = tuple(int(s) for s in cai["shape"])
+    itemsize = np.dtype(cai["typestr"]).itemsize
+    strides = cai.get("strides")
+    if strides is None:  # C-contiguous
+        strides, acc = [], itemsize
+        for extent in reversed(shape):
+            strides.insert(0, acc)
+            acc *= extent
+    nitems = math.prod(shape)
+    return [0, 0, nitems, itemsize, int(cai["data"][0]), *shape, *[int(s) for s in strides]]
+
+
+def flat_values(value: Any, out: list | None = None) -> list:
+    """Append ``value``'s flattened kernel slots to ``out`` (runs on every launch: plain types first)."""
+    if out is None:
+        out = []
+    kind = type(value)
+    if kind is int or kind is float:
+        out.append(value)
+    elif kind is tuple:
+        for member in value:
+            flat_values(member, out)
+    elif kind is list:  # already Numba's flattened slots (Matrix.vector_slots)
+        out.extend(value)
+    elif hasattr(value, "__cuda_array_interface__"):
+        out.extend(_array_slots(value))
+    else:
+        out.append(value)
+    return out
+
+
+def flatten(values: Sequence[Any], kinds: Sequence[str]) -> list:
+    """Kernel arguments as numpy scalars of the kinds recorded at build time.
+
+    ``values``: the kernel's arguments in order (device arrays, Python/numpy scalars,
+    tuples of them, integer pointers).  Raises if the count differs from ``kinds`` — the
+    cubin was built for another argument structure.
+    """
+    flat = flat_values(tuple(values))
+    if len(flat) != len(kinds):
+        raise TypeError(f"kernel takes {len(kinds)} flattened parameters, got {len(flat)}")
+    return [convert(v) for convert, v in zip(_converters(tuple(kinds)), flat)]
+
+
+@functools.lru_cache(maxsize=64)
+def _converters(kinds: tuple[str, ...]) -> tuple:
+    return tuple(_KIND_TO_NUMPY[k] for k in kinds)
+
+
+# Each parameter in its own 8-byte slot: the driver reads a parameter from the address
+# given for it, with the size it knows from the cubin, so narrower kinds are padded.
+_SLOT_FORMATS = {kind: code + (f"{8 - KIND_SIZES[kind]}x" if KIND_SIZES[kind] < 8 else "")
+                 for kind, (_, code) in _KINDS.items()}
+
+
+_cu_streams: dict[int, Any] = {}
+
+
+def cu_stream(handle: int) -> Any:
+    """The ``driver.CUstream`` for an integer handle, made once per handle (launches need it per call)."""
+    stream = _cu_streams.get(handle)
+    if stream is None:
+        from cuda.bindings import driver
+
+        if len(_cu_streams) > 256:
+            _cu_streams.clear()
+        stream = _cu_streams[handle] = driver.CUstream(handle)
+    return stream
+
+
+_core_streams: dict[tuple[int, int], Any] = {}
+
+
+def core_stream(device: Any, handle: int) -> Any:
+    """The cuda.core ``Stream`` for an integer handle on ``device`` (a cuda.core ``Device``; handle 0 is
+    its legacy default stream), made once per handle: what ``KeptBuffers`` allocates and frees on."""
+    key = (device.device_id, handle)
+    stream = _core_streams.get(key)
+    if stream is None:
+        from cuda.core import Stream
+
+        if len(_core_streams) > 256:
+            _core_streams.clear()
+        stream = _core_streams[key] = device.default_stream if handle == 0 else Stream.from_handle(handle)
+    return stream
+
+
+class PackedLaunch:
+    """One kernel launched with ``cuLaunchKernel`` from parameters packed by one ``struct`` call.
+
+    Why not ``cuda.core.launch``: it converts and stores every argument on each call
+    (16-22 microseconds for the GEMM's ~40 parameters on the H100 host); here the kinds recorded at build time
+    give a fixed ``struct`` layout, packed into one reused buffer, and the driver gets
+    the address of a fixed array of pointers into it.  The driver copies the values at
+    launch, so the buffer may be refilled as soon as the call returns; callers serialise
+    calls on one instance (the kernel's launch lock).
+    """
+
+    def __init__(self, kernel: Any, kinds: Sequence[str]):
+        self.kinds = tuple(kinds)
+        self.format = struct.Struct("=" + "".join(_SLOT_FORMATS[k] for k in self.kinds))
+        self._buffer = ctypes.create_string_buffer(max(8 * len(self.kinds), 8))
+        base = ctypes.addressof(self._buffer)
+        self._pointers = (ctypes.c_void_p * max(len(self.kinds), 1))(*[base + 8 * i for i in range(len(self.kinds))])
+        self._params = ctypes.addressof(self._pointers)
+        from cuda.bindings import driver
+
+        # a CUkernel (cuda.core loads library kernels) is launched as a CUfunction (CUDA >= 12)
+        self._function = driver.CUfunction(int(kernel.handle))
+
+    def __call__(self, stream: Any, grid: tuple[int, ...], block: tuple[int, ...], smem: int, values: Sequence) -> None:
+        """Launch on ``stream`` (a ``driver.CUstream``) with ``values`` in the recorded kinds' order."""
+        from cuda.bindings import driver
+
+        if len(values) != len(self.kinds):
+            raise TypeError(f"kernel takes {len(self.kinds)} flattened parameters, got {len(values)}")
+        self.format.pack_into(self._buffer, 0, *values)
+        bx, by, bz = (tuple(block) + (1, 1))[:3]
+        gx, gy, gz = (tuple(grid) + (1, 1))[:3]
+        err, = driver.cuLaunchKernel(self._function, gx, gy, gz, bx, by, bz, smem, stream, self._params, 0)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuLaunchKernel failed: {err!r}")
+
+
+def check_params(kernel: Any, kinds: Sequence[str], entry: str) -> None:
+    """Compare the recorded parameter kinds with the driver's view of the loaded kernel.
+
+    ``Kernel.arguments_info`` (``cuKernelGetParamInfo``) gives each parameter's offset and
+    size; a mismatch means the metadata does not describe this cubin, and launching
+    would pass garbage — refuse instead.
+    """
+    try:
+        info = kernel.arguments_info
+    except Exception:  # older cuda.core or driver without cuKernelGetParamInfo
+        return
+    sizes = [int(getattr(p, "size", p[1] if isinstance(p, tuple) else 0)) for p in info]
+    expected = [KIND_SIZES[k] for k in kinds]
+    if sizes != expected:
+        raise RuntimeError(f"kernel {entry[:40]}... has parameter sizes {sizes}, the cache metadata says {expected}")
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """A device matrix as the launcher sees it: base pointer, leading dimension, arrangement.
+
+    Element ``(i, j)`` is at ``ptr + itemsize * (i * ld + j)`` (``"row_major"``) or
+    ``ptr + itemsize * (i + j * ld)`` (``"col_major"``).
+    """
+
+    ptr: int
+    rows: int
+    cols: int
+    ld: int
+    arrangement: str
+    itemsize: int
+
+    @property
+    def strides(self) -> tuple[int, int]:
+        """(row stride, column stride) in elements."""
+        return (self.ld, 1) if self.arrangement == "row_major" else (1, self.ld)
+
+    @property
+    def extent(self) -> int:
+        """Elements from the first to one past the last one the matrix touches."""
+        if self.rows == 0 or self.cols == 0:
+            return 0
+        if self.arrangement == "row_major":
+            return (self.rows - 1) * self.ld + self.cols
+        return (self.cols - 1) * self.ld + self.rows
+
+    @property
+    def nbytes_span(self) -> tuple[int, int]:
+        """``[first byte, one past the last)`` the matrix touches."""
+        return self.ptr, self.ptr + self.extent * self.itemsize
+
+    def aligned(self) -> bool:
+        """Whether cp.async 16-byte copies can read it in place."""
+        return self.ptr % 16 == 0 and (self.ld * self.itemsize) % 16 == 0
+
+    def at(self, row: int, col: int) -> int:
+        """The address of element ``(row, col)``."""
+        rs, cs = self.strides
+        return self.ptr + self.itemsize * (row * rs + col * cs)
+
+    def vector_slots(self) -> list:
+        """Numba's flattened 1-D C array over this matrix's memory (meminfo, parent, nitems,
+        itemsize, data, shape, stride in bytes)."""
+        n = max(self.extent, 1)
+        return [0, 0, n, self.itemsize, self.ptr, n, self.itemsize]
+
+
+class KeptBuffers:
+    """Device buffers kept between calls, one per key (a stream), grown in stream order.
+
+    A pipeline kernel keeps its pipelines' storage this way, and split-K calls their
+    workspace: a request no larger than the kept buffer reuses it; a larger one frees the
+    old buffer on the requesting stream (so work already enqueued there finishes with it)
+    and allocates a new one from ``device``'s memory resource.
+    """
+
+    def __init__(self) -> None:
+        import threading
+
+        self._buffers: dict[Any, Any] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: Any, device: Any, stream: Any, nbytes: int) -> tuple[int, bool]:
+        """``(pointer, replaced)``: at least ``nbytes`` for ``key``; ``replaced`` when a new buffer was taken."""
+        buf = self._buffers.get(key)
+        if buf is not None and buf.size >= nbytes:
+            return int(buf.handle), False
+        with self._lock:
+            buf = self._buffers.get(key)
+            if buf is not None and buf.size >= nbytes:
+                return int(buf.handle), False
+            if buf is not None:
+                buf.close(stream)
+            buf = self._buffers[key] = device.memory_resource.allocate(nbytes, stream=stream)
+        return int(buf.handle), True
+
+
+
+def aligned_ld(elements: int, itemsize: int) -> int:
+    """The smallest leading dimension >= ``elements`` whose rows start 16-byte aligned."""
+    per = max(16 // itemsize, 1)
+    return -(-max(elements, 1) // per) * per
+
+
+
+def matrix_of(op: Any):
+    """The launcher's :class:`Matrix` for a validated ``dxgemm._arrays.Operand``."""
+    arrangement = "row_major" if op.layout.value == "row" else "col_major"
+    rows, cols = op.shape
+    return Matrix(int(op.ptr), int(rows), int(cols), int(op.ld), arrangement, int(op.dtype.itemsize))
+
+
+class KernelCall:
+    """A handwritten kernel (``dxgemm.kernels``) launched like a pipeline: packed parameters, ``cuLaunchKernel``.
+
+    Numba's own launch re-types and marshals every argument (tens of microseconds, more
+    than a single-row GEMM takes on the GPU); the kernel's compiled signature gives the
+    parameter layout once (:func:`param_layout`), and the flat
+    array arguments are rebuilt from addresses per call.  Made from a Numba-compiled
+    kernel (:meth:`of`) or from a cubin with its recorded layout (:meth:`from_cubin`:
+    every rung on a GPU, kept in the on-disk cache by :mod:`dxgemm.runtime.rungs`).
+    """
+
+    def __init__(self, function: Any, kinds: list, block: tuple, tile: tuple[int, int], smem: int = 0,
+                 slices: int = 1):
+        import threading
+        from types import SimpleNamespace
+
+        self.launch = PackedLaunch(SimpleNamespace(handle=function), kinds)
+        self.block, self.tile_m, self.tile_n, self.smem = tuple(block), int(tile[0]), int(tile[1]), int(smem)
+        self.slices = int(slices)  # K slices over gridDim.z (a split-K kernel)
+        self._cu_stream = cu_stream
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, compiled: Any, slices: int = 1) -> "KernelCall":
+        """The launcher of a :class:`dxgemm.kernels.CompiledKernel` (its one Numba overload)."""
+        overload, kinds, block, tile, smem = launch_layout(compiled)
+        return cls(overload.library.get_cufunc().handle, kinds, block, tile, smem, slices)
+
+    @classmethod
+    def from_cubin(cls, cubin: bytes, entry: str, kinds: list, block: tuple, tile: tuple[int, int],
+                   device: int, smem: int = 0, slices: int = 1) -> "KernelCall":
+        """The launcher of kernel ``entry`` in ``cubin``, loaded with cuda.core on ``device``.
+
+        ``smem``: the dynamic shared memory each block needs (the kernel's limit is raised to
+        it); the driver's view of the parameters must match ``kinds``, or it raises."""
+        from cuda.bindings import driver
+        from cuda.core import Device, ObjectCode
+
+        Device(device).set_current()
+        kernel = ObjectCode.from_cubin(cubin).get_kernel(entry)
+        check_params(kernel, kinds, entry)
+        if smem > 0:
+            (err,) = driver.cuKernelSetAttribute(
+                driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem, kernel.handle,
+                device)
+            if err != driver.CUresult.CUDA_SUCCESS:
+                raise RuntimeError(f"cannot raise {entry[:40]}...'s dynamic shared memory to {smem} bytes: {err!r}")
+        call = cls(kernel.handle, kinds, block, tile, smem, slices)
+        call._module = kernel  # keep the loaded module alive with the launcher
+        return call
+
+    def __call__(self, a: Any, b: Any, d: Any, m: int, n: int, k: int, epi_args: list, stream: int) -> None:
+        flags = vector_flags(a.ptr, a.ld, b.ptr, b.ld, a.itemsize)
+        values = [*a.vector_slots(), *b.vector_slots(), *d.vector_slots(), m, n, k, a.ld, b.ld, d.ld, flags,
+                  *epi_args]
+        grid = (-(-n // self.tile_n), -(-m // self.tile_m)) + ((self.slices,) if self.slices > 1 else ())
+        with self._lock:
+            self.launch(self._cu_stream(stream), grid, self.block, self.smem, values)
+
+
+
+def launch_layout(compiled: Any) -> tuple[Any, list, tuple, tuple[int, int], int]:
+    """``(overload, parameter kinds, block, (tile_m, tile_n), dynamic smem)`` of a
+    :class:`dxgemm.kernels.CompiledKernel`: what a packed launch of its one Numba overload needs."""
+    (argtypes,) = compiled.kernel.overloads.keys()
+    (overload,) = compiled.kernel.overloads.values()
+    built = compiled.built
+    return overload, param_layout(list(argtypes)), tuple(built.block), (built.tile_m, built.tile_n), \
+        built.dynamic_smem
+
+
+
+_type_texts: dict[tuple, str] = {}
+
+
+def numba_type_text(epi_args: tuple) -> str:
+    """``str(numba.typeof(epi_args))``: the epilogue arguments' Numba type, part of the key.
+
+    Two calls whose arguments have the same Numba type run the same compiled kernel (the
+    values are run-time); a new type (another dtype, an array of other rank or layout)
+    is another kernel.  Numba's ``typeof`` costs tens of microseconds per argument, paid
+    on every call, so the text is memoized by a cheap signature (Python type, dtype,
+    shape and strides of each argument) that determines it.
+    """
+    signature = _signature(tuple(epi_args))
+    text = _type_texts.get(signature)
+    if text is None:
+        from numba import typeof
+
+        text = str(typeof(tuple(epi_args)))
+        if len(_type_texts) > 4096:  # many sizes of extra arrays: start over rather than grow
+            _type_texts.clear()
+        _type_texts[signature] = text
+    return text
+
+
+def _signature(value: Any) -> tuple:
+    if isinstance(value, tuple):
+        return ("tuple",) + tuple(_signature(v) for v in value)
+    dtype = getattr(value, "dtype", None)
+    shape = getattr(value, "shape", None)
+    if dtype is not None and shape is not None:  # an array: its type follows dtype, rank and layout
+        strides = getattr(value, "strides", None)
+        return (type(value), str(dtype), tuple(shape), None if strides is None else tuple(strides))
+    return (type(value), None if dtype is None else str(dtype))

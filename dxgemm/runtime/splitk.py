@@ -1,0 +1,192 @@
+"""Split-K: ``S`` K slices into a workspace in one launch, then one reduce-and-epilogue pass.
+
+One implementation serves both backends.  When an output has too few tiles to fill the GPU
+(:func:`dxgemm.policy.choose_split_k` for ``warptile``, :func:`dxgemm.policy.pipeline_split_k`
+for the pipeline decide how many slices), the slices' kernel (the backend's plain kernel,
+alpha 1, beta 0, no epilogue, its grid's z dimension running the slices) writes partial
+sums to a workspace laid out like D, kept per device and stream (:func:`workspace`), and
+:mod:`dxgemm.kernels.splitk_reduce` sums them and applies the caller's epilogue chain
+(alpha/beta first) while writing D.  :class:`SplitKernelCall` is the ``warptile`` form,
+:class:`SplitKCall` the pipeline's.  A pipeline call runs as:
+
+1. (3xTF32 only) the split of A and B into their TF32 parts, once; the slices below cut
+   the split operands' tripled K;
+2. the *split-K variant* of the plain pipeline kernel (alpha 1, beta 0, no epilogue;
+   ``pipelines.codegen._gemm_pyfunc`` with ``slice_bytes``) on a grid whose z dimension is the slice:
+   block ``(i, j, s)`` computes tile ``(i, j)`` of ``A[:, K_s] @ B[K_s, :]`` into slice
+   ``s`` of a workspace, through the device pipelines the init kernel filled for ``K_s``;
+3. :mod:`dxgemm.kernels.splitk_reduce` sums the slices and applies the caller's epilogue
+   chain (alpha/beta first) while writing D.
+
+Everything runs on the caller's stream, the slices as one launch: one launch per slice on
+streams of their own cost more in event skew and host time than they gained.  The
+workspace (``S x m x n`` elements, laid out like D) is kept per caller's stream: calls on
+one stream are ordered, so they can share it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from ..kernels import KernelSpec
+from .launch import KeptBuffers, KernelCall, Matrix, aligned_ld, core_stream, flat_values
+from .rungs import numba_kernel, plain_epilogue, rung_call
+
+__all__ = ["SplitKCall", "SplitKernelCall", "workspace", "prepare_split", "reduce_kernel", "warptile_split",
+           "launch_simulated"]
+
+_workspaces = KeptBuffers()
+
+
+def workspace(device: int, core_device: Any, handle: int, stream: Any, nbytes: int) -> int:
+    """At least ``nbytes`` of device memory for split calls on stream ``handle``, kept between calls.
+
+    ``core_device``/``stream``: the cuda.core device and stream it is allocated from.  Split
+    calls have small outputs (at most one tile per SM times the slices), so what is kept is
+    small (:class:`~.launch.KeptBuffers`).
+    """
+    return _workspaces.get((device, handle), core_device, stream, nbytes)[0]
+
+
+class SplitKernelCall:
+    """A float64 ``warptile`` call split into K slices (:func:`warptile_split`), remembered
+    like :class:`~.launch.KernelCall`: the slices' kernel into the workspace, then the
+    reduce with the caller's epilogue arguments.  The workspace is the one kept per device
+    and stream (:func:`workspace`), shared with the pipeline's split calls."""
+
+    def __init__(self, part: KernelCall, reduce: KernelCall, slices: int, plain_args: list, device: int):
+        from cuda.core import Device
+
+        self.part, self.reduce, self.slices, self.plain_args = part, reduce, slices, plain_args
+        self.device, self._core_device = device, Device(device)
+
+    def __call__(self, a: Any, b: Any, d: Any, m: int, n: int, k: int, epi_args: list, stream: int) -> None:
+        rows = d.arrangement == "row_major"
+        ldw = n if rows else m
+        w = workspace(self.device, self._core_device, stream, core_stream(self._core_device, stream),
+                      self.slices * m * n * d.itemsize)
+        stacked = (Matrix(w, self.slices * m, n, ldw, "row_major", d.itemsize) if rows
+                   else Matrix(w, m, self.slices * n, ldw, "col_major", d.itemsize))
+        self.part(a, b, stacked, m, n, k, self.plain_args, stream)
+        # the reduce learns the slices' stride from its "B" operand's ld (kernels/splitk_reduce)
+        stride_view = Matrix(w, 1, 1, m * n, "row_major", d.itemsize)
+        self.reduce(stacked, stride_view, d, m, n, self.slices, epi_args, stream)
+
+
+class SplitKCall:
+    """A pipeline call split into K slices (module docstring); same interface as ``PipelineCall``.
+
+    ``kernel``: the loaded split-K variant of the *plain* pipeline kernel; ``reduce``: the
+    :class:`~.launch.KernelCall` of the reduce kernel compiled with the caller's
+    epilogue; ``one``: the plain kernel's flattened alpha (1 in the dtype).
+    """
+
+    __slots__ = ("kernel", "reduce", "slices", "tf32x3", "device", "one")
+
+    def __init__(self, kernel: Any, reduce: Any, slices: int, tf32x3: bool, device: int, one: list):
+        self.kernel, self.reduce, self.slices = kernel, reduce, slices
+        self.tf32x3, self.device, self.one = tf32x3, device, one
+
+    def __call__(self, a: Matrix, b: Matrix, d: Matrix, m: int, n: int, k: int, epi_args: tuple | list,
+                 stream: int) -> Any:
+        """Launch on ``stream`` (an integer handle); returns the slices' launch :class:`~dxgemm.pipelines._launch.Plan`."""
+        kernel = self.kernel
+        handle = int(getattr(stream, "handle", stream))
+        main, _ = kernel._stream(handle)
+        epi_slots = epi_args if type(epi_args) is list else flat_values(tuple(epi_args))
+        if self.tf32x3:
+            from ..pipelines.tf32x3 import split_extent, split_pointers
+
+            k_total = split_extent(k, kernel.tile_k, kernel.depth)
+            a3, b3, keep = split_pointers(a, b, m, n, k, k_total, self.device, handle, kernel.device, main)
+            a = Matrix(a3, m, k_total, k_total, "row_major", 4)
+            b = Matrix(b3, k_total, n, k_total, "col_major", 4)
+        else:
+            k_total, keep = k, None
+        slices, itemsize = self.slices, d.itemsize
+        row_major = d.arrangement == "row_major"
+        ld_w = aligned_ld(n if row_major else m, itemsize)
+        slice_stride = ld_w * (m if row_major else n)
+        w = workspace(self.device, kernel.device, handle, main, slices * slice_stride * itemsize)
+        # the slices stacked: the kernel finds slice s at s * m * ld_w (s * n * ld_w) elements
+        stacked = (Matrix(w, slices * m, n, ld_w, "row_major", itemsize) if row_major
+                   else Matrix(w, m, slices * n, ld_w, "col_major", itemsize))
+        p = kernel(handle, a, b, stacked, m, n, k_total, self.one, slices=slices)
+        # the reduce learns the slices' stride from its "B" operand
+        stride_view = Matrix(w, 1, 1, slice_stride, "row_major", itemsize)
+        self.reduce(stacked, stride_view, d, m, n, slices, epi_slots, handle)
+        del keep  # a CuPy-pool split may go back to the pool once the GEMM is enqueued
+        return p
+
+
+def prepare_split(config: Any, dtype: Any, arrangement: tuple[str, str], operands: str, bound: Any,
+                  d_arrangement: str, slices: int, device: int) -> SplitKCall:
+    """Load the split-K variant of the plain pipeline kernel and the reduce compiled with ``bound``
+    (the caller's chain)."""
+    from ..pipelines.loader import get_kernel
+
+    plain = plain_epilogue(dtype)
+    kernel = get_kernel(config, dtype, arrangement, device=device, operands=operands,
+                        epilogue_key=plain.key, make_epilogue=plain.make, epi_args=plain.args, split_k=True)
+    reduce = reduce_kernel(dtype, d_arrangement, bound, device)
+    return SplitKCall(kernel, reduce, slices, operands == "tf32", device, flat_values(plain.args))
+
+
+def reduce_kernel(dtype: Any, d_arrangement: str, bound: Any, device: int, cache: Any = None) -> Any:
+    """The split-K reduce (:mod:`dxgemm.kernels.splitk_reduce`) for ``bound``'s chain, as a ``KernelCall``.
+
+    A rung like the others, kept on disk by :mod:`.rungs`, so a new process's
+    first split call compiles nothing: Numba took about 2 s to build it, most of a warm
+    start's 3-second budget.  Memoized per process.
+    """
+    from ..kernels import Layout
+
+    layout = Layout.ROW if d_arrangement == "row_major" else Layout.COL
+    spec = KernelSpec(np.dtype(dtype), layout, layout, layout, bound.key, None)
+    return rung_call("splitk_reduce", spec, bound, device, cache=cache)
+
+
+def warptile_split(spec: Any, bound: Any, device: int, slices: int, split_tile: str) -> SplitKernelCall:
+    """``D = epilogue(A @ B)`` as ``slices`` K slices of float64 ``warptile``'s ``split_tile``
+    (:func:`dxgemm.policy.choose_split_tile`) into the workspace, then one reduce that sums them
+    and applies ``bound``'s chain."""
+    plain = plain_epilogue(spec.dtype)
+    part_spec = dataclasses.replace(spec, epilogue_key=plain.key, tile=split_tile)
+    part = rung_call("warptile", part_spec, plain, device, slices=slices)
+    reduce_spec = KernelSpec(spec.dtype, spec.layout_d, spec.layout_d, spec.layout_d, bound.key, None)
+    reduce = rung_call("splitk_reduce", reduce_spec, bound, device)
+    return SplitKernelCall(part, reduce, slices, flat_values(plain.args), device)
+
+
+def launch_simulated(backend: str, spec: KernelSpec, op_a: Any, op_b: Any, op_d: Any, m: int, n: int, k: int,
+                     flags: int, bound: Any, slices: int, split_tile: str) -> None:
+    """The rung's launch under Numba's CUDA simulator, which loads no cubin: through Numba's
+    launch (split K: the slices into a workspace, then the reduce, as :class:`SplitKernelCall`
+    does on a GPU)."""
+    from .. import _arrays
+    from .._streams import numba_stream
+    from ..kernels import Layout
+
+    stream = numba_stream(0)
+    dtype = op_a.dtype
+    if slices == 1:
+        compiled = numba_kernel(backend, spec, bound.args, bound.make)
+        compiled.launch(stream, op_a.flat(), op_b.flat(), op_d.flat(), m, n, k, op_a.ld, op_b.ld, op_d.ld, flags,
+                        bound.args)
+        return
+    rows = op_d.layout == Layout.ROW
+    workspace = _arrays.as_operand(_arrays.empty_like_library(op_a, (slices * m, n) if rows else (slices * n, m)),
+                                   "workspace", output=True)
+    ldw = n if rows else m
+    plain = plain_epilogue(dtype)
+    part = numba_kernel("warptile", dataclasses.replace(spec, epilogue_key=plain.key, tile=split_tile),
+                      plain.args, plain.make)
+    part.launch(stream, op_a.flat(), op_b.flat(), workspace.flat(), m, n, k, op_a.ld, op_b.ld, ldw, flags,
+                plain.args, slices=slices)
+    reduce_spec = KernelSpec(dtype, op_d.layout, op_d.layout, op_d.layout, bound.key, None)
+    reduce = numba_kernel("splitk_reduce", reduce_spec, bound.args, bound.make)
+    reduce.launch(stream, workspace.flat(), workspace.flat(), op_d.flat(), m, n, slices, ldw, m * n, op_d.ld, 0,
+                  bound.args)
