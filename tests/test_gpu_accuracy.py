@@ -90,7 +90,7 @@ def test_tf32(cp, kind, k):
 def test_single_accumulator_3xtf32_misses_contract(cp, k):
     """The cuBLASDx pipeline's 3xTF32 sums 3K products in one truncating accumulator: on
     same-sign data its error is a one-sided bias that grows with K, far above SGEMM's."""
-    from dxgemm.pipelines._dispatch import availability
+    from dxgemm.runtime.pipeline import availability
 
     if availability(0) is not None:
         pytest.skip(f"needs the sm_90 pipeline: {availability(0)}")

@@ -37,7 +37,7 @@ def _available(cp, backend: str) -> None:
     """Skip a backend this device cannot run, naming why; on sm_90 the pipeline must run."""
     if backend in ("auto",) or backend in dxgemm.available_backends(0):
         return
-    from dxgemm.pipelines._dispatch import availability
+    from dxgemm.runtime.pipeline import availability
 
     reason = availability(0)
     cc = cp.cuda.Device(0).compute_capability
