@@ -6,8 +6,8 @@ the handwritten Numba ladder (:mod:`dxgemm.kernels`); importing dxgemm needs no 
 """
 
 from . import epilogues
-from ._gemm import BACKENDS, available_backends, gemm
+from ._gemm import BACKEND_DTYPES, BACKENDS, available_backends, gemm
 
 __version__ = "0.1.0"
 
-__all__ = ["gemm", "BACKENDS", "available_backends", "epilogues", "__version__"]
+__all__ = ["gemm", "BACKENDS", "BACKEND_DTYPES", "available_backends", "epilogues", "__version__"]

@@ -26,9 +26,15 @@ from .runtime.launch import flat_values, matrix_of
 from .runtime.rungs import rung_call
 from .runtime.splitk import launch_simulated, warptile_split
 
-BACKENDS: tuple[str, ...] = RUNGS + ("pipeline",)
+BACKENDS: tuple[str, ...] = RUNGS + ("tf32mma", "pipeline")
 """Names ``backend=`` accepts besides ``"auto"``: the handwritten rungs, slowest first, then
+``"tf32mma"`` (float32 on the TF32 tensor cores, :mod:`dxgemm.kernels.tf32mma`) and
 ``"pipeline"`` (cuBLASDx device pipeline on tensor cores, :mod:`dxgemm.pipelines`)."""
+
+BACKEND_DTYPES: dict[str, tuple[np.dtype, ...]] = {
+    name: (np.dtype(np.float32),) if name in policy.TF32_BACKENDS else (np.dtype(np.float32), np.dtype(np.float64))
+    for name in BACKENDS}
+"""The dtypes each backend computes (``"tf32mma"`` is float32 only)."""
 
 
 def gemm(
@@ -40,6 +46,7 @@ def gemm(
     beta: float = 0.0,
     epilogue: Epilogue | None = None,
     backend: str = "auto",
+    precision: str | None = None,
     stream: Any = None,
 ) -> Any:
     """``D = epilogue(alpha * A @ B + beta * C)`` on the GPU, in one kernel.
@@ -60,6 +67,11 @@ def gemm(
         backend: ``"auto"`` (the fastest available for the dtype and shape) or one of
             :data:`BACKENDS`.  ``"auto"`` and ``"pipeline"`` run a single-row problem
             (``m == 1``) on :mod:`dxgemm.kernels.gemv`, which streams B once.
+        precision: float32 only (:data:`dxgemm.policy.PRECISIONS`): ``"tf32x3"`` (the
+            default: float32 accuracy on the TF32 tensor cores, within twice cuBLAS SGEMM's
+            error), ``"tf32"`` (one TF32 pass: TF32 speed and accuracy) or ``"ieee"``
+            (float32 FMA on the SIMT units).  float64 takes None or ``"ieee"``.  A backend
+            named explicitly takes only the precisions it computes (see the guide).
         stream: the stream to launch on; default the current stream of ``a``'s library.
 
     Returns:
@@ -69,9 +81,10 @@ def gemm(
         TypeError: host arrays, unsupported or mixed dtypes, a non-epilogue ``epilogue``, a
             ``custom`` epilogue function Numba cannot compile (raised before anything runs).
         ValueError: non-2-D inputs, mismatched shapes, arrays on different devices, an
-            output overlapping an input, an unknown backend, ``beta != 0`` without ``c``.
+            output overlapping an input, an unknown backend, ``beta != 0`` without ``c``, a
+            precision the dtype or the backend does not compute.
     """
-    key = _calls.signature(a, b, c, alpha, beta, epilogue, backend)
+    key = _calls.signature(a, b, c, alpha, beta, epilogue, backend, precision)
     repeat = _calls.lookup(key)
     if repeat is not None:  # same signature as an earlier call: its decisions hold
         return repeat.run(a, b, c, alpha, beta, stream)
@@ -93,6 +106,7 @@ def gemm(
             f"epilogue must be a dxgemm.epilogues.Epilogue (e.g. epilogues.relu()), got {type(epilogue).__name__}"
         )
     backend = _check_backend(backend)
+    precision = policy.resolve_precision(dtype, backend, precision)
     explicit_pipeline = backend == "pipeline"
 
     device = _arrays.device_of(op_a)
@@ -129,7 +143,8 @@ def gemm(
             backend = policy.choose_backend(dtype, m, n, k, pipeline=_pipeline_reason(device) is None,
                                             aligned=flags == FLAG_VEC_A | FLAG_VEC_B,
                                             transcendental=traits.transcendental,
-                                            medium_min_k=traits.medium_tile_min_k, sms=info.sm_count)
+                                            medium_min_k=traits.medium_tile_min_k, sms=info.sm_count,
+                                            precision=precision, tf32_cores=info.cc >= (8, 0))
         if backend == "pipeline":
             mat_a, mat_b, mat_d = matrix_of(op_a), matrix_of(op_b), matrix_of(op_d)
             try:
@@ -144,7 +159,10 @@ def gemm(
                 call(mat_a, mat_b, mat_d, m, n, k, bound.args, handle)
                 _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta, c is not None)
                 return out
-        tile = policy.choose_tile(backend, dtype, m, n, k, info.sm_count, traits.medium_tile_min_k, info.l2_bytes)
+        if backend in policy.TF32_BACKENDS:
+            tile = precision  # tf32mma's tile configurations are its two modes
+        else:
+            tile = policy.choose_tile(backend, dtype, m, n, k, info.sm_count, traits.medium_tile_min_k, info.l2_bytes)
         slices = policy.choose_split_k(backend, dtype, m, n, k, tile, info.sm_count)
         spec = KernelSpec(dtype, op_a.layout, op_b.layout, op_d.layout, bound.key, None, tile=tile)
         if SIMULATOR:  # nothing is compiled: Numba's simulated launch
@@ -163,10 +181,12 @@ def gemm(
 def available_backends(device: int = 0) -> tuple[str, ...]:
     """The members of :data:`BACKENDS` that can run on GPU ``device``: none without a usable CUDA
     driver and GPU (outside Numba's simulator, which runs every rung); ``"pipeline"`` only on an
-    sm_90 GPU with cuda.core, outside the simulator.  Test suites parametrize over this."""
+    sm_90 GPU with cuda.core, outside the simulator; ``"tf32mma"`` from compute capability 8.0
+    (and under the simulator).  Test suites parametrize over this with :data:`BACKEND_DTYPES`."""
     if not gpu_usable(device):
         return ()
-    return RUNGS if _pipeline.availability(device) is not None else BACKENDS
+    tf32 = policy.TF32_BACKENDS if device_info(device).cc >= (8, 0) else ()
+    return RUNGS + tf32 + (("pipeline",) if _pipeline.availability(device) is None else ())
 
 
 def _pipeline_reason(device: int) -> str | None:

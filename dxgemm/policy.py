@@ -30,7 +30,7 @@ H100_SMS = 132
 H100_L2_BYTES = 50 * 2**20
 """An H100 SXM's L2 cache: the rules' default where no device is named."""
 
-__all__ = ["EpilogueTraits", "choose_backend", "choose_tile", "choose_split_tile", "choose_split_k",
+__all__ = ["EpilogueTraits", "PRECISIONS", "resolve_precision", "choose_backend", "choose_tile", "choose_split_tile", "choose_split_k",
            "pipeline_config", "pipeline_split_k", "check_split_count", "F64_BLOCK_COST", "MIN_SLICE_TILES"]
 
 
@@ -57,9 +57,72 @@ class EpilogueTraits:
                    getattr(chain, "preload", None) is not None, bool(getattr(chain, "wide_walk", False)))
 
 
+PRECISIONS: tuple[str, ...] = ("tf32x3", "tf32", "ieee")
+"""What ``precision=`` accepts for float32 (Triton's ``input_precision`` names):
+
+* ``"tf32x3"`` (the default): float32 accuracy on the TF32 tensor cores, each operand split
+  into two TF32 parts and three products summed with rounding adds (:mod:`dxgemm.kernels.tf32mma`);
+* ``"tf32"``: one TF32 pass, TF32's accuracy (inputs rounded to 10 mantissa bits), PyTorch's
+  ``allow_tf32``;
+* ``"ieee"``: float32 FMA on the SIMT units (the handwritten ladder, ``warptile``).
+
+PyTorch's ``set_float32_matmul_precision`` levels map as ``"highest"`` -> ``"ieee"`` or
+``"tf32x3"`` (both float32 accuracy), ``"high"`` / ``"medium"`` -> ``"tf32"``."""
+
+TF32_BACKENDS = ("tf32mma",)
+"""Backends that compute float32 on the TF32 tensor cores (``precision`` ``"tf32x3"`` or ``"tf32"``)."""
+
+
+def resolve_precision(dtype: Any, backend: str, precision: str | None) -> str | None:
+    """The precision a call runs at, or a clear error for a combination that makes no sense.
+
+    float64 is IEEE float64 on every backend: ``None`` or ``"ieee"``.  float32 under
+    ``"auto"`` takes :data:`PRECISIONS` (default ``"tf32x3"``); a TF32 backend takes
+    ``"tf32x3"`` (default) or ``"tf32"``; the SIMT rungs ``"ieee"`` only.  The cuBLASDx
+    pipeline picks its float32 method by shape (3xTF32 in one tensor-core accumulator, not
+    within the float32 contract on long K, or SIMT float32 for an output side of at most 128):
+    it takes no ``precision`` and resolves to None.
+    """
+    if precision is not None and precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}: choose 'tf32x3' (float32 accuracy on the tensor cores, "
+                         "the default), 'tf32' (one TF32 pass: TF32 speed and accuracy) or 'ieee' (float32 FMA on the "
+                         "SIMT units); PyTorch's 'highest' is 'ieee' or 'tf32x3', 'high' and 'medium' are 'tf32'")
+    if np.dtype(dtype) == np.float64:
+        if backend in TF32_BACKENDS:
+            raise TypeError(f"backend={backend!r} computes float32 only (TF32 tensor cores); float64 runs on "
+                            "'auto', 'warptile', 'pipeline' or the other rungs")
+        if precision not in (None, "ieee"):
+            raise ValueError(f"precision={precision!r} applies to float32; float64 always computes in IEEE float64: "
+                             "leave precision unset or pass 'ieee'")
+        return "ieee"
+    if backend == "auto":
+        return precision or "tf32x3"
+    if backend in TF32_BACKENDS:
+        if precision == "ieee":
+            raise ValueError(f"backend={backend!r} runs on the TF32 tensor cores: precision 'tf32x3' or 'tf32'; "
+                             "for 'ieee' use backend='warptile' or 'auto'")
+        return precision or "tf32x3"
+    if backend == "pipeline":
+        if precision is not None:
+            raise ValueError("backend='pipeline' picks its float32 method by shape (3xTF32 summed in one tensor-core "
+                             "accumulator, or SIMT float32 for an output side <= 128) and takes no precision; "
+                             "for a chosen precision use backend='auto'")
+        return None
+    if precision not in (None, "ieee"):
+        raise ValueError(f"backend={backend!r} computes with float32 FMA on the SIMT units: precision 'ieee' only; "
+                         f"for {precision!r} use backend='auto' or 'tf32mma'")
+    return "ieee"
+
+
 def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = False, aligned: bool = True,
-                   transcendental: bool = False, medium_min_k: float = math.inf, sms: int = H100_SMS) -> str:
-    """The backend ``backend="auto"`` runs: ``"warptile"`` or ``"pipeline"``.
+                   transcendental: bool = False, medium_min_k: float = math.inf, sms: int = H100_SMS,
+                   precision: str | None = "ieee", tf32_cores: bool = True) -> str:
+    """The backend ``backend="auto"`` runs: ``"warptile"``, ``"tf32mma"`` or ``"pipeline"``.
+
+    float32 at ``precision`` ``"tf32x3"`` or ``"tf32"`` runs ``tf32mma`` wherever the device
+    has TF32 tensor cores (``tf32_cores``: compute capability 8.0 or later): it is the path
+    whose K loop sums each tile's tensor-core products with rounding adds, the only one that
+    keeps float32 accuracy at long K; without them, ``warptile`` (IEEE float32, more accurate).
 
     ``pipeline``: whether the pipeline can run on this device; ``aligned``: whether both
     operands take 16-byte accesses; ``transcendental``/``medium_min_k``: the epilogue's
@@ -74,13 +137,14 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     the rest: unaligned operands (warptile's checked loads are slower), skinny outputs that
     are not split, and the heavy epilogues at K = 128.
 
-    float32 runs the pipeline from K = 64 and ``2**30`` multiply-adds, where the 3xTF32
-    tensor-core method (or, for an output side of at most 128, cuBLASDx's SIMT float32
-    pipeline) leads; ``warptile`` elsewhere, including the shapes where only the SIMT
-    method would apply (it lost to warptile on squares).  Where the pipeline cannot run,
-    ``warptile``.
+    float32 at ``"ieee"`` runs cuBLASDx's SIMT float32 pipeline for an output side of at most
+    128 from K = 64 and ``2**30`` multiply-adds (it reads A and B once, far ahead of
+    ``warptile`` there), ``warptile`` elsewhere (the SIMT pipeline lost to it on squares).
+    Where the pipeline cannot run, ``warptile``.
     """
     dt = np.dtype(dtype)
+    if dt == np.float32 and precision in ("tf32x3", "tf32"):
+        return "tf32mma" if tf32_cores else "warptile"
     if not pipeline:
         return "warptile"
     if dt == np.float64:
@@ -91,9 +155,8 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
         if aligned and m >= 128 and n >= 64 and choose_split_k("warptile", dt, m, n, k, tile, sms) > 1:
             return "warptile"
         return "pipeline"
-    if dt == np.float32 and k >= 64 and m * n * k >= 2**30:
-        if uses_tf32x3(dt, m, n) or min(m, n) <= SIMT_FLOAT32_MAX_SIDE:
-            return "pipeline"
+    if dt == np.float32 and k >= 64 and m * n * k >= 2**30 and min(m, n) <= SIMT_FLOAT32_MAX_SIDE:
+        return "pipeline"
     return "warptile"
 
 

@@ -18,7 +18,7 @@ from dxgemm.testing import make_data
 
 TILES = {  # backend: (block tile side T, K tile BK), read from dxgemm/kernels/*.py and pipelines/config.py
     "naive": (32, 1), "coalesced": (32, 1), "smem": (32, 32), "blocktile1d": (64, 8), "blocktile2d": (128, 8),
-    "vectorized": (128, 8), "warptile": (64, 16), "pipeline": (128, 32), "auto": (128, 32), "gemv": (32, 8),
+    "vectorized": (128, 8), "warptile": (64, 16), "tf32mma": (128, 32), "pipeline": (128, 32), "auto": (128, 32), "gemv": (32, 8),
 }
 
 LATIN = (("row", "col", "view"), ("col", "view", "T"), ("view", "T", "row"), ("T", "row", "col"))
@@ -35,6 +35,19 @@ def cases(backend: str, scale: int = 1) -> list[tuple]:
         (LATIN[2], (t - 1, t + 1, bk + 1 if bk > 1 else 5), "wide_exponent", 1.0, 0.0),
         (LATIN[3], (t + 1, 1, max(bk - 1, 3)), "cancellation", 0.5, -2.0),
     ]
+
+
+def supports(backend: str, dtype) -> bool:
+    """Whether ``backend`` computes ``dtype`` (``auto`` computes both)."""
+    import dxgemm
+
+    return backend == "auto" or np.dtype(dtype) in dxgemm.BACKEND_DTYPES[backend]
+
+
+def split(backend: str, dtype) -> int:
+    """The accuracy rule's ``split``: 3 where float32 may run on split TF32 operands
+    (``tf32mma``, the pipeline, and ``auto``, whose float32 default is ``tf32mma``)."""
+    return 3 if np.dtype(dtype) == np.float32 and backend in ("tf32mma", "pipeline", "auto") else 1
 
 
 def case_id(case: tuple) -> str:

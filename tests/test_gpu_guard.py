@@ -17,13 +17,14 @@ import dxgemm
 from dxgemm.testing import assert_close
 from dxgemm.testing.guard import run_guarded
 
-from ._grid import case_id, cases, operands
+from ._grid import case_id, cases, operands, split, supports
 
 pytestmark = pytest.mark.gpu
 
 DTYPES = [np.float32, np.float64]
 BACKENDS = dxgemm.BACKENDS + ("auto",)
-GRID = [(backend, case) for backend in BACKENDS for scale in (1, 2) for case in cases(backend, scale)]
+GRID = [(backend, case, dtype) for backend in BACKENDS for scale in (1, 2) for case in cases(backend, scale)
+        for dtype in DTYPES if supports(backend, dtype)]
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +47,8 @@ def _available(cp, backend: str) -> None:
     pytest.skip(f"backend {backend!r} needs an sm_90 device (this one is sm_{cc}): {reason}")
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("backend, case", GRID, ids=[f"{b}-{case_id(c)}" for b, c in GRID])
+@pytest.mark.parametrize("backend, case, dtype", GRID,
+                         ids=[f"{b}-{case_id(c)}-{np.dtype(t).name}" for b, c, t in GRID])
 def test_gpu_every_layout_at_tile_edges_in_guard_bands(cp, backend, case, dtype):
     _available(cp, backend)
     layouts, shape, kind, alpha, beta = case
@@ -56,6 +57,5 @@ def test_gpu_every_layout_at_tile_edges_in_guard_bands(cp, backend, case, dtype)
                     backend=backend, alpha=alpha, beta=beta)
     cp.cuda.Device(0).synchronize()
     c64 = c.astype(np.float64) if c is not None else None
-    split = 3 if dtype == np.float32 and backend in ("pipeline", "auto") else 1
     assert_close(d, a.astype(np.float64), b.astype(np.float64), np.dtype(dtype), alpha=alpha, beta=beta, c=c64,
-                 split=split)
+                 split=split(backend, dtype))

@@ -17,27 +17,30 @@ import dxgemm
 from dxgemm.testing import assert_close
 from dxgemm.testing.guard import SENTINEL, place, run_guarded
 
-from ._grid import case_id, cases, operands
+from ._grid import case_id, cases, operands, split, supports
 
 DTYPES = [np.float32, np.float64]
 # ``auto`` too: at m = 1 it takes the gemv kernel; on small outputs a rung (shapes at gemv's edges, cheap)
-GRID = ([(backend, case) for backend in dxgemm.available_backends() for case in cases(backend)]
-        + [("auto", case) for case in cases("gemv")])
+GRID = [(backend, case, dtype)
+        for backend, case in ([(backend, case) for backend in dxgemm.available_backends() for case in cases(backend)]
+                              + [("auto", case) for case in cases("gemv")])
+        for dtype in DTYPES if supports(backend, dtype)]
 
 
 def _to_host(arr):
     return arr.copy_to_host()
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("backend, case", GRID, ids=[f"{b}-{case_id(c)}" for b, c in GRID])
+@pytest.mark.parametrize("backend, case, dtype", GRID,
+                         ids=[f"{b}-{case_id(c)}-{np.dtype(t).name}" for b, c, t in GRID])
 def test_every_layout_at_tile_edges_in_guard_bands(backend, case, dtype):
     layouts, shape, kind, alpha, beta = case
     a, b, c = operands(case, dtype, seed=sum(shape))
     d = run_guarded(a, b, c, layouts, to_device=cuda.to_device, to_host=_to_host, backend=backend,
                     alpha=alpha, beta=beta)
     c64 = c.astype(np.float64) if c is not None else None
-    assert_close(d, a.astype(np.float64), b.astype(np.float64), np.dtype(dtype), alpha=alpha, beta=beta, c=c64)
+    assert_close(d, a.astype(np.float64), b.astype(np.float64), np.dtype(dtype), alpha=alpha, beta=beta, c=c64,
+                 split=split(backend, dtype))
 
 
 def test_guard_band_catches_a_stray_write_and_a_stray_read():
@@ -60,8 +63,10 @@ def test_guard_band_catches_a_stray_write_and_a_stray_read():
             assert_untouched(gi, _to_host, "A")
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("backend", dxgemm.available_backends())
+BIAS_GRID = [(b, t) for b in dxgemm.available_backends() for t in DTYPES if supports(b, t)]
+
+
+@pytest.mark.parametrize("backend, dtype", BIAS_GRID)
 def test_bias_epilogue_at_tile_edges_in_guard_bands(backend, dtype):
     """A ``(n,)`` bias read from inside a NaN band (a read past its end poisons the result), D a
     column-major view in a sentinel band, alpha and beta: the epilogue's reads and the edge stores."""
@@ -79,6 +84,6 @@ def test_bias_epilogue_at_tile_edges_in_guard_bands(backend, dtype):
                     alpha=alpha, beta=beta, epilogue=epilogue)
     np.testing.assert_array_equal(v_buf.copy_to_host().view(np.uint8), band.view(np.uint8))
     worst = check(d, epilogue, a.astype(np.float64), b.astype(np.float64), np.dtype(dtype), alpha=alpha, beta=beta,
-                  c=c.astype(np.float64))
+                  c=c.astype(np.float64), split=split(backend, dtype))
     assert worst <= 1.0
     assert (d > 0).any() and (d == 0).any()  # the relu sees both signs: alpha and beta came first

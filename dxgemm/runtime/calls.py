@@ -58,7 +58,8 @@ def _steering_state() -> tuple:
     return (env.steering_state(), tuple(config._forced), forced_slices(), tuned.table_stamp())
 
 
-def signature(a: Any, b: Any, c: Any, alpha: Any, beta: Any, epilogue: Any, backend: str) -> tuple | None:
+def signature(a: Any, b: Any, c: Any, alpha: Any, beta: Any, epilogue: Any, backend: str,
+              precision: str | None = None) -> tuple | None:
     """The call's signature (module docstring), or None when the call must be validated in full."""
     sig_a = matrix_signature(a)
     sig_b = matrix_signature(b)
@@ -82,7 +83,7 @@ def signature(a: Any, b: Any, c: Any, alpha: Any, beta: Any, epilogue: Any, back
                 return None
             parts.append(part)
         epi = tuple(parts)
-    return (sig_a, sig_b, sig_c, type(alpha), type(beta), beta == 0, epi, backend, _steering_state())
+    return (sig_a, sig_b, sig_c, type(alpha), type(beta), beta == 0, epi, backend, precision, _steering_state())
 
 
 def lookup(key: tuple | None) -> "_KeptCall | None":
