@@ -672,9 +672,9 @@ def test_choose_backend():
     assert choose_backend(np.dtype(np.float64), 8192, 8192, 1024, pipeline=True, transcendental=True) == "warptile"
     assert choose_backend(np.dtype(np.float64), 8192, 8192, 512, pipeline=True, aligned=False) == "pipeline"
     assert choose_backend(np.dtype(np.float64), 1000, 1000, 1000, pipeline=True) == "warptile"
-    assert choose_backend(np.dtype(np.float32), 512, 512, 512, pipeline=True) == "warptile"
-    assert choose_backend(np.dtype(np.float32), 2048, 2048, 2048, pipeline=True) == "pipeline"
-    assert choose_backend(np.dtype(np.float32), 4096, 4096, 40, pipeline=True) == "warptile"
+    assert choose_backend(np.dtype(np.float32), 512, 512, 512, pipeline=True, precision="ieee") == "warptile"
+    assert choose_backend(np.dtype(np.float32), 2048, 2048, 2048, pipeline=True, precision="ieee") == "warptile"
+    assert choose_backend(np.dtype(np.float32), 4096, 4096, 40, pipeline=True, precision="ieee") == "warptile"
     assert choose_backend(np.dtype(np.float64), 1024, 1024, 1024, pipeline=True) == "warptile"
     assert choose_backend(np.dtype(np.float64), 1024, 1024, 1024, pipeline=True, aligned=False) == "pipeline"
     assert choose_backend(np.dtype(np.float64), 4096, 64, 4096, pipeline=True) == "warptile"  # the 128x64 split tile
@@ -684,19 +684,19 @@ def test_choose_backend():
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 64, pipeline=True) == "warptile"  # K < 128
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 128, pipeline=True) == "warptile"
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 128, pipeline=True, aligned=False) == "pipeline"
-    assert choose_backend(np.dtype(np.float32), 8192, 8192, 64, pipeline=True) == "pipeline"  # K >= 64 in float32
-    assert choose_backend(np.dtype(np.float32), 8192, 8192, 32, pipeline=True) == "warptile"
-    assert choose_backend(np.dtype(np.float32), 4096, 4096, 100, pipeline=True) == "pipeline"
-    assert choose_backend(np.dtype(np.float32), 4096, 4096, 64, pipeline=True) == "pipeline"  # 2^30
-    assert choose_backend(np.dtype(np.float32), 1024, 1024, 1024, pipeline=True) == "pipeline"
-    assert choose_backend(np.dtype(np.float32), 1000, 1000, 1000, pipeline=True) == "warptile"  # below 2^30
-    assert choose_backend(np.dtype(np.float32), 4096, 64, 4096, pipeline=True) == "pipeline"  # SIMT method
-    assert choose_backend(np.dtype(np.float32), 2048, 64, 2048, pipeline=True) == "warptile"  # below 2^30
-    assert choose_backend(np.dtype(np.float32), 8192, 8192, 128, pipeline=True) == "pipeline"
+    assert choose_backend(np.dtype(np.float32), 8192, 8192, 64, pipeline=True, precision="ieee") == "warptile"
+    assert choose_backend(np.dtype(np.float32), 8192, 8192, 32, pipeline=True, precision="ieee") == "warptile"
+    assert choose_backend(np.dtype(np.float32), 4096, 4096, 100, pipeline=True, precision="ieee") == "warptile"
+    assert choose_backend(np.dtype(np.float32), 4096, 4096, 64, pipeline=True, precision="ieee") == "warptile"
+    assert choose_backend(np.dtype(np.float32), 1024, 1024, 1024, pipeline=True, precision="ieee") == "warptile"
+    assert choose_backend(np.dtype(np.float32), 1000, 1000, 1000, pipeline=True, precision="ieee") == "warptile"  # below 2^30
+    assert choose_backend(np.dtype(np.float32), 4096, 64, 4096, pipeline=True, precision="ieee") == "pipeline"  # SIMT method
+    assert choose_backend(np.dtype(np.float32), 2048, 64, 2048, pipeline=True, precision="ieee") == "warptile"  # below 2^30
+    assert choose_backend(np.dtype(np.float32), 8192, 8192, 128, pipeline=True, precision="ieee") == "warptile"
     assert choose_backend(np.dtype(np.float64), 8192, 8192, 32, pipeline=True) == "warptile"
     assert choose_backend(np.dtype(np.float64), 768, 768, 768, pipeline=True) == "warptile"
     assert choose_backend(np.dtype(np.float64), 768, 768, 512, pipeline=True, aligned=False) == "pipeline"  # 2^28
-    assert choose_backend(np.dtype(np.float32), 768, 768, 768, pipeline=True) == "warptile"  # host-bound
+    assert choose_backend(np.dtype(np.float32), 768, 768, 768, pipeline=True, precision="ieee") == "warptile"  # host-bound
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 40, pipeline=True) == "warptile"
 
 
@@ -1233,3 +1233,39 @@ def test_ctk130_extra_pins_every_compiler_to_one_version():
     assert pins["cuda-toolkit"] == cache_mod.PREFERRED_TOOLCHAIN + ".*"
     for component in ("nvidia-cuda-nvrtc", "nvidia-nvvm", "nvidia-nvjitlink"):
         assert pins.get(component) == pins["cuda-toolkit"], component
+
+
+def test_choose_backend_float32_precision():
+    """float32's default (tf32x3) and one-pass tf32 run the TF32 rung wherever the device has TF32
+    tensor cores, whatever the shape; without them, IEEE warptile."""
+    from dxgemm.policy import choose_backend
+
+    for shape in ((4096, 4096, 4096), (17, 33, 5), (4096, 64, 4096), (2, 2, 65536)):
+        for precision in ("tf32x3", "tf32"):
+            assert choose_backend(np.dtype(np.float32), *shape, pipeline=True, precision=precision) == "tf32mma"
+            assert choose_backend(np.dtype(np.float32), *shape, precision=precision, tf32_cores=False) == "warptile"
+
+
+def test_resolve_precision():
+    from dxgemm.policy import resolve_precision
+
+    f32, f64 = np.dtype(np.float32), np.dtype(np.float64)
+    assert resolve_precision(f32, "auto", None) == "tf32x3"
+    assert resolve_precision(f32, "auto", "tf32") == "tf32"
+    assert resolve_precision(f32, "tf32mma", None) == "tf32x3"
+    assert resolve_precision(f32, "warptile", None) == "ieee"
+    assert resolve_precision(f32, "pipeline", None) is None
+    assert resolve_precision(f64, "auto", None) == "ieee"
+    assert resolve_precision(f64, "warptile", "ieee") == "ieee"
+    with pytest.raises(ValueError, match="unknown precision 'highest'"):
+        resolve_precision(f32, "auto", "highest")
+    with pytest.raises(ValueError, match="applies to float32"):
+        resolve_precision(f64, "auto", "tf32")
+    with pytest.raises(TypeError, match="float32 only"):
+        resolve_precision(f64, "tf32mma", None)
+    with pytest.raises(ValueError, match="SIMT units: precision 'ieee' only"):
+        resolve_precision(f32, "warptile", "tf32x3")
+    with pytest.raises(ValueError, match="tensor cores: precision 'tf32x3' or 'tf32'"):
+        resolve_precision(f32, "tf32mma", "ieee")
+    with pytest.raises(ValueError, match="takes no precision"):
+        resolve_precision(f32, "pipeline", "tf32")

@@ -1,0 +1,51 @@
+"""``precision=`` under Numba's CUDA simulator: each value reaches its path, bad ones are refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import dxgemm
+from dxgemm import testing
+
+M, K, N = 19, 45, 23
+
+
+def _operands(kind: str = "same_sign"):
+    a, b = testing.make_data(kind, (M, K, N), np.float32, np.random.default_rng(34))
+    return a, b, cuda.to_device(a), cuda.to_device(b)
+
+
+@pytest.mark.parametrize("precision", [None, "tf32x3", "ieee"])
+def test_float32_accuracy_paths(precision):
+    a, b, a_d, b_d = _operands()
+    d = cuda.to_device(np.full((M, N), np.nan, np.float32))
+    dxgemm.gemm(a_d, b_d, d, **({} if precision is None else {"precision": precision}))
+    out = d.copy_to_host()
+    split = 1 if precision == "ieee" else 3
+    testing.assert_close(out, a.astype(np.float64), b.astype(np.float64), np.dtype(np.float32), split=split)
+
+
+def test_tf32_is_tf32():
+    """One TF32 pass: within TF32's bound, and visibly less accurate than float32 on random data."""
+    a, b, a_d, b_d = _operands("normal")
+    d = dxgemm.gemm(a_d, b_d, precision="tf32").copy_to_host()
+    err = testing.relative_error(d, a.astype(np.float64), b.astype(np.float64))
+    assert 2.0**-20 < err <= 2 * 2.0**-11 + (K + 2) * 2.0**-24
+
+
+@pytest.mark.parametrize("dtype, kwargs, error, match", [
+    (np.float32, {"precision": "bf16"}, ValueError, "unknown precision"),
+    (np.float64, {"precision": "tf32"}, ValueError, "applies to float32"),
+    (np.float64, {"backend": "tf32mma"}, TypeError, "float32 only"),
+    (np.float32, {"backend": "warptile", "precision": "tf32x3"}, ValueError, "'ieee' only"),
+    (np.float32, {"backend": "tf32mma", "precision": "ieee"}, ValueError, "'tf32x3' or 'tf32'"),
+])
+def test_refused(dtype, kwargs, error, match):
+    a = cuda.to_device(np.ones((3, 4), dtype))
+    b = cuda.to_device(np.ones((4, 5), dtype))
+    d = cuda.to_device(np.full((3, 5), 7.0, dtype))
+    with pytest.raises(error, match=match):
+        dxgemm.gemm(a, b, d, **kwargs)
+    assert (d.copy_to_host() == 7.0).all()  # refused before anything ran
