@@ -4,9 +4,11 @@ Every float32 path (each ``precision=`` value through ``auto``, and each float32
 forced) is run on every data class of :func:`dxgemm.testing.make_data` at K up to 65536
 (small m and n keep it quick), beside cuBLAS SGEMM on the same inputs:
 
-* ``precision="tf32x3"`` (the default) and ``"ieee"``: the contract, error at most
+* ``precision="tf32x3"`` (the default): the contract, error at most
   ``max(2 x SGEMM's error, 2^-22)`` relative to ``|A| @ |B|``
-  (:func:`dxgemm.testing.check_float32_contract`);
+  (:func:`dxgemm.testing.check_float32_contract`), and on the TF32 rung forced;
+* ``precision="ieee"``: a rounding float32 sum, :func:`dxgemm.testing.assert_close`'s
+  statistical bound and no one-sided error;
 * ``precision="tf32"``: TF32's own bound (inputs rounded to 10 mantissa bits);
 * the cuBLASDx pipeline's single-accumulator 3xTF32 (``backend="pipeline"``) is kept as a
   strict expected failure on same-sign data at long K: the truncating tensor-core
@@ -62,14 +64,21 @@ def _run(cp, a_d, b_d, **kwargs):
     return cp.asnumpy(d)
 
 
-@pytest.mark.parametrize("precision", ["tf32x3", "ieee", None])
+@pytest.mark.parametrize("kwargs", [{}, {"precision": "tf32x3"}, {"backend": "tf32mma"}], ids=str)
 @pytest.mark.parametrize("k", KS)
 @pytest.mark.parametrize("kind", KINDS)
-def test_contract(cp, kind, k, precision):
+def test_contract(cp, kind, k, kwargs):
     a, b, a_d, b_d = _inputs(cp, kind, k, seed=k + 7)
-    kwargs = {} if precision is None else {"precision": precision}
     d = _run(cp, a_d, b_d, **kwargs)
     testing.check_float32_contract(d, a, b, sgemm=_sgemm(cp, a_d, b_d))
+
+
+@pytest.mark.parametrize("k", KS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_ieee(cp, kind, k):
+    a, b, a_d, b_d = _inputs(cp, kind, k, seed=k + 5)
+    d = _run(cp, a_d, b_d, precision="ieee")
+    testing.assert_close(d, a, b, np.dtype(np.float32))
 
 
 @pytest.mark.parametrize("k", KS)
@@ -94,10 +103,14 @@ def test_single_accumulator_3xtf32_misses_contract(cp, k):
 
     if availability(0) is not None:
         pytest.skip(f"needs the sm_90 pipeline: {availability(0)}")
-    a, b, a_d, b_d = _inputs(cp, "same_sign", k, seed=k)
-    d = _run(cp, a_d, b_d, backend="pipeline", precision="tf32x3_fast")
-    with pytest.raises(AssertionError):
-        testing.check_float32_contract(d, a, b, sgemm=_sgemm(cp, a_d, b_d))
+    rng = np.random.default_rng(k)
+    a32, b32 = testing.make_data("same_sign", (256, k, 256), np.float32, rng)  # sides > 128: the 3xTF32 method
+    a_d, b_d = cp.asarray(a32), cp.asarray(b32)
+    d = cp.asnumpy(dxgemm.gemm(a_d, b_d, backend="pipeline"))
+    with pytest.raises(AssertionError, match="float32 contract broken"):
+        testing.check_float32_contract(d, a32.astype(np.float64), b32.astype(np.float64), sgemm=_sgemm(cp, a_d, b_d))
+    with pytest.raises(AssertionError, match="one-sided"):
+        testing.check_unbiased(d, a32.astype(np.float64), b32.astype(np.float64))
 
 
 @pytest.mark.parametrize("precision", ["tf32x3", "tf32", "ieee"])
