@@ -4,7 +4,7 @@
     python benchmarks/tf32mma_bench.py accuracy   # issue 34's data classes, K = 256 .. 65536
     python benchmarks/tf32mma_bench.py speed [--variants NAME,...]   # 4096^3, 8192^3 vs cuBLAS
     python benchmarks/tf32mma_bench.py peak       # mma.sync m16n8k8 TF32 from registers only
-    python benchmarks/tf32mma_bench.py resources  # registers / spills for sm_90, no GPU needed
+    python benchmarks/tf32mma_bench.py resources [--cc 80,90]  # registers / spills, no GPU needed
 
 ``--json FILE`` appends one JSON record a line.  Error = max |D - D64| / (|A| @ |B|)
 elementwise; ``ratio_to_sgemm`` = error / max(cuBLAS SGEMM's error on the same inputs, 2^-22).
@@ -375,7 +375,7 @@ def peak(args) -> None:
 
 # ---------------------------------------------------------------------------------------
 def resources(args) -> None:
-    """Registers, stack and spills of each variant and layout for sm_90 (ptxas -v), no GPU."""
+    """Registers, stack and spills of each variant and layout for each ``--cc`` (ptxas -v), no GPU."""
     from numba import cuda, typeof
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -389,28 +389,29 @@ def resources(args) -> None:
     dtype = np.dtype(np.float32)
     bound = AlphaBeta(1.0, 0.0).bind(EpilogueContext(1, 1, dtype, adapt=None))
     sig = kernel_signature(dtype, typeof(bound.args)).args
-    for name in args.variants:
+    for (cc, name) in ((cc, name) for cc in args.cc for name in args.variants):
         tile, over = VARIANTS[name]
-        for layouts in ("rrr", "ccc"):
+        for layouts in args.layouts:
             la, lb, ld = (Layout.ROW if x == "r" else Layout.COL for x in layouts)
             spec = KernelSpec(dtype, la, lb, ld, bound.key, bound.make(), tile=tile)
             built = tf32mma.build(spec, **over)
             bounds = (built.block[0], built.min_blocks) if built.min_blocks else built.block[0]
-            ptx, _ = cuda.compile_ptx(built.pyfunc, sig, cc=(9, 0), launch_bounds=bounds)
+            ptx, _ = cuda.compile_ptx(built.pyfunc, sig, cc=(cc // 10, cc % 10), launch_bounds=bounds)
             with tempfile.TemporaryDirectory() as tmp:
                 src = Path(tmp) / "k.ptx"
                 # NVVM may stamp a newer PTX ISA than the toolkit's ptxas; .satfinite needs 8.1.
                 src.write_text(re.sub(r"^\.version \d+\.\d+", ".version 8.1", ptx, flags=re.M))
-                info = subprocess.run(["ptxas", "-v", "-arch=sm_90", "-O3", str(src), "-o", str(Path(tmp) / "k.o")],
+                info = subprocess.run(["ptxas", "-v", f"-arch=sm_{cc}", "-O3", str(src), "-o", str(Path(tmp) / "k.o")],
                                       capture_output=True, text=True, check=True).stderr
             regs = int(re.search(r"Used (\d+) registers", info).group(1))
             stack, spill_st, spill_ld = map(int, re.search(
                 r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", info).groups())
-            rec = dict(suite="resources", variant=name, layouts=layouts, regs=regs, stack=stack, spill_st=spill_st,
-                       spill_ld=spill_ld, smem=built.dynamic_smem, mma=ptx.count("mma.sync"))
+            rec = dict(suite="resources", cc=cc, variant=name, layouts=layouts, regs=regs, stack=stack,
+                       spill_st=spill_st, spill_ld=spill_ld, smem=built.dynamic_smem, mma=ptx.count("mma.sync"))
             emit(rec, args.json)
-            print(f"resources {name:16} {layouts}: {regs} registers, stack {stack}, spills {spill_st}/{spill_ld} "
-                  f"bytes, {built.dynamic_smem} B shared, {rec['mma']} mma.sync in the PTX", flush=True)
+            print(f"resources sm_{cc} {name:16} {layouts}: {regs} registers, stack {stack}, spills "
+                  f"{spill_st}/{spill_ld} bytes, {built.dynamic_smem} B shared, {rec['mma']} mma.sync in the PTX",
+                  flush=True)
 
 
 def main() -> None:
@@ -422,6 +423,10 @@ def main() -> None:
     parser.add_argument("--ks", default="256,4096,16384,65536", type=lambda s: [int(x) for x in s.split(",")])
     parser.add_argument("--size", type=int, default=256, help="m = n of the accuracy runs")
     parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--layouts", default="rrr,ccc", type=lambda s: s.split(","),
+                        help="resources: layouts of A, B, D to build (r / c each)")
+    parser.add_argument("--cc", default="90", type=lambda s: [int(x) for x in s.split(",")],
+                        help="resources: compute capabilities to build for, e.g. 80,89,90")
     parser.add_argument("--wait", default=[], type=lambda s: [int(x) for x in s.split(",") if x],
                         help="speed: time only after these process ids have ended")
     args = parser.parse_args()

@@ -42,6 +42,30 @@ same-sign data at K = 65536 a single accumulator was 14x cuBLAS TF32's error).
 Under Numba's CUDA simulator a lane cannot read its neighbours' registers: there a
 fragment holds whole rows of A and columns of B, rounded to TF32 as the device rounds
 them, and the multiply reads them straight, as ``_device.make_dmma`` does for DMMA.
+
+What makes it faster (H100, ``benchmarks/results/h100_tf32mma.log``; 4096^3 / 8192^3,
+cuBLAS SGEMM 51 TFLOP/s, cuBLAS TF32 373-398):
+
+* **A cheap split.**  ``cvt.rna.satfinite.tf32.f32`` compiles to six instructions (its own
+  NaN and infinity checks) and ``cvt.rna`` of ``lo`` to two; the kernel clamps and rounds
+  ``hi`` in four (two FMNMX, an integer add and a mask) and rounds ``lo`` with one guarded
+  add (the mma reads only the 19 high bits of an operand).
+* **The second-level sum in shared memory**, each thread's own slice (touched once every
+  ``fold`` tiles): in registers it took 64 of them, the K steps of a tile had to stay a
+  rolled loop (255 registers), and each step's fragment loads waited for the last step's
+  mmas.  Unrolled, 179 registers: tf32x3 0.68x -> 0.90x SGEMM at 4096^3, 0.73x -> 0.96x at
+  8192^3, together with the split and the next point (the rolled loop on the new split: 0.80x).
+* **Unchecked copies** for interior blocks with aligned operands, as in warptile's float64
+  path (``_device.make_async_tile_stream``).
+
+Reached, tf32x3: 46.0 / 49.1 TFLOP/s, 0.90x / 0.96x cuBLAS SGEMM (the 1.3x goal is not
+met); tf32: 90.1 / 109.4 TFLOP/s, 1.77x / 2.14x SGEMM, 0.24x / 0.28x cuBLAS TF32 (without
+the fold, two blocks a SM: 2.14x / 2.74x SGEMM, but 14x cuBLAS TF32's error at long K).
+The mma pipe: register-only ``mma.sync.m16n8k8`` TF32 runs at 216 / 259 / 287 TFLOP/s with
+8 / 16 / 32 warps a SM (8 independent chains a warp), against cuBLAS TF32's 373-398 on
+``wgmma``; tf32x3 issues 3 mmas per product, 138-147 TFLOP/s of them, 64-68 % of the
+8-warp rate it runs at (one block of 8 warps a SM), tf32 42-51 %.  Both measured before
+the inf/NaN guard on the lo rounding, which adds one instruction per value.
 """
 
 from __future__ import annotations
@@ -52,7 +76,6 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 from numba import cuda, from_dtype
-
 from numba import uint64 as index_type
 
 from ._device import (SIMULATOR, U, cp_async_commit, cp_async_wait, make_async_tile_stream, make_offset,
@@ -66,7 +89,11 @@ MODES = ("tf32x3", "tf32")
 
 # Block 128x128x32 as 8 warps of 64x32 (4x4 m16n8 blocks), three cp.async stages; blocks
 # walk 16 tile rows column by column so a wave shares B's column panels in L2.  ``fold``:
-# K tiles per first-level sum (64 K steps, so both levels stay <= 64 adds up to K = 262144).
+# K tiles per first-level sum (tf32x3: 64 K steps, so both levels stay <= 64 adds up to
+# K = 262144; tf32: 16 steps of truncating accumulation).  Shared memory 169 KiB (107.5
+# stages + 64 total), one block a SM; four stages or rolled K steps were no faster on the
+# H100 (h100_tf32mma.log).  GPUs with less shared memory a block (sm_86 / sm_89: 99 KiB)
+# need stages=2 and a smaller tile: not chosen here yet.
 CONFIGS: dict[str, dict[str, Any]] = {
     "tf32x3": dict(mode="tf32x3", threads=256, BM=128, BN=128, BK=32, WM=64, WN=32, stages=3, group_m=16,
                    fold=16),
@@ -138,10 +165,13 @@ else:
         "mov.b32 r, c; add.s32 r, r, 4096; and.b32 $0, r, -8192; }",
         "float32 ``x`` clamped to +-TF32_MAX and rounded to TF32 (nearest, ties away).")
     # An mma reads only the 19 high bits of a TF32 operand: adding half a TF32 ulp is the
-    # whole of rounding to nearest (ties away) for it, one instruction.  Infinity stays
-    # infinity (the carry lands in an ignored bit); the result is an mma operand only.
-    tf32_round = _bits_op("{ .reg .b32 r; mov.b32 r, $1; add.s32 $0, r, 4096; }",
-                          "float32 ``x`` as an mma operand rounded to TF32 (nearest, ties away): one integer add.")
+    # whole of rounding to nearest (ties away) for it.  Infinities and NaNs are left alone:
+    # the add would carry the GPU's NaN (0x7FFFFFFF) into the sign bit and make it -0, which
+    # lost the NaN of ``x - hi`` for a NaN ``x`` on the H100.  Two instructions (a compare on
+    # |x| and a predicated add), where ``cvt.rna.tf32.f32`` took four.
+    tf32_round = _bits_op("{ .reg .pred p; .reg .b32 r; .reg .f32 t; abs.f32 t, $1; "
+                          "setp.lt.f32 p, t, 0f7F800000; mov.b32 r, $1; @p add.s32 r, r, 4096; mov.b32 $0, r; }",
+                          "float32 ``x`` as an mma operand rounded to TF32 (nearest, ties away); inf and NaN kept.")
 
     @intrinsic
     def mma_tf32(typingctx, a, b, c):
