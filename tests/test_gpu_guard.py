@@ -17,7 +17,7 @@ import dxgemm
 from dxgemm.testing import assert_close
 from dxgemm.testing.guard import run_guarded
 
-from ._grid import case_id, cases, operands, split, supports
+from ._grid import case_id, cases, operands, rule, supports
 
 pytestmark = pytest.mark.gpu
 
@@ -58,4 +58,4 @@ def test_gpu_every_layout_at_tile_edges_in_guard_bands(cp, backend, case, dtype)
     cp.cuda.Device(0).synchronize()
     c64 = c.astype(np.float64) if c is not None else None
     assert_close(d, a.astype(np.float64), b.astype(np.float64), np.dtype(dtype), alpha=alpha, beta=beta, c=c64,
-                 split=split(backend, dtype))
+                 **rule(backend, dtype))
