@@ -1,8 +1,9 @@
 """dxgemm — fused GEMM kernels for NVIDIA GPUs, written in Python.
 
-``dxgemm.gemm(a, b, c=None, *, alpha=1.0, beta=0.0, epilogue=None, backend="auto", stream=None)``
-computes ``epilogue(alpha * a @ b + beta * c)`` in one kernel.  Backends are the rungs of
-the handwritten Numba ladder (:mod:`dxgemm.kernels`); importing dxgemm needs no GPU.
+``dxgemm.gemm(a, b, c=None, *, alpha=1.0, beta=0.0, epilogue=None, backend="auto", precision=None,
+stream=None)`` computes ``epilogue(alpha * a @ b + beta * c)`` in one kernel.  Backends are the
+rungs of the handwritten Numba ladder and the TF32 tensor-core rung (:mod:`dxgemm.kernels`) and
+cuBLASDx pipelines (:mod:`dxgemm.pipelines`); importing dxgemm needs no GPU.
 """
 
 from . import epilogues
