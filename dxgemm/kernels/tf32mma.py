@@ -47,9 +47,8 @@ What makes it faster (H100, ``benchmarks/results/h100_tf32mma.log``; 4096^3 / 81
 cuBLAS SGEMM 51 TFLOP/s, cuBLAS TF32 373-398):
 
 * **A cheap split.**  ``cvt.rna.satfinite.tf32.f32`` compiles to six instructions (its own
-  NaN and infinity checks) and ``cvt.rna`` of ``lo`` to two; the kernel clamps and rounds
-  ``hi`` in four (two FMNMX, an integer add and a mask) and rounds ``lo`` with one guarded
-  add (the mma reads only the 19 high bits of an operand).
+  NaN and infinity checks); the kernel clamps and rounds ``hi`` in four (two FMNMX, an
+  integer add and a mask).  ``lo``, an mma operand only, keeps ``cvt.rna`` (two).
 * **The second-level sum in shared memory**, each thread's own slice (touched once every
   ``fold`` tiles): in registers it took 64 of them, the K steps of a tile had to stay a
   rolled loop (255 registers), and each step's fragment loads waited for the last step's
@@ -164,13 +163,12 @@ else:
         "{ .reg .f32 c; .reg .b32 r; min.f32 c, $1, 0f7F7FE000; max.f32 c, c, 0fFF7FE000; "
         "mov.b32 r, c; add.s32 r, r, 4096; and.b32 $0, r, -8192; }",
         "float32 ``x`` clamped to +-TF32_MAX and rounded to TF32 (nearest, ties away).")
-    # An mma reads only the 19 high bits of a TF32 operand: adding half a TF32 ulp is the
-    # whole of rounding to nearest (ties away) for it.  Infinities and NaNs are left alone:
-    # the add would carry the GPU's NaN (0x7FFFFFFF) into the sign bit and make it -0, which
-    # lost the NaN of ``x - hi`` for a NaN ``x`` on the H100.  Two instructions (a compare on
-    # |x| and a predicated add), where ``cvt.rna.tf32.f32`` took four.
-    tf32_round = _bits_op("{ .reg .pred p; .reg .b32 r; .reg .f32 t; abs.f32 t, $1; "
-                          "setp.lt.f32 p, t, 0f7F800000; mov.b32 r, $1; @p add.s32 r, r, 4096; mov.b32 $0, r; }",
+    # An mma operand: ``cvt.rna.tf32.f32`` itself.  ptxas knows the mma reads only the 19 high
+    # bits of a TF32 operand and lowers it to a compare on |x| and a predicated add of half a
+    # TF32 ulp, two instructions that leave infinities and NaNs alone.  (A bare integer add,
+    # one instruction, carried the GPU's NaN 0x7FFFFFFF of ``NaN - hi`` into the sign bit and
+    # lost it on the H100.)
+    tf32_round = _bits_op("cvt.rna.tf32.f32 $0, $1;",
                           "float32 ``x`` as an mma operand rounded to TF32 (nearest, ties away); inf and NaN kept.")
 
     @intrinsic
