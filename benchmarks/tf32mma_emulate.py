@@ -12,6 +12,8 @@ Schemes (``tf32x3`` unless named ``tf32_*``):
 * ``k8``: each 8-deep K step's 3 mmas (lo*hi, hi*lo, hi*hi) into a fresh partial, FADDed;
 * ``tile32_kahan``: ``tile32`` with a compensated (Kahan) running sum;
 * ``tile32_2lvl``: ``tile32`` with the partials summed 16 at a time, each sum into the total;
+* ``k8_2lvl64``: ``k8`` with the partials summed 64 at a time (512 K), each sum into the
+  total: what ``dxgemm.kernels.tf32mma`` does (``fold`` = 16 K tiles of 32);
 * ``tf32_direct`` / ``tf32_k8``: one pass, straight into the accumulator / per K step.
 
 Error = max |D - D64| / (|A| @ |B|) over the outputs.
@@ -72,15 +74,16 @@ def scheme(a: np.ndarray, b: np.ndarray, name: str) -> np.ndarray:
             for prod in (lh, hl, hh):
                 acc = trunc32(acc.astype(np.float64) + prod[:, :, g])
         return acc
-    per = 1 if name == "k8" else 4  # mma K steps per fresh partial
+    per = 1 if name.startswith("k8") else 4  # mma K steps per fresh partial
     for t in range(steps // per):
         part = np.zeros((m, n), np.float32)
         for g in range(t * per, (t + 1) * per):
             for prod in (lh, hl, hh):
                 part = trunc32(part.astype(np.float64) + prod[:, :, g])
-        if name.endswith("2lvl"):  # tile partials summed 16 at a time, those sums into acc
+        if "2lvl" in name:  # partials summed `group` at a time, those sums into acc
+            group = 64 if name == "k8_2lvl64" else 16
             comp = (comp + part).astype(np.float32)
-            if t % 16 == 15 or t == steps // per - 1:
+            if t % group == group - 1 or t == steps // per - 1:
                 acc = (acc + comp).astype(np.float32)
                 comp[:] = 0
         elif name.endswith("kahan"):
@@ -107,7 +110,7 @@ def error(d: np.ndarray, a: np.ndarray, b: np.ndarray) -> float:
     return float(np.max(np.abs(d - a64 @ b64) / (np.abs(a64) @ np.abs(b64))))
 
 
-SCHEMES = ("single", "tile32", "k8", "tile32_kahan", "tile32_2lvl", "tf32_direct", "tf32_k8")
+SCHEMES = ("single", "tile32", "k8", "tile32_kahan", "tile32_2lvl", "k8_2lvl64", "tf32_direct", "tf32_k8")
 CASES = (("same-sign U[0,1)", 16384), ("same-sign U[0,1)", 65536), ("normal", 256), ("normal", 4096))
 
 
