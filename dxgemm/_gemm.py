@@ -18,6 +18,7 @@ from ._streams import stream_handle
 from .epilogues._base import AlphaBeta, Chain, Epilogue, EpilogueContext
 from .kernels import FLAG_VEC_A, FLAG_VEC_B, RUNGS, KernelSpec, vector_flags
 from .kernels._device import SIMULATOR
+from .kernels.tf32mma import smem_bytes
 from .runtime import calls as _calls
 from .runtime import env
 from .runtime import pipeline as _pipeline
@@ -139,12 +140,17 @@ def gemm(
     traits = policy.EpilogueTraits.of(chain)
     with _arrays.on_device(device):  # choose, load and launch on the arrays' GPU
         info = device_info(device)
+        if backend in policy.TF32_BACKENDS and not policy.tf32_rung_fits(info.cc, info.smem_per_block, precision):
+            raise ValueError(f"backend={backend!r} needs compute capability 8.0 and "
+                             f"{smem_bytes(precision or 'tf32x3')} bytes of shared memory per block; GPU {device} has "
+                             f"{info.cc[0]}.{info.cc[1]} and {info.smem_per_block}: use backend='auto' or 'warptile'")
         if backend == "auto":
             backend = policy.choose_backend(dtype, m, n, k, pipeline=_pipeline_reason(device) is None,
                                             aligned=flags == FLAG_VEC_A | FLAG_VEC_B,
                                             transcendental=traits.transcendental,
                                             medium_min_k=traits.medium_tile_min_k, sms=info.sm_count,
-                                            precision=precision, tf32_cores=info.cc >= (8, 0))
+                                            precision=precision,
+                                            tf32_cores=policy.tf32_rung_fits(info.cc, info.smem_per_block, precision))
         if backend == "pipeline":
             mat_a, mat_b, mat_d = matrix_of(op_a), matrix_of(op_b), matrix_of(op_d)
             try:
@@ -181,11 +187,12 @@ def gemm(
 def available_backends(device: int = 0) -> tuple[str, ...]:
     """The members of :data:`BACKENDS` that can run on GPU ``device``: none without a usable CUDA
     driver and GPU (outside Numba's simulator, which runs every rung); ``"pipeline"`` only on an
-    sm_90 GPU with cuda.core, outside the simulator; ``"tf32mma"`` from compute capability 8.0
-    (and under the simulator).  Test suites parametrize over this with :data:`BACKEND_DTYPES`."""
+    sm_90 GPU with cuda.core, outside the simulator; ``"tf32mma"`` where
+    :func:`dxgemm.policy.tf32_rung_fits` (and under the simulator).  Test suites parametrize over this with :data:`BACKEND_DTYPES`."""
     if not gpu_usable(device):
         return ()
-    tf32 = policy.TF32_BACKENDS if device_info(device).cc >= (8, 0) else ()
+    info = device_info(device)
+    tf32 = policy.TF32_BACKENDS if policy.tf32_rung_fits(info.cc, info.smem_per_block) else ()
     return RUNGS + tf32 + (("pipeline",) if _pipeline.availability(device) is None else ())
 
 

@@ -73,6 +73,16 @@ TF32_BACKENDS = ("tf32mma",)
 """Backends that compute float32 on the TF32 tensor cores (``precision`` ``"tf32x3"`` or ``"tf32"``)."""
 
 
+def tf32_rung_fits(cc: tuple[int, int], smem_per_block: int, precision: str | None = "tf32x3") -> bool:
+    """Whether ``tf32mma`` runs on a device of compute capability ``cc`` whose blocks may take
+    ``smem_per_block`` bytes of shared memory: ``mma.sync`` on TF32 needs 8.0, and its tile's
+    stages and second-level sums need :func:`dxgemm.kernels.tf32mma.smem_bytes` (172 KiB: an
+    H100 or H200, not an A100's 163 KiB or an Ada GPU's 99 KiB)."""
+    from .kernels.tf32mma import smem_bytes
+
+    return tuple(cc) >= (8, 0) and smem_per_block >= smem_bytes("tf32" if precision == "tf32" else "tf32x3")
+
+
 def resolve_precision(dtype: Any, backend: str, precision: str | None) -> str | None:
     """The precision a call runs at, or a clear error for a combination that makes no sense.
 

@@ -1269,3 +1269,18 @@ def test_resolve_precision():
         resolve_precision(f32, "tf32mma", "ieee")
     with pytest.raises(ValueError, match="takes no precision"):
         resolve_precision(f32, "pipeline", "tf32")
+
+
+def test_tf32_rung_fits_by_device_properties():
+    """tf32mma needs TF32 mma.sync (8.0) and its tile's shared memory: H100/H200 yes; an A100
+    (163 KiB a block), an Ada GPU (99 KiB) or a Turing GPU no, so auto keeps them on warptile."""
+    from dxgemm.kernels.tf32mma import smem_bytes
+    from dxgemm.policy import choose_backend, tf32_rung_fits
+
+    assert smem_bytes("tf32x3") <= 227 * 1024
+    assert tf32_rung_fits((9, 0), 227 * 1024)
+    assert not tf32_rung_fits((8, 0), 163 * 1024)
+    assert not tf32_rung_fits((8, 9), 99 * 1024)
+    assert not tf32_rung_fits((7, 5), 227 * 1024)
+    fits = tf32_rung_fits((8, 9), 99 * 1024)
+    assert choose_backend(np.dtype(np.float32), 4096, 4096, 4096, precision="tf32x3", tf32_cores=fits) == "warptile"

@@ -328,6 +328,24 @@ def _line_pad(extent: int, kmajor: bool) -> int:
     raise AssertionError("unreachable: some pad below 40 fits")
 
 
+def _stage_layout(cfg: dict, a_kmajor: bool, b_kmajor: bool) -> tuple[int, int, int, int]:
+    """``(ALD, BLD, A_STAGE, B_STAGE)``: the shared tiles' line lengths and one stage's floats."""
+    BM, BN, BK = cfg["BM"], cfg["BN"], cfg["BK"]
+    ald = BM + _line_pad(BM, True) if a_kmajor else BK + _line_pad(BK, False)
+    bld = BN + _line_pad(BN, True) if b_kmajor else BK + _line_pad(BK, False)
+    return ald, bld, ald * (BK if a_kmajor else BM), bld * (BK if b_kmajor else BN)
+
+
+def smem_bytes(tile: str = "tf32x3") -> int:
+    """The most dynamic shared memory ``tile``'s kernel takes, over the layouts of A and B: the
+    policy runs this rung only on a device whose blocks may have that much."""
+    cfg = CONFIGS[tile]
+    acc = (cfg["WM"] // 16) * 2 * (cfg["WN"] // 8) * 2 * cfg["threads"] if cfg.get("fold", 0) else 0
+    stages = cfg.get("stages", 3)
+    return 4 * max(stages * (sa + sb) + acc for ka in (False, True) for kb in (False, True)
+                   for _, _, sa, sb in [_stage_layout(cfg, ka, kb)])
+
+
 def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     """The kernel for ``spec`` (float32 only): ``spec.tile`` names the mode's configuration
     (``"tf32x3"``, the default ``"large"``, or ``"tf32"``); ``overrides`` change any of its
@@ -353,9 +371,7 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     B_KMAJOR = spec.layout_b == Layout.ROW
     ops = make_tf32_mma(mode, A_KMAJOR, B_KMAJOR)
     MI, NI, KSTEPS = WM // 16, WN // 8, BK // 8
-    ALD = BM + _line_pad(BM, True) if A_KMAJOR else BK + _line_pad(BK, False)
-    BLD = BN + _line_pad(BN, True) if B_KMAJOR else BK + _line_pad(BK, False)
-    A_STAGE, B_STAGE = ALD * (BK if A_KMAJOR else BM), BLD * (BK if B_KMAJOR else BN)
+    ALD, BLD, A_STAGE, B_STAGE = _stage_layout(cfg, A_KMAJOR, B_KMAJOR)
 
     from .warptile import _make_dmma_store, _run_store  # the fused epilogue store every warptile kernel uses
 
