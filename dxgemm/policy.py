@@ -73,6 +73,13 @@ TF32_BACKENDS = ("tf32mma",)
 """Backends that compute float32 on the TF32 tensor cores (``precision`` ``"tf32x3"`` or ``"tf32"``)."""
 
 
+TF32X3_MIN_K = 8
+"""Below this K float32's default runs IEEE ``warptile``: the TF32 split's own rounding (up to
+``3 * 2^-22`` of a product, measured ``1.2-1.5 * 2^-22`` at K = 1) exceeds the float32 contract's
+floor of ``2^-22`` until a few products average it down, while a chain of fewer than 8 FMAs is
+as accurate as cuBLAS SGEMM."""
+
+
 def tf32_rung_fits(cc: tuple[int, int], smem_per_block: int, precision: str | None = "tf32x3") -> bool:
     """Whether ``tf32mma`` runs on a device of compute capability ``cc`` whose blocks may take
     ``smem_per_block`` bytes of shared memory: ``mma.sync`` on TF32 needs 8.0, and its tile's
@@ -133,6 +140,8 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     has TF32 tensor cores (``tf32_cores``: compute capability 8.0 or later): it is the path
     whose K loop sums each tile's tensor-core products with rounding adds, the only one that
     keeps float32 accuracy at long K; without them, ``warptile`` (IEEE float32, more accurate).
+    Below :data:`TF32X3_MIN_K` ``"tf32x3"`` runs ``warptile`` too (a chain of a few FMAs, as
+    accurate as cuBLAS SGEMM's own).
 
     ``pipeline``: whether the pipeline can run on this device; ``aligned``: whether both
     operands take 16-byte accesses; ``transcendental``/``medium_min_k``: the epilogue's
@@ -153,6 +162,8 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     Where the pipeline cannot run, ``warptile``.
     """
     dt = np.dtype(dtype)
+    if dt == np.float32 and precision == "tf32x3" and k < TF32X3_MIN_K:
+        return "warptile"
     if dt == np.float32 and precision in ("tf32x3", "tf32"):
         return "tf32mma" if tf32_cores else "warptile"
     if not pipeline:

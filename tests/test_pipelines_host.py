@@ -1240,7 +1240,9 @@ def test_choose_backend_float32_precision():
     tensor cores, whatever the shape; without them, IEEE warptile."""
     from dxgemm.policy import choose_backend
 
-    for shape in ((4096, 4096, 4096), (17, 33, 5), (4096, 64, 4096), (2, 2, 65536)):
+    assert choose_backend(np.dtype(np.float32), 4096, 4096, 7, precision="tf32x3") == "warptile"  # TF32X3_MIN_K
+    assert choose_backend(np.dtype(np.float32), 4096, 4096, 7, precision="tf32") == "tf32mma"
+    for shape in ((4096, 4096, 4096), (17, 33, 8), (4096, 64, 4096), (2, 2, 65536)):
         for precision in ("tf32x3", "tf32"):
             assert choose_backend(np.dtype(np.float32), *shape, pipeline=True, precision=precision) == "tf32mma"
             assert choose_backend(np.dtype(np.float32), *shape, precision=precision, tf32_cores=False) == "warptile"
