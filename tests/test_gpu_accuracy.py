@@ -64,8 +64,12 @@ def _run(cp, a_d, b_d, **kwargs):
     return cp.asnumpy(d)
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"precision": "tf32x3"}, {"backend": "tf32mma"}], ids=str)
-@pytest.mark.parametrize("k", KS)
+PATHS = [{}, {"precision": "tf32x3"}, {"backend": "tf32mma"}]
+# the TF32 rung forced below TF32X3_MIN_K meets its split bound, not the contract (policy.TF32X3_MIN_K)
+CONTRACT = [(k, kw) for k in KS for kw in PATHS if "backend" not in kw or k >= 8]
+
+
+@pytest.mark.parametrize("k, kwargs", CONTRACT, ids=[f"{k}-{kw}" for k, kw in CONTRACT])
 @pytest.mark.parametrize("kind", KINDS)
 def test_contract(cp, kind, k, kwargs):
     a, b, a_d, b_d = _inputs(cp, kind, k, seed=k + 7)
