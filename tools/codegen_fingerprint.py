@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fingerprint of the code and keys dxgemm generates, on a CPU (no GPU, no simulator).
 
-Prints one sha256 per handwritten kernel's PTX (every rung, both dtypes, each ``warptile``
+Prints one sha256 per handwritten kernel's PTX (canonical: :func:`canonical`; every rung, both dtypes, each ``warptile``
 tile, ``gemv``, ``splitk_reduce``, a few epilogues; compiled with ``numba.cuda.compile_ptx``
 for compute capability 9.0 with the rung's own launch bounds), the disk-cache keys dxgemm
 computes for a few pipeline and rung kernels (without building any), and the host decisions
@@ -14,6 +14,13 @@ A restructuring of the host code must leave this output unchanged::
 ``python tools/codegen_fingerprint.py keys decisions`` prints only the fast sections (the
 kernels' PTX is most of the run time).
 
+Four kernels are not reproducible run to run, on the untouched tree as well: float64
+``warptile`` on its large tile (``large`` with plain, relu and silu|clamp, and ``split``,
+which shares its main loop) comes out of NVVM in one of two forms that differ in one line,
+the K loop's exit test (``setp.ne.s64 %p101, %rd1433, 7680`` or the equivalent
+``%rd1434, 6336`` on the other induction variable), with or without ``PYTHONHASHSEED``
+fixed.  Those lines may differ; any other difference is a change.
+
 One field is reported apart: the rung keys' ``source`` (a text digest of every file in
 ``dxgemm/kernels`` and ``dxgemm/epilogues``, by design changed by any edit there); the keys
 are printed without it.  Takes a few minutes (Numba compiles each kernel once).
@@ -24,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -64,6 +72,16 @@ def bound_chain(dtype, stages=()):
 EPILOGUES = {"plain": (), "relu": (E.relu(),), "gelu": (E.gelu(),), "silu|clamp": (E.silu(), E.clamp(-2.0, 2.0))}
 
 
+def canonical(ptx: str) -> str:
+    """The PTX with what varies from run to run taken out: the counter Numba puts in its
+    functions' environment names (``...B<digits>v<n>B...``, which depends on what the process
+    compiled before) becomes ``N``, and the order of the top-level items follows that naming,
+    so the hash is over the sorted, stripped, non-blank lines (the same instructions with the
+    same registers and operands, in whatever order the items came)."""
+    text = re.sub(r"B\d+v\d+B", "BvNB", ptx)
+    return "\n".join(sorted(line.strip() for line in text.splitlines() if line.strip()))
+
+
 def ptx_of(backend, spec, bound):
     module = importlib.import_module(f"dxgemm.kernels.{backend}")
     built = module.build(KernelSpec(spec.dtype, spec.layout_a, spec.layout_b, spec.layout_d, spec.epilogue_key,
@@ -74,7 +92,11 @@ def ptx_of(backend, spec, bound):
     bounds = (threads, built.min_blocks) if built.min_blocks else threads
     sig = kernel_signature(spec.dtype, typeof(bound.args))
     ptx, _ = cuda.compile_ptx(built.pyfunc, sig, cc=(9, 0), launch_bounds=bounds)
-    return hashlib.sha256(ptx.encode()).hexdigest(), (built.block, built.tile_m, built.tile_n, built.dynamic_smem)
+    text = canonical(ptx)
+    if os.environ.get("FINGERPRINT_PTX_DIR"):  # keep the PTX for a closer look
+        name = f"{backend}-{spec.dtype.name}-{'-'.join(x.value for x in (spec.layout_a, spec.layout_b, spec.layout_d))}-{spec.tile}-{len(os.listdir(os.environ['FINGERPRINT_PTX_DIR']))}.ptx"
+        Path(os.environ["FINGERPRINT_PTX_DIR"], name).write_text(text)
+    return hashlib.sha256(text.encode()).hexdigest(), (built.block, built.tile_m, built.tile_n, built.dynamic_smem)
 
 
 def rung_jobs():

@@ -1,41 +1,21 @@
-"""Pipeline configurations and the host-side choice among them.
+"""Pipeline configurations: the small fixed set, and the code variants that follow from one.
 
 A configuration is what a pipeline kernel is compiled for besides dtype, arrangement and
 epilogue: the block tile ``tile_m x tile_n x tile_k``, the threads per block and the
 pipeline depth (shared-memory stages in flight).  Every distinct configuration is a
 separate cubin of several MB and a cold compile of minutes, so dxgemm keeps a *small,
-fixed* set of them (:data:`CONFIGS`) and :func:`dxgemm.policy.pipeline_config` only ever picks from that set —
-a new shape never means a new configuration, and the on-disk cache stays small.
+fixed* set of them (:data:`CONFIGS`, two per dtype) and :func:`dxgemm.policy.pipeline_config`
+only ever picks from that set: a new shape never means a new configuration, and the on-disk
+cache stays small.  The set is the fastest of the configurations measured against cuBLAS on
+the H100 (``docs/performance.md``); those that spilled registers, or lost at every shape,
+are left out.
 
-The set comes from the measured table in ``shared/notes/cublasdx-pipeline.md`` (H100,
-run-time-shape cubins, init + GEMM per call, against cuBLAS in the same run):
-
-=========  ===================  ======  =====  =====================================
-dtype      tile (m x n x k)     threads depth  measured
-=========  ===================  ======  =====  =====================================
-float64    128 x 128 x 32       256     2      0.82x @4096^3, 0.83x @8192^3 (best)
-float64    128 x 64 x 32        128     2      0.79-0.84x @4096^3, 0.80x @8192x8192x512
-float32    128 x 128 x 16       256     3      0.44x (best fp32 tried)
-float32    64 x 64 x 32         128     2      0.29x (small problems only)
-=========  ===================  ======  =====  =====================================
-
-Configurations that collapsed (fp64 128x128x32 with 128 threads, 256x128x16: ~0.2x,
-likely register spills) are deliberately absent; fp64 128x128x32 with 512 threads was
-slower (0.67x at 4096^3; again with 13.0
-builds, depth 2 and 3, at six shapes: 0.42-0.83x against the set's 0.76-0.93x); so did 128x64x32 and 64x128x32 with 256 threads, two blocks
-and 16 warps per SM.  Three more
-float64 shapes of tile, against today's pair in one run:
-64x64x16 (128 threads, depth 4) and 128x128x16 (256, 3) lost at every shape; 128x64x16
-(128, 4) won only 8192x8192x512 (0.83x against 0.79x) and lost at 1000^3 (0.40x against
-0.52x), so none joined the set; nor did the large tile with a third stage (128x128x32, 256
-threads, depth 3, 192 KB): 3.03 ms at 4096^3 against depth 2's 2.95, 1 % faster at 8192^3,
-and slower wherever the small tile is suggested.
-
-float32 runs the SIMT configurations above only where the output has a side of at most
-128 (:func:`float32_method`: there the 3xTF32 split's memory traffic outweighs the GEMM);
+float32 runs the SIMT configurations only where the output has a side of at most 128
+(:func:`float32_method`: there the 3xTF32 split's memory traffic outweighs the GEMM);
 elsewhere it runs the 3xTF32 split on the TF32 tensor cores (:mod:`.tf32x3`), whose own
 fixed set is :data:`TF32X3_CONFIGS`.  :func:`configs_for` gives the set for a dtype and
-output shape.
+output shape.  :func:`pipeline_store`, :func:`walk_unroll` and :func:`walk_preload` say how
+a kernel of a configuration stores its fragment (part of its cache key).
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from ._launch import KeptBuffers, PackedLaunch, cu_stream
+from ..runtime.launch import KeptBuffers, PackedLaunch, cu_stream
 
 __all__ = ["split_extent", "split_operands", "split_pointers", "run", "kernel_variant", "ARRANGEMENT", "SPLIT_SOURCE"]
 
@@ -257,7 +257,7 @@ def run(kernel: Any, a: Any, b: Any, d: Any, m: int, n: int, k: int, epi_args: t
     float32 operands; ``epi_args``: the bound epilogue's run-time arguments.  Returns the
     launch :class:`._launch.Plan`.
     """
-    from ._launch import Matrix
+    from ..runtime.launch import Matrix
 
     handle = int(getattr(stream, "handle", stream))
     k3 = split_extent(k, kernel.tile_k, kernel.depth)
