@@ -162,9 +162,9 @@ def _check_chosen_float64_tile(cp, shape, tile, alpha, beta):
 @pytest.mark.parametrize("order", ["C", "F"])
 def test_warptile_split_k_repeat_calls(cp, order):
     """float64 ``warptile`` split over K (few output tiles, deep K) on a non-default stream: the
-    first call of each shape and its remembered repeats (``dxgemm._calls.SplitKernelCall``), new
-    operand values and alpha each time; the repeats take their workspace from the
-    one buffer kept for the stream (``dxgemm.pipelines._splitk.workspace``)."""
+    first call of each shape and its remembered repeats (``dxgemm.runtime.splitk.SplitKernelCall``),
+    new operand values and alpha each time; the repeats take their workspace from the
+    one buffer kept for the stream (``dxgemm.runtime.splitk.workspace``)."""
     from dxgemm import epilogues
     from dxgemm.runtime import calls as _calls
     from dxgemm.policy import choose_split_k, choose_tile
@@ -189,7 +189,7 @@ def test_warptile_split_k_repeat_calls(cp, order):
                 # scale(0.5) is exact: the reference scales alpha and beta instead
                 assert_close(d, a, b, np.dtype(np.float64), alpha=0.5 * alpha, beta=-1.0, c=c0)
     stream.synchronize()
-    remembered = [e.call for e in _calls._entries.values() if isinstance(e.call, _calls.SplitKernelCall)]
+    remembered = [e.call for e in _calls._entries.values() if isinstance(e.call, _splitk.SplitKernelCall)]
     assert len(remembered) == 3
     kept = [buf for (device, handle), buf in _splitk._workspaces._buffers.items() if handle == stream.ptr]
     assert len(kept) == 1 and kept[0].size >= largest
