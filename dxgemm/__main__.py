@@ -62,8 +62,10 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"  WARNING: {mismatch}")
     elif note := slower_toolchain(compilers):
         print(f"  note: {note}")
+    print("float32 precision (auto): 'tf32x3' by default on tf32mma (float32 accuracy, TF32 tensor cores), "
+          "'tf32' one TF32 pass, 'ieee' SIMT FMA")
     method = f"{float32_method()}; fp32 (SIMT) where the output has a side of at most {SIMT_FLOAT32_MAX_SIDE}"
-    print(f"pipeline float32 method: {method}")
+    print(f"pipeline float32 method (backend='pipeline'): {method}")
     _print_cache(verbose=getattr(args, "verbose", False))
     return 0
 
