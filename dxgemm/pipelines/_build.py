@@ -285,7 +285,7 @@ def build(
     with ThreadPoolExecutor(1) as pool:
         init_job = pool.submit(link_init)
         t = time.perf_counter()
-        # nvJitLink's split compile: measured 13.8 -> 11.9 s for this link on the H100 host (notes)
+        # nvJitLink's split compile shortens this link (docs/performance.md)
         split = max(min(os.cpu_count() or 1, 8), 1)
         options = LinkerOptions(link_time_optimization=True, arch=arch, split_compile=split)
         gemm_cubin = bytes(Linker(*objects, options=options).link("cubin").code)

@@ -7,7 +7,7 @@ A cold pipeline kernel is mostly NVRTC: every cuBLASDx device function the kerne
 is a separate NVRTC compile of cuBLASDx + CuTe, ~10 s each, issued one after another
 while Numba lowers the kernel (``nvmath.device.cublasdx_backend.generate_code``), some of
 them twice (``generate_function_code`` is not memoized).  Threads do not overlap them
-(measured: 4 threads took 50 s for work 2 took 21.5 s in series), processes do, and what
+(the compiles hold the interpreter and each other up), processes do, and what
 they produce — LTO-IR bytes — is plain data.  These objects depend on the configuration,
 dtype, arrangement and depth, never on the epilogue or the problem size.
 
