@@ -83,8 +83,8 @@ from ._spec import BuiltKernel, KernelSpec, Layout
 WARP = 32
 
 # Per dtype: threads, block tile (BM, BN, BK), warp tile (WM, WN), sub-tiles across a warp
-# tile (WNITER), thread tile (TM, TN), shared stages, K-loop unroll; the fastest of
-# benchmarks/sweep_warptile.py's candidates at 4096^3 (docs/performance.md).
+# tile (WNITER), thread tile (TM, TN), shared stages, K-loop unroll; the fastest of a sweep
+# of candidates at 4096^3 (docs/performance.md).
 # float32: 8 warps with 32 (8x4 twice) accumulators each, two blocks per SM (126 registers).
 # float64: cuBLAS's own sm_90 DGEMM shape (libcublasLt's sm90_xmma_gemm_f64f64 kernels):
 # 8 warps of 64x32 (4x4 m16n8k16 blocks), BK = 16, cp.async four stages deep, blocks 16 tile
