@@ -602,8 +602,8 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
             if vec_a and vec_b:
                 if row0 + uBM <= um and col0 + uBN <= un:
                     fast = True
-                    # One add per copy in the loop, where a multiply by the copy's line step
-                    # cost 4 % at 4096^3.
+                    # One add per copy in the loop, cheaper than a multiply by the copy's
+                    # line step.
                     a_origin, a_step = stream_a.origin(U(lda), row0, kb, tid), stream_a.step(U(lda))
                     b_origin, b_step = stream_b.origin(U(ldb), kb, col0, tid), stream_b.step(U(ldb))
                     for c in range(A_IT):
@@ -721,8 +721,8 @@ def _make_dmma_store(blocks_m: int, blocks_n: int, store_run, epilogue, d_off, d
     run time lives in local memory for the whole kernel (the float64 small tile had 256
     bytes of stack and 163 registers with ``bias | gelu``).  A block wholly inside D
     computes every value before it stores any, with no bounds checks between them, so the
-    FP64 pipe sees up to 64 independent epilogue chains a thread (``bias | gelu`` had cost
-    +83 % at 4096^2 x 256 with one run at a time).
+    FP64 pipe sees up to 64 independent epilogue chains a thread instead of one run at a
+    time.
     Blocks on D's edges store run by run through ``store_run``, bounds-checked."""
     edge, values, vec_stores, one_stores = [], [], [], []
     for i in range(blocks_m):
@@ -763,15 +763,14 @@ def _make_staged_store(blocks_m: int, blocks_n: int, epilogue, d_off, d_row: boo
 
     Why: with its accumulators in registers, a warp's epilogue runs one output after another —
     ptxas will not overlap independent outputs' FP64 chains without registers to spare, and
-    the medium tile sits at 255 — so a float64 GELU ran at ~42 % of the FP64 rate a warp
-    alone, and the medium tile, with two warps a scheduler, waited on its own latency.  Here
+    the medium tile sits at 255 — so a float64 GELU runs well below the FP64 rate, and the
+    medium tile, with two warps a scheduler, waited on its own latency.  Here
     each warp writes ``rows`` rows of its tile to a private slice of shared memory (``at``
     onwards, ``rows`` lines of ``WN + 8`` doubles a warp: a lane's pair in one 16-byte store,
     four wavefronts a warp-wide store, the least its 512 bytes take), reads them back with
     lanes along D's contiguous dimension, and runs the epilogue on its ``rows * WN / 32``
-    values, independent and with the accumulators' registers freed behind them; the
-    replayed SASS reaches ~70 % of the FP64 rate (``benchmarks/experiments/
-    warptile_staged_epilogue.py --schedule``).  No barrier: the slice is the warp's own
+    values, independent and with the accumulators' registers freed behind them, which
+    ptxas overlaps (the rates: ``docs/performance.md``).  No barrier: the slice is the warp's own
     (``syncwarp`` between writing and reading it, and before refilling it).  A warp stores 32
     consecutive columns of a row of row-major D (8 rows of 4 columns, column-major)."""
     if rows % 8 or (8 * blocks_m) % rows or (WN % 32 and 32 % WN) or 32 % rows or at % 2:
