@@ -70,9 +70,9 @@ from dxgemm.pipelines import config as _config  # noqa: E402
 from dxgemm.runtime import calls  # noqa: E402
 from dxgemm.runtime import device as _device  # noqa: E402
 from dxgemm.runtime import launch as _launch  # noqa: E402
-from dxgemm.runtime import pipeline as _dispatch  # noqa: E402
+from dxgemm.runtime import pipeline as rt_pipeline  # noqa: E402
 from dxgemm.runtime import rungs  # noqa: E402
-from dxgemm.runtime import splitk as _splitk  # noqa: E402
+from dxgemm.runtime import splitk  # noqa: E402
 from dxgemm.runtime.pipeline import use_split_k  # noqa: E402
 from dxgemm.pipelines.cache import KernelCache, cache_key, compiler_mismatch, slower_toolchain  # noqa: E402
 from fusion import SHAPES as FUSION_SHAPES  # noqa: E402  (fusion.py and epilogue_cost.py time these)
@@ -179,9 +179,9 @@ def stub_the_device(recorder: Recorder) -> None:
     _epi_arrays._numba_view = _host_view
     _device._queried = lambda device: _device.H100  # the H100's SMs, shared memory and L2 for the rules
     _device._cc = lambda device: _device.H100.cc  # its CC for the keys
-    _dispatch.availability = lambda device: None
-    _dispatch.PipelineCall.__call__ = lambda self, *a, **k: None
-    _splitk.SplitKCall.__call__ = lambda self, *a, **k: None
+    rt_pipeline.availability = lambda device: None
+    rt_pipeline.PipelineCall.__call__ = lambda self, *a, **k: None
+    splitk.SplitKCall.__call__ = lambda self, *a, **k: None
     calls.remember = lambda *a, **k: None
     kernels.get_kernel = recorder
     record_rungs(recorder)  # the rungs: no load or launch
