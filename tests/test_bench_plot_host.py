@@ -58,7 +58,8 @@ def test_ladder_records_skip_other_suites_and_odd_shapes():
     kept = [_record("warptile", "float64", 1024, 1.0), _record("pipeline", "float64", 4096, 1.0)]
     dropped = [_record("pipeline", "float64", 1000, 1.0), _record("pipeline", "float64", 4097, 1.0),
                _record("warptile", "float64", 2048, 1.0) | {"epilogue": "bias|gelu"},
-               _record("pipeline", "float64", 4096, 1.0, suite="fusion"), _record("warptile", "float64", 4096, 1.0) | {"n": 64},
+               _record("pipeline", "float64", 4096, 1.0, suite="fusion"),
+               _record("warptile", "float64", 4096, 1.0) | {"n": 64},
                {"suite": "accuracy", "dtype": "float32", "backend": "auto", "m": 256, "n": 256, "k": 256}]
     assert bench.ladder_records({"records": kept + dropped}) == kept
     assert {r["m"] for r in bench.ladder_records(_doc())} == {1024, 2048, 4096}
