@@ -67,12 +67,12 @@ from dxgemm import epilogues as E  # noqa: E402
 from dxgemm.pipelines import loader as kernels  # noqa: E402
 from dxgemm.pipelines import use_config  # noqa: E402
 from dxgemm.pipelines import config as _config  # noqa: E402
-from dxgemm.runtime import calls as _calls  # noqa: E402
+from dxgemm.runtime import calls  # noqa: E402
 from dxgemm.runtime import device as _device  # noqa: E402
 from dxgemm.runtime import launch as _launch  # noqa: E402
-from dxgemm.runtime import pipeline as _dispatch  # noqa: E402
-from dxgemm.runtime import rungs as _rung_cache  # noqa: E402
-from dxgemm.runtime import splitk as _splitk  # noqa: E402
+from dxgemm.runtime import pipeline as rt_pipeline  # noqa: E402
+from dxgemm.runtime import rungs  # noqa: E402
+from dxgemm.runtime import splitk  # noqa: E402
 from dxgemm.runtime.pipeline import use_split_k  # noqa: E402
 from dxgemm.pipelines.cache import KernelCache, cache_key, compiler_mismatch, slower_toolchain  # noqa: E402
 from fusion import SHAPES as FUSION_SHAPES  # noqa: E402  (fusion.py and epilogue_cost.py time these)
@@ -150,8 +150,8 @@ class HostCupy:
 
 def record_rungs(recorder: Recorder) -> None:
     """Route a handwritten kernel's build through ``recorder``: named, and (unless listing) built and
-    stored by dxgemm's own code (``_rung_cache._stored``), its cubin never loaded."""
-    build = _rung_cache._stored
+    stored by dxgemm's own code (``rungs._stored``), its cubin never loaded."""
+    build = rungs._stored
 
     def stored(backend, spec, bound, fields, cache):
         key = cache_key(fields)
@@ -166,8 +166,8 @@ def record_rungs(recorder: Recorder) -> None:
                 print(f"     built in {time.perf_counter() - t0:.0f} s", flush=True)
         return None
 
-    _rung_cache._stored = stored
-    _rung_cache._call_of = lambda entry, device, slices: (lambda *a, **k: None)
+    rungs._stored = stored
+    rungs._call_of = lambda entry, device, slices: (lambda *a, **k: None)
 
 
 def stub_the_device(recorder: Recorder) -> None:
@@ -179,10 +179,10 @@ def stub_the_device(recorder: Recorder) -> None:
     _epi_arrays._numba_view = _host_view
     _device._queried = lambda device: _device.H100  # the H100's SMs, shared memory and L2 for the rules
     _device._cc = lambda device: _device.H100.cc  # its CC for the keys
-    _dispatch.availability = lambda device: None
-    _dispatch.PipelineCall.__call__ = lambda self, *a, **k: None
-    _splitk.SplitKCall.__call__ = lambda self, *a, **k: None
-    _calls.remember = lambda *a, **k: None
+    rt_pipeline.availability = lambda device: None
+    rt_pipeline.PipelineCall.__call__ = lambda self, *a, **k: None
+    splitk.SplitKCall.__call__ = lambda self, *a, **k: None
+    calls.remember = lambda *a, **k: None
     kernels.get_kernel = recorder
     record_rungs(recorder)  # the rungs: no load or launch
 
@@ -266,7 +266,7 @@ def gpu_pipeline_calls():
                                 d = normal(rng, (m, n), dtype)
                             chain = E.bias(normal(rng, n, dtype)) | E.gelu() if epilogue != "none" else None
                             gemm(a, b, d, epilogue=chain, backend="pipeline")
-    _calls.clear()
+    calls.clear()
     with use_config("large"):
         for slices in (3, 8):
             with split(slices):
@@ -283,7 +283,7 @@ def gpu_pipeline_calls():
                             for alpha, beta, chain in [(1.0, 0.0, None), (0.5, -1.25, True)]:
                                 ep = E.bias(normal(rng, n, dtype)) | E.gelu() if chain else None
                                 gemm(a, b, c, alpha=alpha, beta=beta, epilogue=ep, backend="pipeline")
-        _calls.clear()
+        calls.clear()
         m = n = k = 1000
         a, b, c = (normal(rng, (m, m), np.float64) for _ in range(3))
         gemm(a, b, c, alpha=0.5, beta=-2.0, backend="pipeline")

@@ -12,8 +12,10 @@ Method (the same for dxgemm and for the cuBLAS baseline, CuPy's ``matmul``):
   measured in the same run at the same shape.
 
 Each result is checked against a float64 reference (:mod:`dxgemm.testing`) before it is
-recorded.  The roofline in the plot uses ceilings measured on the same GPU in the same
-run: device-to-device copy bandwidth and the SIMT FMA rate (:mod:`dxgemm.kernels._peak`).
+recorded.  The roofline plot (:func:`plot`) draws each backend under the ceiling of the
+unit it runs on: the SIMT FMA rate and copy bandwidth measured on the same GPU in the same
+run (:mod:`dxgemm.kernels._peak`), and the FP64 and TF32 tensor cores' rates (a third of
+TF32's for 3xTF32) where measured, else from the datasheet (:data:`DATASHEET_TFLOPS`).
 """
 
 from __future__ import annotations
@@ -202,45 +204,116 @@ def _record_key(r: dict) -> tuple:
 
 def ladder_records(doc: dict) -> list[dict]:
     """The records :func:`plot` draws: GEMMs without an epilogue at power-of-two squares.  A
-    result file also holds odd squares (1000^3, 4097^3) and the fusion suite's records, which
-    on one line per backend would read as jumps."""
-    return [r for r in doc["records"] if r["m"] == r["n"] == r["k"] and r["m"] & (r["m"] - 1) == 0
-            and r["epilogue"] == "none" and r.get("suite") is None]
+    result file also holds odd squares (1000^3, 4097^3) and other suites' records (fusion,
+    accuracy), which on one line per backend would read as jumps."""
+    return [r for r in doc["records"] if r.get("suite") is None and r.get("epilogue") == "none"
+            and r["m"] == r["n"] == r["k"] and r["m"] & (r["m"] - 1) == 0]
 
 
-def plot(path_json: str, path_png: str) -> None:
-    """TFLOP/s against size per backend, per dtype, under the measured roofline."""
+DATASHEET_TFLOPS = {"H100": {"dmma": 66.9, "tf32": 494.7}, "H200": {"dmma": 66.9, "tf32": 494.7}}
+"""NVIDIA's published dense tensor-core rates (SXM parts), drawn where a result file holds no
+measured one: ``dmma`` FP64 tensor cores, ``tf32`` TF32 tensor cores."""
+
+ROOF = {("pipeline", "float32"): "tf32x3", ("tf32mma", "float32"): "tf32x3", ("auto", "float32"): "tf32x3",
+        ("pipeline", "float64"): "dmma", ("warptile", "float64"): "dmma", ("auto", "float64"): "dmma"}
+"""The ceiling of the unit each (backend, dtype) runs on; any other runs on the SIMT FMA units.
+float32 defaults to ``precision="tf32x3"``, three TF32 products per float32 product, so its
+tensor-core backends sit under a third of the TF32 rate."""
+
+
+def roof_of(backend: str, dtype: str) -> str:
+    """The name (a key of :func:`ceilings`) of the ceiling ``backend`` runs under in ``dtype``."""
+    return ROOF.get((backend, dtype), "fp32_simt" if dtype == "float32" else "fp64_simt")
+
+
+def intensity(r: dict) -> float:
+    """Arithmetic intensity of a record's GEMM, FLOP/byte, each matrix moved once."""
+    size = np.dtype(r["dtype"]).itemsize
+    return 2 * r["m"] * r["n"] * r["k"] / ((r["m"] * r["k"] + r["k"] * r["n"] + r["m"] * r["n"]) * size)
+
+
+def ceilings(peaks: dict, gpu_name: str = "") -> dict[str, tuple[float, str]]:
+    """Name -> (TFLOP/s, label) for every compute ceiling known for this GPU.
+
+    ``peaks`` is a result file's ``peaks`` (:func:`measure_peaks`: the SIMT FMA rates), plus,
+    where measured, ``dmma_tflops`` (FP64 tensor cores) and ``tf32_tflops`` (TF32 tensor
+    cores); a tensor-core rate not measured comes from :data:`DATASHEET_TFLOPS` for the GPU
+    named, and is left out for other GPUs."""
+    out: dict[str, tuple[float, str]] = {}
+    for dtype, name in (("float32", "fp32_simt"), ("float64", "fp64_simt")):
+        value = peaks.get(f"fma_tflops_{dtype}")
+        if value is not None:
+            out[name] = (value, f"{name[:4].upper()} SIMT FMA {value:.1f} (measured)")
+    sheet = next((v for key, v in DATASHEET_TFLOPS.items() if key in gpu_name), {})
+    for name, title in (("dmma", "FP64 tensor core (DMMA)"), ("tf32", "TF32 tensor core")):
+        measured = peaks.get(f"{name}_tflops")
+        if measured is not None:
+            note = f"; datasheet {sheet[name]:.1f}" if name in sheet else ""
+            out[name] = (measured, f"{title} {measured:.1f} (measured{note})")
+        elif name in sheet:
+            out[name] = (sheet[name], f"{title} {sheet[name]:.1f} (datasheet)")
+    if "tf32" in out:
+        out["tf32x3"] = (out["tf32"][0] / 3, f"3xTF32 = TF32 / 3: {out['tf32'][0] / 3:.0f}")
+    return out
+
+
+def plot(doc: "dict | str", path_png: str, *, peaks: dict | None = None) -> None:
+    """A roofline per dtype: each backend's TFLOP/s against arithmetic intensity, under the
+    ceiling of the unit it runs on (:func:`roof_of`: SIMT FMA, FP64 tensor cores, TF32 and a
+    third of it for 3xTF32), all under the copy-bandwidth roof; cuBLAS's points beside them.
+
+    ``doc``: a result file (:func:`save`) or its path; ``peaks``: ceilings measured elsewhere
+    (``dmma_tflops``, ``tf32_tflops``), added to the file's own."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    with open(path_json) as fh:
-        doc = json.load(fh)
+    if not isinstance(doc, dict):
+        with open(doc) as fh:
+            doc = json.load(fh)
+    all_peaks = {**doc["peaks"], **(peaks or {})}
+    gpu_name = doc.get("gpu", {}).get("name", "")
+    roofs = ceilings(all_peaks, gpu_name)
+    bw = all_peaks["copy_gbps"]  # GB/s = 1e-3 TFLOP/s per (FLOP/byte)
     records = ladder_records(doc)
     dtypes = sorted({r["dtype"] for r in records})
-    fig, axes = plt.subplots(1, len(dtypes), figsize=(6.5 * len(dtypes), 4.8), squeeze=False)
-    peaks = doc["peaks"]
+    order = list(BACKENDS) + sorted({r["backend"] for r in records} - set(BACKENDS))
+    colors = dict(zip(order, plt.cm.viridis(np.linspace(0, 0.9, len(order)))))
+    colors["pipeline"] = "tab:red"
+    styles = {"fp32_simt": ":", "fp64_simt": ":", "dmma": "-", "tf32": "--", "tf32x3": "-"}
+    x = np.logspace(1, 3.5, 200)
+    fig, axes = plt.subplots(1, len(dtypes), figsize=(6.5 * len(dtypes), 5.2), squeeze=False)
     for ax, dtype in zip(axes[0], dtypes):
+        names = ["fp32_simt", "tf32", "tf32x3"] if dtype == "float32" else ["fp64_simt", "dmma"]
+        for name in (n for n in names if n in roofs):
+            value, label = roofs[name]
+            ax.plot(x, np.minimum(value, x * bw / 1e3), styles[name], color="grey", lw=1.6, alpha=0.8)
+            ax.annotate(label, (x[-1], value), xytext=(-4, 3), textcoords="offset points", ha="right",
+                        fontsize=7, color="dimgray")
+        ax.annotate(f"copy bandwidth {bw:.0f} GB/s (measured)", (10.5, 10.5 * bw / 1e3), rotation=33, fontsize=7,
+                    color="dimgray", xytext=(2, 4), textcoords="offset points")
         rows = [r for r in records if r["dtype"] == dtype]
-        for backend in BACKENDS:
-            pts = sorted((r["m"], r["tflops"]) for r in rows if r["backend"] == backend)
+        for backend in order:
+            pts = sorted((intensity(r), r["tflops"]) for r in rows if r["backend"] == backend)
             if pts:
-                ax.plot(*zip(*pts), marker="o", label=backend)
-        # every record carries the cuBLAS time of its own run; the line is their median per size
+                roof = roofs.get(roof_of(backend, dtype))
+                note = f" (roof {roof[0]:.0f})" if roof else ""
+                ax.plot(*zip(*pts), marker="o", ms=4, color=colors[backend], label=f"{backend}{note}")
+        # every record carries the cuBLAS time of its own run
+        base = sorted({(intensity(r), r["baseline_tflops"]) for r in rows})
+        if base:
+            ax.plot(*zip(*base), "ks", ms=4, mfc="none", label="cuBLAS (CuPy), each run's")
         sizes = sorted({r["m"] for r in rows})
-        base = [statistics.median(r["baseline_tflops"] for r in rows if r["m"] == size) for size in sizes]
-        ax.plot(sizes, base, "k--", marker="s", label="cuBLAS (CuPy), median of the runs")
-        sizes = np.array(sizes, dtype=float)
-        itemsize = np.dtype(dtype).itemsize
-        intensity = 2 * sizes**3 / (3 * sizes**2 * itemsize)  # flop per byte, each matrix moved once
-        roof = np.minimum(peaks[f"fma_tflops_{dtype}"], intensity * peaks["copy_gbps"] / 1e3)
-        ax.plot(sizes, roof, color="grey", lw=3, alpha=0.5, label="SIMT roofline (measured FMA rate, copy BW)")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("m = n = k")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_ylim(0.3, 800)
+        ax.set_xlabel("arithmetic intensity, FLOP/byte (each matrix moved once)")
         ax.set_ylabel("TFLOP/s")
-        ax.set_title(f"{dtype} GEMM on {doc['gpu']['name']}")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
+        span = f", {sizes[0]}^3 to {sizes[-1]}^3" if sizes else ""
+        ax.set_title(f"{dtype} GEMM{span}, {gpu_name}", fontsize=10)
+        ax.grid(alpha=0.25, which="both")
+        ax.legend(fontsize=7, loc="lower left")
     fig.tight_layout()
-    fig.savefig(path_png, dpi=120)
+    fig.savefig(path_png, dpi=110)
+    plt.close(fig)

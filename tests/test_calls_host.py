@@ -7,7 +7,6 @@ call re-checks, and which calls are never kept.
 
 from __future__ import annotations
 
-import json
 import math
 from types import SimpleNamespace
 
@@ -364,26 +363,6 @@ def test_float64_split_k_rule():
     assert split(512, 512, 512) == 1  # K too short
     assert split(1000, 1000, 1000, dtype=f32) == 1
     assert split(1000, 1000, 1000, backend="blocktile2d") == 1
-
-
-def test_bench_plot_draws_the_ladder_squares_only(tmp_path):
-    """The README's plot: odd squares, fused chains and the fusion suite's records stay off the ladder's lines."""
-    from dxgemm import bench
-
-    def rec(backend, size, epilogue="none", **extra):
-        return dict(backend=backend, dtype="float64", m=size, n=size, k=size, epilogue=epilogue,
-                    tflops=1.0, baseline_tflops=2.0, **extra)
-
-    kept = [rec("warptile", 1024), rec("pipeline", 4096)]
-    dropped = [rec("pipeline", 1000), rec("pipeline", 4097), rec("warptile", 2048, "bias|gelu"),
-               rec("pipeline", 4096, suite="fusion"), dict(rec("warptile", 4096), n=64)]
-    doc = dict(records=kept + dropped, peaks={"fma_tflops_float64": 33.0, "copy_gbps": 3000.0},
-               gpu={"name": "test GPU"})
-    assert bench.ladder_records(doc) == kept
-    path = tmp_path / "r.json"
-    path.write_text(json.dumps(doc))
-    bench.plot(str(path), str(tmp_path / "r.png"))
-    assert (tmp_path / "r.png").stat().st_size > 0
 
 
 def test_straight_line_custom_functions():

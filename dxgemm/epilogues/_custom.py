@@ -245,11 +245,9 @@ def straight_line(fn: Callable) -> bool:
     unary minus: no call (``math.exp``, a helper), no division or power, no condition, no loop.
 
     Such a function compiles to a few FP64 instructions and no branch, so the float64
-    ``warptile`` runs it on its medium tile, whose faster main loop then decides: ``x +
-    v[col]`` at 4096^2 x 256 0.1774 ms against the small tile's 0.1908 (the bare medium tile
-    0.1727), at 8192^2 x 512 1.437 against 1.556.  A function with libdevice's ``erf`` (its
-    branches) ran the other way round, 0.3231 on the medium tile against 0.2545 on the small
-    one, and anything that may branch keeps the small tile.
+    ``warptile`` runs it on its medium tile, whose faster main loop then decides.  Branchy FP64 code (libdevice's ``erf``) runs
+    better on the small tile's 16 warps per SM, so anything that may branch keeps the small
+    tile (figures: ``docs/performance.md``).
     Read from the byte code, without compiling: the choice of tile comes before the kernel,
     which may come from the disk cache."""
     py = _python_function(fn)

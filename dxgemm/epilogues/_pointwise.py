@@ -269,7 +269,7 @@ EXPM1_FLOAT64_Q = (
     2.5105217004720745e-08, 2.0914686968086876e-09,
 )
 """``Q(r) = (expm1(r) - r) / r**2`` on ``|r| <= ln(2) / 2``, lowest degree first (Chebyshev fit in
-mpmath, ``benchmarks/experiments/tanh64_ab.py --fit``): absolute error 1.4e-18.  float64
+mpmath, ``benchmarks/fp64_activations.py --fit``): absolute error 1.4e-18.  float64
 ``tanh``'s ``expm1`` (:func:`_tanh_float64`)."""
 
 TANH_FLOAT64_CLAMP = 22.0
@@ -405,22 +405,19 @@ def _over_one_plus_exp(t: type) -> tuple[Callable, float]:
 def _quotient_float64() -> Callable:
     """float64 ``num / (1 + exp(z))`` with no branch, as a device function ``(num, z)``.
 
-    libdevice's ``exp`` and IEEE division took ~29 FP64 instructions and a dozen branches
+    libdevice's ``exp`` and IEEE division take ~29 FP64 instructions and a dozen branches
     (their special-case paths), and ptxas does not overlap independent outputs' chains across
-    branches: eight SiLUs in a row replayed (``benchmarks/experiments/epilogue_schedule.py``'s
-    one-warp model) at 20 % of the FP64 rate, and on the warptile medium tile, whose
-    epilogue runs eight outputs a lane from shared memory, ``bias | silu`` cost +63 % over the
-    bare GEMM at 4096x4096x256.  Here ``z`` is clamped to +-708 on its bit pattern (NaN
+    branches, so on the warptile medium tile, whose epilogue runs eight outputs a lane from
+    shared memory, they cost far more than their instruction count (``docs/performance.md``).  Here ``z`` is clamped to +-708 on its bit pattern (NaN
     kept), ``exp(z) = 2**j exp(r)`` with ``j = round(z log2 e)`` (the shifter trick), ``r = z -
     j ln 2`` with ``ln 2`` in two parts and ``exp(r)`` of degree 11 (:data:`EXP_FLOAT64_POLY`,
     even and odd halves), ``2**j`` an integer add to the exponent; the quotient is
     ``rcp_approx64``'s first guess, two Newton steps and one correction of the product.
-    24 FP64 instructions and one MUFU, no branch: eight outputs replay at 46 %, and ``bias |
-    silu`` costs +23 %.  Beyond ``z = 708`` the quotient,
+    24 FP64 instructions and one MUFU, no branch, so independent outputs overlap.  Beyond ``z = 708`` the quotient,
     below ``1e-307 |num|``, is 0 (NaN for an infinite ``num``, as ``num / inf``); below ``z =
     -708`` it is ``num`` to the last bit, without the correction (``inf - inf`` would make it
     NaN).  Worst errors, replayed with exact FMA rounding and a coarser first guess than the
-    hardware's (``benchmarks/experiments/logistic64_ab.py --check``): SiLU 0.95, sigmoid 1.5,
+    hardware's (``benchmarks/fp64_activations.py``): SiLU 0.95, sigmoid 1.5,
     the tanh GELU 0.86 units of ``|x| + |y|``."""
     exp_poly = EXP_FLOAT64_POLY
     top_bits, inf_bits, abs_mask = int(np.float64(EXP_FLOAT64_CLAMP).view(np.int64)), _INF_BITS, _ABS_MASK
@@ -554,9 +551,8 @@ def _tanh_float64() -> Callable:
     the ``j`` that matter), ``expm1(r) = r + r**2 Q(r)`` (:data:`EXPM1_FLOAT64_Q`), and the
     quotient :func:`reciprocal_float64` and one correction; the sign goes back on the bit
     pattern, so ``-0`` stays ``-0``.  27 FP64 instructions and one MUFU, where libdevice's
-    paths hold 33 and branch; eight outputs replay at 50 % of the FP64 rate against 20 %
-    (``benchmarks/experiments/tanh64_ab.py --check``).  Worst error, replayed with exact FMA
-    rounding: 1.16 units of ``|x| + |y|`` (2.5 units of ``y``).  NaN stays NaN."""
+    paths hold 33 and branch, so independent outputs overlap.  Worst error, replayed with
+    exact FMA rounding (``benchmarks/fp64_activations.py``): 1.16 units of ``|x| + |y|`` (2.5 units of ``y``).  NaN stays NaN."""
     q_poly = EXPM1_FLOAT64_Q
     top_bits, inf_bits, abs_mask = int(np.float64(TANH_FLOAT64_CLAMP).view(np.int64)), _INF_BITS, _ABS_MASK
     sign, one, two = -(1 << 63), 1.0, 2.0

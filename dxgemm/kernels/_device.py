@@ -821,10 +821,9 @@ def make_tile_stager(
 # for vm < M // 8, vk < K // 4, h < 2.  Both shared tiles are stored K-major (element
 # (k, i) at ``k * ld + i``), so one index expression loads either operand.
 #
-# Why the shape matters (register-only loops on
-# the H100): m8n8k4 tops out at 31 TFLOP/s, half the FP64 tensor peak; m16n8k4 needs
-# eight independent accumulators per warp and 16 warps per SM to pass 60; m16n8k8 and
-# m16n8k16 reach 61-65 with a few.
+# Why the shape matters: m8n8k4 reaches half the FP64 tensor-core peak; m16n8k4 reaches it
+# only with many independent accumulators and warps, m16n8k8 and m16n8k16 with a few
+# (register-only loops on the H100, docs/performance.md).
 #
 # Under the simulator a lane cannot see its neighbours' registers, so there a fragment
 # is its block's position in the tile and the multiply reads A and B straight from
@@ -838,9 +837,9 @@ DMMA_SHAPES = ((8, 4), (16, 4), (16, 8), (16, 16))
 def dmma_shape_for(cc: tuple[int, int]) -> tuple[int, int]:
     """The FP64 mma shape a kernel for compute capability ``cc`` uses unless its tile names
     its own (``mma_sm90``): m16n8k4 on sm_90 and later, m8n8k4 before.  In warptile's
-    register-path tiles m16n8k4 beat m16n8k8 and m16n8k16 at every tile measured: their longer fragments must all be
-    loaded before the first mma can issue.  The cp.async tile in cuBLAS's shape is the
-    other way round (m16n8k16 0.83x, m16n8k8 0.69x, m16n8k4 0.61x at 4096^3)."""
+    register-path tiles m16n8k4 is fastest: the longer shapes' fragments must all be loaded
+    before the first mma can issue.  The cp.async tile in cuBLAS's shape, whose fragments
+    stream behind the mmas, is the other way round and names m16n8k16 itself."""
     return (16, 4) if tuple(cc) >= (9, 0) else (8, 4)
 
 

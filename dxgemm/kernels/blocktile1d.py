@@ -10,8 +10,7 @@ multiply-add now needs ``1 + 1/8`` shared loads instead of 2 (the B value is kep
 register), and the 64x64 tile halves global loads per output again (``2k/64``).  The
 kernel moves from being shared-memory bound toward being bound by instruction issue.
 
-Reached on the H100 (benchmarks/results/h100.json, 4096^3): 10.88 TFLOP/s float32
-(0.209x cuBLAS), 9.00 TFLOP/s float64 (0.149x cuBLAS).
+What it reaches at 4096^3 is in ``docs/performance.md`` (the ladder table).
 """
 
 from __future__ import annotations

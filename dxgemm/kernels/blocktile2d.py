@@ -10,8 +10,7 @@ Memory traffic saved over blocktile1d: shared loads per multiply-add fall from
 (``2k/128``).  Arithmetic intensity per thread now allows the FMA units, not the
 load/store units, to set the pace.
 
-Reached on the H100 (benchmarks/results/h100.json, 4096^3): 22.76 TFLOP/s float32
-(0.438x cuBLAS), 8.59 TFLOP/s float64 (0.143x cuBLAS).
+What it reaches at 4096^3 is in ``docs/performance.md`` (the ladder table).
 
 Why float64 does not gain here: the 8x8 float64 thread tile needs 172 registers per
 thread (``python benchmarks/resources.py``: no spills, no local memory), so only one

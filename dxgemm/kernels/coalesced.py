@@ -10,8 +10,7 @@ Memory traffic saved over naive: the operand loads per output are still ``2k``, 
 warp-wide access now uses whole cache lines instead of one element per 32-byte sector —
 up to 8x fewer bytes through the memory system for float32 (4x for float64).
 
-Reached on the H100 (benchmarks/results/h100.json, 4096^3): 2.09 TFLOP/s float32
-(0.040x cuBLAS), 1.92 TFLOP/s float64 (0.032x cuBLAS).
+What it reaches at 4096^3 is in ``docs/performance.md`` (the ladder table).
 """
 
 from __future__ import annotations

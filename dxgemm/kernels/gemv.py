@@ -2,31 +2,26 @@
 
 The idea: with one row of output there is no reuse to tile for — every element of B is
 used exactly once — so the kernel's only job is to stream B through the SMs at full
-bandwidth.  A tiled GEMM kernel does the opposite: a 128-row tile computes one useful row
-(the cuBLASDx pipeline took 0.23 ms for a 1x4096x4096 float64 product, 0.32 ms in float32
-with its 3xTF32 split, against cuBLAS's 0.05 / 0.026 ms).
+bandwidth.  A tiled GEMM kernel does the opposite: a 128-row tile computes one useful row,
+so it runs several times slower than cuBLAS at this shape.
 
 Each output element gets a group of threads ("lanes") that split K between them (lane
-``l`` of ``L`` sums ``k = l, l + L, ...``, four loads in flight; eight measured no
-faster), then one of them adds the ``L`` partial sums from shared memory and applies the
+``l`` of ``L`` sums ``k = l, l + L, ...``, four loads in flight, which
+already keep the memory system busy), then one of them adds the ``L`` partial sums from shared memory and applies the
 epilogue.  The 32 threads of a warp are laid
 along B's contiguous dimension, so every warp-wide load is one or two full cache lines:
 
 * B row-major (a row of B contiguous): a warp covers 16 consecutive *columns* at two k;
   a block of 16 x 64 threads covers 16 columns with 64 lanes each (32 columns per block
-  left 4096 columns at 128 blocks, one per SM: 0.76x cuBLAS in float64);
+  would leave 4096 columns one block per SM, too few to stream B at full bandwidth);
 * B column-major (a column of B contiguous): a warp is the 32 lanes of one column,
   reading 32 consecutive *k*; a block of 32 x 8 threads covers 8 columns.
 
 A is read by every column's threads (a broadcast from L1).  Memory traffic: B once,
 ``k n`` elements, which is also cuBLAS's floor for this shape.  The grid's second
 dimension walks output rows, so the kernel is correct for any ``m`` — it is only *used*
-for ``m = 1`` (``dxgemm._gemm``), where it wins.
-
-Reached on the H100 (cuBLAS in the same run):
-at 1x4096x4096 0.95x (float64) and 0.88x (float32) with B row-major, 0.91x and 1.02x with
-B column-major; at 1x8192x8192 0.91-1.17x; at 1x4096x1024 0.89-1.05x.  With 32 columns
-per block (128 blocks for 4096 columns) B row-major had reached 0.76x / 0.72x.
+for ``m = 1`` (``dxgemm.policy``), where it wins; its figures against cuBLAS are in
+``docs/performance.md``.
 """
 
 from __future__ import annotations

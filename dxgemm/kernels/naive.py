@@ -10,9 +10,8 @@ different rows of A (32 separate 32-byte sectors for 32 useful elements) and sto
 different rows of D, so most of every memory transaction is thrown away.  Only the cache
 hierarchy keeps this from being slower still.
 
-Reached on the H100 (benchmarks/results/h100.json, 4096^3): 0.99 TFLOP/s float32
-(0.019x cuBLAS), 0.49 TFLOP/s float64 (0.008x cuBLAS). It is the floor
-the rest of the ladder is measured from.
+What it reaches at 4096^3 is in ``docs/performance.md`` (the ladder table). It is the floor
+the rest of the ladder is compared with.
 """
 
 from __future__ import annotations

@@ -9,8 +9,7 @@ Memory traffic saved over coalesced: every element loaded from global memory is 
 32 threads, so global loads drop from ``2k`` per output to ``2k / 32`` — 32x fewer.  What
 limits it now is shared memory: each multiply-add still needs two shared loads.
 
-Reached on the H100 (benchmarks/results/h100.json, 4096^3): 8.10 TFLOP/s float32
-(0.156x cuBLAS), 4.75 TFLOP/s float64 (0.079x cuBLAS).
+What it reaches at 4096^3 is in ``docs/performance.md`` (the ladder table).
 """
 
 from __future__ import annotations

@@ -36,35 +36,28 @@ near float32's underflow the split is accurate to ~2^-10 relative to ``x``, not 
 
 The running sums have two levels in both modes: ``acc`` over ``fold`` K tiles, then added
 into ``total`` with a rounding FADD.  In ``tf32`` the mma accumulates straight into
-``acc`` (its truncation then drifts over ``fold * BK / 8`` steps only, not K / 8: on
-same-sign data at K = 65536 a single accumulator was 14x cuBLAS TF32's error).
+``acc``, so its truncation drifts over ``fold * BK / 8`` steps only, not K / 8: a single
+truncating accumulator errs one-sidedly at long K on same-sign data.
 
 Under Numba's CUDA simulator a lane cannot read its neighbours' registers: there a
 fragment holds whole rows of A and columns of B, rounded to TF32 as the device rounds
 them, and the multiply reads them straight, as ``_device.make_dmma`` does for DMMA.
 
-What makes it faster (H100, ``benchmarks/results/h100_tf32mma.log``; 4096^3 / 8192^3,
-cuBLAS SGEMM 51 TFLOP/s, cuBLAS TF32 373-398):
+What makes it fast (the figures: ``docs/performance.md``):
 
 * **A cheap split.**  ``cvt.rna.satfinite.tf32.f32`` compiles to six instructions (its own
   NaN and infinity checks); the kernel clamps and rounds ``hi`` in four (two FMNMX, an
   integer add and a mask).  ``lo``, an mma operand only, keeps ``cvt.rna`` (two).
 * **The second-level sum in shared memory**, each thread's own slice (touched once every
-  ``fold`` tiles): in registers it took 64 of them, the K steps of a tile had to stay a
-  rolled loop (255 registers), and each step's fragment loads waited for the last step's
-  mmas.  Unrolled, 179 registers: tf32x3 0.68x -> 0.90x SGEMM at 4096^3, 0.73x -> 0.96x at
-  8192^3, together with the split and the next point (the rolled loop on the new split: 0.80x).
+  ``fold`` tiles): in registers it would take 64 of them, the K steps of a tile would have
+  to stay a rolled loop, and each step's fragment loads would wait for the last step's
+  mmas.
 * **Unchecked copies** for interior blocks with aligned operands, as in warptile's float64
   path (``_device.make_async_tile_stream``).
 
-Reached, tf32x3: 46.0 / 49.1 TFLOP/s, 0.90x / 0.96x cuBLAS SGEMM (the 1.3x goal is not
-met); tf32: 90.1 / 109.4 TFLOP/s, 1.77x / 2.14x SGEMM, 0.24x / 0.28x cuBLAS TF32 (without
-the fold, two blocks a SM: 2.14x / 2.74x SGEMM, but 14x cuBLAS TF32's error at long K).
-The mma pipe: register-only ``mma.sync.m16n8k8`` TF32 runs at 216 / 259 / 287 TFLOP/s with
-8 / 16 / 32 warps a SM (8 independent chains a warp), against cuBLAS TF32's 373-398 on
-``wgmma``; tf32x3 issues 3 mmas per product, 138-147 TFLOP/s of them, 64-68 % of the
-8-warp rate it runs at (one block of 8 warps a SM), tf32 42-51 %.  Both measured before
-the inf/NaN guard on the lo rounding, which adds one instruction per value.
+The kernel runs one block of 8 warps a SM on ``mma.sync``; cuBLAS's TF32 runs on
+``wgmma``, which Numba cannot issue, so ``tf32`` stays well below cuBLAS TF32 and
+``tf32x3`` (three mmas per product) near cuBLAS SGEMM.
 """
 
 from __future__ import annotations
@@ -90,8 +83,8 @@ MODES = ("tf32x3", "tf32")
 # walk 16 tile rows column by column so a wave shares B's column panels in L2.  ``fold``:
 # K tiles per first-level sum (tf32x3: 64 K steps, so both levels stay <= 64 adds up to
 # K = 262144; tf32: 16 steps of truncating accumulation).  Shared memory 169 KiB (107.5
-# stages + 64 total), one block a SM; four stages or rolled K steps were no faster on the
-# H100 (h100_tf32mma.log).  GPUs with less shared memory a block (sm_86 / sm_89: 99 KiB)
+# stages + 64 total), one block a SM; four stages or rolled K steps are no faster
+# (docs/performance.md).  GPUs with less shared memory a block (sm_86 / sm_89: 99 KiB)
 # need stages=2 and a smaller tile: not chosen here yet.
 CONFIGS: dict[str, dict[str, Any]] = {
     "tf32x3": dict(mode="tf32x3", threads=256, BM=128, BN=128, BK=32, WM=64, WN=32, stages=3, group_m=16,

@@ -9,104 +9,65 @@ the register footprint per thread is chosen independently of the block tile; and
 mapping mirrors the hardware hierarchy (block -> SM, warp -> scheduler, thread -> lane)
 that tensor-core kernels use as well.
 
-What else makes this rung fast:
+What else makes this rung fast (the figures: ``docs/performance.md``):
 
 * **Double buffering.**  The next K tile's global loads are issued into registers
   (:class:`~._device.TileStager`) before the current tile is multiplied and stored into
   the other of two shared stages afterwards, so each warp's global latency hides behind
-  its own multiply-adds, and one barrier per K tile remains instead of two.  This took
-  float32 from 0.565x to 0.695x cuBLAS; unrolling the K loop by two (NVVM does not
-  unroll 16 steps of 64 FFMA on its own) took it to 0.715x.
+  its own multiply-adds, and one barrier per K tile remains instead of two.  The K loop is
+  unrolled by two because NVVM does not unroll 16 steps of 64 FFMA on its own.
 * **FP64 tensor cores for float64.**  A warp is exactly the unit that issues an
   ``mma.sync`` (DMMA), so the float64 kernel keeps the block/warp hierarchy and replaces
   each warp's 32 lanes of scalar DFMA with warp-wide ``mma.sync.m16n8kK.f64`` products
-  (:func:`_build_dmma`; ``m8n8k4`` before sm_90).  The SIMT version of this rung peaked at
-  12.6 TFLOP/s (0.21x cuBLAS, 38 % of the measured SIMT FP64 ceiling of 33 TFLOP/s: its
-  128 registers leave 4 warps per scheduler, too few to hide DFMA and shared-load
-  latency).  The instruction shape matters as much as the tiling: register-only loops put ``m8n8k4`` at 31 TFLOP/s, half of what
-  the m16 shapes reach (58-65), and the kernel on m8n8k4 had stopped at 0.46x.
-* **cuBLAS's own shape, and copies that cost nothing.**  libcublasLt's sm_90 DGEMM is an
-  ``mma.sync`` + ``cp.async`` kernel: 128x128x16, 8 warps, ``DMMA.16x8x16``, 254 registers,
-  a K-tile loop of 253 instructions.  In that shape this kernel first ran at 0.72x: the
-  bounds checks of its copies took ~360 issue slots per K tile, and issued all at once
-  after the barrier they left the tensor pipe idle.  A block wholly inside D with aligned
-  operands now copies every full K tile unchecked (:func:`~._device.make_async_tile_stream`:
-  one origin per copy in registers, one add to move it along K), spread between the mmas
-  of the tile being multiplied so ptxas can schedule them together; unaligned operands
-  and the last partial K tile take the checked copier.  Consecutive blocks walk
-  16 tile rows column by column, so a wave shares B's column panels in L2 (+3 % at 8192^3).
-  That took float64 from 0.72x to 0.83-0.84x at 4096^3 and 0.89x at 8192^3.
-* **Fragments streamed behind the mmas.**  Loading a K tile's 48 fragment values per lane
-  all at once after the barrier left the tensor pipe waiting on shared memory (MIO
-  throttle).  The mmas read registers only, so each fragment can be reloaded as soon as its
-  last mma has issued: A block ``i + 1`` loads while row ``i`` multiplies, the next K step's
-  B blocks as the last row frees them, and the next tile's B blocks and first A block right
-  after its barrier at the end of the tile — cuBLAS's DGEMM loop interleaves its loads the
-  same way.  No extra registers: 0.83-0.84x -> 0.89-0.97x at 4096^3 (median of five rounds
-  0.93x) and 0.89x -> 0.92-0.98x at 8192^3 (median 0.97x).
-* **Shared addresses the compiler can see.**  ``cp.async`` takes its shared destination as a
+  (:func:`_build_dmma`; ``m8n8k4`` before sm_90): cuBLAS's DGEMM runs on them at twice the
+  SIMT FP64 rate, and the m16 shapes reach twice the rate of ``m8n8k4``.
+* **cuBLAS's own shape, and copies that cost nothing.**  The float64 large tile is
+  libcublasLt's sm_90 DGEMM shape (128x128x16, 8 warps, ``DMMA.16x8x16``, ``cp.async``).
+  Bounds checks on every copy, issued all at once after the barrier, leave the tensor pipe
+  idle, so a block wholly inside D with aligned operands copies every full K tile unchecked
+  (:func:`~._device.make_async_tile_stream`: one origin per copy in registers, one add to
+  move it along K), spread between the mmas of the tile being multiplied so ptxas can
+  schedule them together; unaligned operands and the last partial K tile take the checked
+  copier.  Consecutive blocks walk 16 tile rows column by column, so a wave shares B's
+  column panels in L2.
+* **Fragments streamed behind the mmas.**  The mmas read registers only, so each fragment
+  is reloaded as soon as its last mma has issued (A block ``i + 1`` while row ``i``
+  multiplies, the next K step's B blocks as the last row frees them, the next tile's first
+  blocks right after its barrier): shared-memory loads spread between the DMMAs instead of
+  stalling the tensor pipe after the barrier, at no register cost.
+* **Addresses the compiler can see.**  ``cp.async`` takes its shared destination as a
   32-bit shared-window address converted outside the inline assembly
-  (:func:`~._device.make_cp_async`); converted inside it, each copy had paid a 64-bit add, a
-  carry and a move to rebuild an address one immediate away from the last.  The K loops lost
-  10-15 % of their instructions (the large tile's 220 -> 187 a K tile) and, old and new
-  alternating, 4096^3 went from 0.92x to
-  0.96-0.97x cuBLAS, 4096^2 x 256 0.915x -> 0.933x, 1000^3 0.85x -> 0.87x.  The global
-  side likewise: a copy's source is its origin's address plus the tile's K offset in bytes
-  (:func:`~._device.make_cp_async_moved`), so the origins' addresses stay in registers and
-  a copy costs one 64-bit add where the summed index cost an add and a scaled add more
-  (medium 247 -> 228 instructions a K tile, small 114 -> 109): 4096^2 x 256 0.933x ->
-  0.950x, 4096^3 and 1000^3 unchanged.  Issuing the
-  copies in bursts, which ptxas pays three never-executed ``@!PT LDS RZ, [RZ]`` per burst
-  for instead of per copy after a shared load (medium 228 -> 214), was slower on all three
-  tiles there (``copy_burst`` 4: 0.947x, 0.93x, 0.84x).  Nor did 16-byte fragment loads
-  (a lane's K values taken from consecutive elements, two per ``ld.shared``; the mma's sum
-  over K does not care which): for A the mma's registers pair rows ``g`` and ``g + 8``,
-  never adjacent in shared memory, and for column-major B, where they would pair, ptxas
-  answered with some 200 register moves a K tile at 255 registers (SASS on the CPU).
+  (:func:`~._device.make_cp_async`) and its global source as the origin's address plus the
+  tile's K offset in bytes (:func:`~._device.make_cp_async_moved`), so the compiler folds
+  the address arithmetic instead of rebuilding each address inside the assembly.
+  Fragments are loaded one element per ``ld.shared``: the mma's register pairs are not
+  adjacent in shared memory for A, and for column-major B 16-byte loads made ptxas add
+  register moves.
 * **Edge blocks on the same copies.**  A block on D's edge copies unchecked too, each
   copy origin past the edge moved back to the last row (column, or 16-byte chunk) inside:
-  the rows and columns it then fills are never stored.  At 1000^3 the 128 blocks of the
-  small tile are one wave, which lasts as long as its slowest block, and 23 of them had
-  been on the checked copier: 0.60x -> 0.85x cuBLAS; 4000^3 0.81x -> 0.88x, 2000^3 0.73x
-  -> 0.78x, 4096^3 unchanged.  cuBLAS's own kernel at
-  1000^3, 128x64x32 with 8 warps of 32x32, was no
-  faster here than the small tile.
+  the rows and columns it then fills are never stored.  A wave lasts as long as its
+  slowest block, so edge blocks must not be slower than interior ones.
 * **K split over the grid for few output tiles** (float64).  A skinny output with deep K
   has too few tiles to fill the SMs; its K slices run as the grid's z, each into a
   workspace laid out like D, and :mod:`~.splitk_reduce` adds them and applies the
   epilogue (``TILE_CONFIGS["float64"]["split"]`` and ``"split_narrow"``,
-  ``dxgemm.policy.choose_split_k``): 2048x256x8192 0.48x -> 1.00x cuBLAS, 4096x64x4096
-  0.41x -> 0.89x.
+  ``dxgemm.policy.choose_split_k``).
 * **16-byte stores.**  A thread's neighbours in a row of D (a lane's pair of the DMMA
   accumulator, a thread's four float32 columns) leave in one ``STG.E.128`` when D is
-  row-major and aligned.  At short K the GEMM is bound by writing D, and one store per
-  element ran at half the write bandwidth: 4096x4096x40 went from 0.58x to 0.88x cuBLAS
-  in both dtypes, and to 0.96x in float64 once its small
-  tile took ``cp.async`` (:data:`TILE_CONFIGS`).
+  row-major and aligned: at short K the GEMM is bound by writing D, and one store per
+  element runs at half the write bandwidth.
 * **The epilogue from shared memory** (the float64 medium tile).  A heavy float64 epilogue
-  (the exact GELU: 37 FP64 instructions an element) ran from the accumulators in registers
-  one output after another: at 255 registers ptxas had none to spare for overlapping
-  outputs, and a dependent DFMA waits ~8 cycles, too long for the medium tile's two warps a
-  scheduler.  Each warp now stages its accumulators in shared memory 8 rows at a time and
-  runs the epilogue on eight independent values a lane (:func:`_make_staged_store`):
-  ``bias | gelu`` at 4096x4096x256 0.2361 -> 0.2139 ms, 1.26x the unfused cuBLAS + CuPy
-  path.
+  (the exact GELU: 37 FP64 instructions an element) run from the accumulators in registers
+  one output after another leaves ptxas no registers to overlap outputs, and a dependent
+  DFMA waits ~8 cycles, too long for two warps a scheduler.  Each warp stages its
+  accumulators in shared memory 8 rows at a time and runs the epilogue on eight
+  independent values a lane (:func:`_make_staged_store`).
 
 Memory traffic saved over vectorized: global traffic is the same per output; per K step
 a warp reads ``WM + WN`` distinct shared values for ``WM * WN`` multiply-adds, and the
-larger K step (16) halves the barriers per multiply-add.
-
-Reached on the H100 (benchmarks/results/h100.json, 4096^3): 36.58 TFLOP/s float32 (0.708x
-cuBLAS; 0.716x before the 16-byte stores, which cost it 1.2 %
-here and gained 1.8-3x at short K), 55.88 TFLOP/s float64 (0.918x, the median of five
-rounds at 0.908-0.950x; 0.991x at 8192^3, 0.960x at 2048^3;
-0.96-0.97x at 4096^3 against cuBLAS in interleaved rounds);
-float32 in the sweeps 0.695-0.716x; ncu
-shows the float32 kernel issuing an instruction on 80 % of scheduler cycles — it is
-issue-bound, and 75 % of its inner-loop instructions are FFMA.  The float64 kernel keeps
-its SMs' compute 88 % busy (77 % before the fragments were
-streamed): the tensor pipe is the busiest place, and the NOPs ptxas puts after each DMMA
-wait on it.
+larger K step (16) halves the barriers per multiply-add.  The float32 kernel is
+issue-bound (most of its inner loop is FFMA); the float64 kernel's busiest unit is the
+tensor pipe.
 """
 
 from __future__ import annotations
@@ -122,32 +83,25 @@ from ._spec import BuiltKernel, KernelSpec, Layout
 WARP = 32
 
 # Per dtype: threads, block tile (BM, BN, BK), warp tile (WM, WN), sub-tiles across a warp
-# tile (WNITER), thread tile (TM, TN), shared stages, K-loop unroll.  Chosen by
-# benchmarks/sweep_warptile.py on the H100 at 4096^3:
-# float32: 8 warps with 32 (8x4 twice) accumulators each, two blocks per SM (126 registers),
-# 0.716x; siboehm's 4-warp 64-accumulator layout reached 0.707x with 239 registers.
-# float64: cuBLAS's own sm_90 DGEMM shape (libcublasLt 13's sm90_xmma_gemm_f64f64 kernels):
+# tile (WNITER), thread tile (TM, TN), shared stages, K-loop unroll; the fastest of a sweep
+# of candidates at 4096^3 (docs/performance.md).
+# float32: 8 warps with 32 (8x4 twice) accumulators each, two blocks per SM (126 registers).
+# float64: cuBLAS's own sm_90 DGEMM shape (libcublasLt's sm90_xmma_gemm_f64f64 kernels):
 # 8 warps of 64x32 (4x4 m16n8k16 blocks), BK = 16, cp.async four stages deep, blocks 16 tile
-# rows a group, fragments streamed behind the mmas, 249 registers: 0.931x at 4096^3, 0.973x
-# at 8192^3 (medians of five rounds); around it 3 or 5
-# stages tie, cuBLAS's 32x64 warps lose (0.78x), no grouping loses 3 % at 8192^3.  The 16-warp
-# 32x32 m16n8k4 tile it replaced, double-buffered through registers, reached 0.66-0.69x; in
-# that tile m16n8k4 beat the longer shapes.
+# rows a group so a wave shares B's panels in L2, fragments streamed behind the mmas.
 CONFIGS = {
     "float32": dict(threads=256, BM=128, BN=128, BK=16, WM=64, WN=32, WNITER=2, TM=8, TN=4, stages=2, unroll=2),
     "float64": dict(kind="dmma", copy="async", mma_sm90=(16, 16), threads=256, BM=128, BN=128, BK=16, WM=64, WN=32,
                     stages=4, group_m=16),
 }
 
-# two blocks per SM, held to 128 registers: the float64 exact GELU took it to 135 and one block
-# (bias | gelu at 4096x4096x256 0.288 ms against 0.243 capped)
+# two blocks per SM, held to 128 registers: at one block (the float64 exact GELU needs more)
+# the tile no longer hides latency
 _F64_SMALL = dict(kind="dmma", copy="async", threads=256, BM=128, BN=64, BK=8, WM=64, WN=16, stages=4, min_blocks=2)
-# cuBLAS's own kernel shape at 4096x4096x256: 128x64x16, 4 warps of
-# 64x32 on m16n8k8, 3 stages, two blocks per SM; on m16n8k16 (30 fewer instructions a K tile),
-# or with 4 or 2 stages, slower.  Blocks inside D take
-# their epilogue through shared memory, 8 rows a warp at a time (_make_staged_store): bias | gelu
-# at 4096x4096x256 0.2139 ms against 0.2361 without and the small tile's 0.2288, 3072x3072x768
-# 0.2916 against 0.3313, the bare GEMM 1-6 % faster too
+# cuBLAS's own kernel shape at 4096x4096x256: 128x64x16, 4 warps of 64x32 on m16n8k8, 3
+# stages, two blocks per SM.  Blocks inside D take their epilogue through shared memory, 8
+# rows a warp at a time (_make_staged_store), so a heavy float64 epilogue runs on eight
+# independent outputs a lane
 _F64_MEDIUM = dict(kind="dmma", copy="async", mma_sm90=(16, 8), threads=128, BM=128, BN=64, BK=16, WM=64, WN=32,
                    stages=3, min_blocks=2, unchecked_prologue=True, staged_epilogue=8)
 
@@ -159,48 +113,38 @@ TILE_CONFIGS = {
     "float64": {
         "small": _F64_SMALL,
         "tiny": dict(kind="dmma", copy="async", threads=256, BM=64, BN=64, BK=8, WM=32, WN=16, stages=4),
-        # the small tile on m16n8k8 for K below 64 (half its mmas a K tile), in interleaved rounds: 4096x4096x40
-        # 0.0590 against 0.0634 ms (1.04x cuBLAS), 8192x8192x32 0.199 / 0.205, 2048x2048x48 a tie;
-        # where the small tile runs at deeper K (few blocks, 1000^3 and 1024^3,
-        # or a transcendental epilogue) m16n8k4 does 2 % better or ties
+        # the small tile on m16n8k8 for K below 64: half its mmas a K tile, where the K loop is
+        # too short to hide the longer instruction's extra issue; at deeper K m16n8k4 is as fast
         "short": dict(_F64_SMALL, mma_sm90=(16, 8)),
         "medium": _F64_MEDIUM,
         # blocks in groups of 8 tile rows sweeping the columns, for B too large to stay in L2 while
-        # the tile rows go by (dxgemm.policy.choose_tile): 8192x8192x512 bias | gelu 1.501 against
-        # 1.553 / 1.581 ms in two runs, 8192x8192x1024 bare 2.636 against 3.004; at 4096x4096x256,
-        # where A and B stay in L2, 1 % slower
+        # the tile rows go by (dxgemm.policy.choose_tile); where A and B stay in L2 grouping
+        # only costs
         "medium_grouped": dict(_F64_MEDIUM, group_m=8),
         # the large tile over K slices (blockIdx.z) into a workspace: dxgemm.policy.choose_split_k
         "split": dict(CONFIGS["float64"], split_k=True, group_m=0),
         # outputs at most 64 columns wide: cuBLAS's 1000^3 shape (128x64x32, 8 warps of 32x32, 3
-        # stages) over K slices; 4096x64x4096 0.064 ms against the split large tile's 0.101
+        # stages) over K slices, which wastes no columns of a 128-wide tile
         "split_narrow": dict(CONFIGS["float64"], BN=64, BK=32, WM=32, WN=32, stages=3, split_k=True, group_m=0),
     },
 }
 """Other tiles by ``spec.tile`` (``dxgemm.policy.choose_tile`` decides); a dtype or name without
 an entry uses :data:`CONFIGS` (``"large"``).
 
-float64 ``"small"`` serves short K and few output tiles: 8 warps of 64x16 with ``cp.async``
-four stages deep.  Against the same tile double-buffered through registers it took
-4096x4096x40 from 0.071 to 0.063 ms (0.97x cuBLAS), 8192x8192x32 from 0.235 to 0.206,
-1024^3 from 0.086 to 0.079; for the
-large tile the copy path made no difference; ``"short"``, the
-same tile on m16n8k8, takes K below 64 (4096x4096x40 0.0590 against 0.0634 ms, 1.04x cuBLAS).  ``"tiny"``
-halves it to 64x64 for the smallest outputs (512^3: 0.030 ms against 0.042).  ``"medium"``,
-cuBLAS's own shallow-K kernel shape, has the small tile's 128x64 blocks as 4 warps of 64x32
-on m16n8k8, half the instructions per multiply-add: where its blocks fill every SM twice, it
-beats the small tile by 3-12 % and, where its finer waves fit the SMs better, the large one
-(2560^2 x 1024: 0.89x against 0.79x; 4096^2 x 256:
-0.89x cuBLAS against 0.84x,
-``dxgemm.policy.choose_tile``), and with its first K tiles copied unchecked too 0.92x.  Its blocks inside D run the epilogue from shared
-memory (:func:`_make_staged_store`), which took its exact-GELU epilogue past the small
-tile's (``bias | gelu`` 4096^2 x 256 0.2139 ms against 0.2288, where it had been 0.2361), and, once they lost their branches, SiLU, sigmoid, tanh
-and the tanh GELU past it too (``bias | silu`` 0.2115 against 0.2303, ``bias | tanh`` 0.2055
-against 0.2069, where libdevice's forms had taken 0.2806 and 0.3418 on it).
+float64 ``"small"`` (8 warps of 64x16, ``cp.async`` four stages deep) serves short K and
+few output tiles, where the large tile leaves SMs idle; ``"short"``, the same tile on
+m16n8k8, takes K below 64; ``"tiny"`` halves it to 64x64 for the smallest outputs.
+``"medium"``, cuBLAS's own shallow-K kernel shape, has the small tile's 128x64 blocks as 4
+warps of 64x32 on m16n8k8, half the instructions per multiply-add: it wins where its blocks
+fill every SM twice, or where its finer waves fit the SMs better than the large tile's,
+and its blocks inside D run the epilogue from shared memory (:func:`_make_staged_store`),
+which keeps heavy float64 epilogues (exact GELU, SiLU, sigmoid, tanh) at the FP64 pipe's
+rate.
 
 float32 ``"small"`` (64x128, 8 warps of 32x32) and ``"tiny"`` (64x64, 8 warps of 32x16)
-give small and skinny problems the blocks the 128x128 tile leaves idle: 1024^3 0.143 -> 0.087 ms, 512^3
-0.074 -> 0.034, 4096x64x4096 0.588 -> 0.240; from 2048^3 the 128x128 tile is fastest."""
+give small and skinny problems the blocks the 128x128 tile leaves idle; from 2048^3 the
+128x128 tile is fastest.  The measurements behind each tile are in
+``docs/performance.md``."""
 
 
 STAGES = 2
@@ -617,10 +561,8 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
 
         prologue_unchecked, prologue_checked = make_prologue(True), make_prologue(False)
         # ``unchecked_prologue``: blocks on the unchecked path copy their first tiles unchecked too
-        # (``make_prologue``): on the medium tile 4096^2 x 256 0.184 -> 0.180 ms, 2048^2 x 256
-        # 0.052 -> 0.051; with it the large tile's loop grew by 12 instructions a K tile (4096^3
-        # 0.93x -> 0.86x cuBLAS), and the small tile's 1000^3 did not move
-        # (before cp.async's shared operand left the asm)
+        # (``make_prologue``); only the medium tile gains, since on the large tile the second
+        # prologue lengthens the K loop (docs/performance.md)
         UNCHECKED_PROLOGUE = bool(cfg.get("unchecked_prologue", False))
 
         def warptile_dmma_gemm(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args):
@@ -660,8 +602,8 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
             if vec_a and vec_b:
                 if row0 + uBM <= um and col0 + uBN <= un:
                     fast = True
-                    # One add per copy in the loop, where a multiply by the copy's line step
-                    # cost 4 % at 4096^3.
+                    # One add per copy in the loop, cheaper than a multiply by the copy's
+                    # line step.
                     a_origin, a_step = stream_a.origin(U(lda), row0, kb, tid), stream_a.step(U(lda))
                     b_origin, b_step = stream_b.origin(U(ldb), kb, col0, tid), stream_b.step(U(ldb))
                     for c in range(A_IT):
@@ -779,8 +721,8 @@ def _make_dmma_store(blocks_m: int, blocks_n: int, store_run, epilogue, d_off, d
     run time lives in local memory for the whole kernel (the float64 small tile had 256
     bytes of stack and 163 registers with ``bias | gelu``).  A block wholly inside D
     computes every value before it stores any, with no bounds checks between them, so the
-    FP64 pipe sees up to 64 independent epilogue chains a thread (``bias | gelu`` had cost
-    +83 % at 4096^2 x 256 with one run at a time).
+    FP64 pipe sees up to 64 independent epilogue chains a thread instead of one run at a
+    time.
     Blocks on D's edges store run by run through ``store_run``, bounds-checked."""
     edge, values, vec_stores, one_stores = [], [], [], []
     for i in range(blocks_m):
@@ -821,15 +763,14 @@ def _make_staged_store(blocks_m: int, blocks_n: int, epilogue, d_off, d_row: boo
 
     Why: with its accumulators in registers, a warp's epilogue runs one output after another —
     ptxas will not overlap independent outputs' FP64 chains without registers to spare, and
-    the medium tile sits at 255 — so a float64 GELU ran at ~42 % of the FP64 rate a warp
-    alone, and the medium tile, with two warps a scheduler, waited on its own latency.  Here
+    the medium tile sits at 255 — so a float64 GELU runs well below the FP64 rate, and the
+    medium tile, with two warps a scheduler, waited on its own latency.  Here
     each warp writes ``rows`` rows of its tile to a private slice of shared memory (``at``
     onwards, ``rows`` lines of ``WN + 8`` doubles a warp: a lane's pair in one 16-byte store,
     four wavefronts a warp-wide store, the least its 512 bytes take), reads them back with
     lanes along D's contiguous dimension, and runs the epilogue on its ``rows * WN / 32``
-    values, independent and with the accumulators' registers freed behind them; the
-    replayed SASS reaches ~70 % of the FP64 rate (``benchmarks/experiments/
-    warptile_staged_epilogue.py --schedule``).  No barrier: the slice is the warp's own
+    values, independent and with the accumulators' registers freed behind them, which
+    ptxas overlaps (the rates: ``docs/performance.md``).  No barrier: the slice is the warp's own
     (``syncwarp`` between writing and reading it, and before refilling it).  A warp stores 32
     consecutive columns of a row of row-major D (8 rows of 4 columns, column-major)."""
     if rows % 8 or (8 * blocks_m) % rows or (WN % 32 and 32 % WN) or 32 % rows or at % 2:

@@ -47,27 +47,23 @@ accumulator fragment element by element through ``map_fragment_index``, guarded 
 
 Compile time, and how it is spread
 ----------------------------------
-A cold kernel is NVRTC compiles of cuBLASDx + CuTe (libmathdx), Numba, and nvJitLink.
-Measured one call at a time on the 2-core machine (fp64 128x128x32/256/d2):
+A cold kernel is NVRTC compiles of cuBLASDx + CuTe (libmathdx), Numba, and nvJitLink; the
+time goes (figures: ``docs/performance.md``) to
 
-* *finalizes* that nvmath's lowering needs for plain integer traits: the Matmul
-  descriptor 6.7 s, device pipeline 12.2 s, its A/B tensors 3.0 s, register C 6.6 s,
-  tile pipeline 11.3 s, accumulator 6.2 s — serial, in this process *and* in every
-  worker's replay (on the H100 host ``pipeline_traits`` ~24 s + most of ``compile_all``
-  ~17 s);
-* device functions, ~10 LTO-IR objects: 7-13 s each, except the tile pipeline's
-  ``execute``, 34 s;
-* Numba's lowering of the kernel ~2.5 s (fp64 loop store) to ~9 s (TF32 unrolled store);
-  nvJitLink 22-25 s here, 13-14 s on the H100 host; the init kernel ~2.7 s.
+* *finalizes* that nvmath's lowering needs for plain integer traits (the Matmul
+  descriptor, the device and tile pipelines, the A/B tensors, register C, the
+  accumulator), each a full NVRTC compile, serial in this process *and* in every
+  worker's replay;
+* ~10 device functions (LTO-IR objects), the tile pipeline's ``execute`` the longest;
+* Numba's lowering of the kernel, nvJitLink, and the init kernel.
 
 How a build spreads that (:func:`build`):
 
 1. **Traits** (:mod:`._lto`, "Finalize traits"): answered from ``<cache>/lto`` when a
    kernel of the same configuration was built before (any epilogue); else
    :func:`_trait_plan` makes the handles the lowering will need, and their finalizes run
-   as three batches at once: the pipelines (one finalize, 12 s) and the tensors (one
-   finalize, 8.5 s) in two processes, the descriptor (6.7 s) here.  The lowering then
-   finalizes nothing: 50 s -> 2.5 s (fp64) on the 2-core machine.
+   as three batches at once: the pipelines (one finalize) and the tensors (one finalize)
+   in two processes, the descriptor here.  The lowering then finalizes nothing.
 2. **Device functions** (:mod:`._lto`): kept on disk by symbol, so a new epilogue of a
    known configuration compiles none; on a cold build compiled by worker processes
    (threads do not overlap NVRTC).  Workers start with the trait processes, compile the
@@ -81,20 +77,10 @@ How a build spreads that (:func:`build`):
 ``DXGEMM_COMPILE_WORKERS`` sets the number of workers (default: CPU cores - 1, at most
 12).
 
-Measured on the 2-core machine (no GPU: through :mod:`._standin`), ``build`` alone,
-before -> after this scheme (the kernels' code compared equal: every section but the
-symbol order and the layout of ``.nv.global.init``, and every symbol's bytes; the
-libmathdx objects compiled from unfinalized handles are byte-identical):
-
-* fp64 128x128x32/256/d2, all LTO-IR on disk, one process: 75.1 s -> 44.9 s with the
-  traits computed (3 processes on 2 cores) and 28.2 s with them on disk
-  (``pipeline_traits`` + ``compile_all`` 50.3 s -> 2.3 s);
-* TF32 128x128x32/256/d3 (unrolled store), same: 77-86 s -> 64.6 s and 35.1 s;
-* cold (empty cache, 3 workers): fp64 255.1 s -> 119.7 s, TF32 -> 120.1 s.
-
-On the H100 host before this (16 cores, 12 workers; a fresh process, first
-``dxgemm.gemm`` call including import): cold 100.9 s (fp64 128x64x32/128/d2) and 92.7 s
-(TF32), a new epilogue on a known configuration 70.9 s and 60.1 s, warm start 1.7-2.1 s.
+The scheme leaves the kernels' code unchanged (every section but the symbol order and the
+layout of ``.nv.global.init``, and every symbol's bytes, compared; the libmathdx objects
+compiled from unfinalized handles are byte-identical); what it saves is in
+``docs/performance.md``.
 The cold critical path is now: import, the pipelines' finalize (or ``execute``'s compile,
 whichever ends later), the link.  Practical answer for no compile at all: ``python -m
 dxgemm warmup`` (or a cache built on any machine, even without a GPU, and copied: see
@@ -285,7 +271,7 @@ def build(
     with ThreadPoolExecutor(1) as pool:
         init_job = pool.submit(link_init)
         t = time.perf_counter()
-        # nvJitLink's split compile: measured 13.8 -> 11.9 s for this link on the H100 host (notes)
+        # nvJitLink's split compile shortens this link (docs/performance.md)
         split = max(min(os.cpu_count() or 1, 8), 1)
         options = LinkerOptions(link_time_optimization=True, arch=arch, split_compile=split)
         gemm_cubin = bytes(Linker(*objects, options=options).link("cubin").code)

@@ -19,7 +19,7 @@ ordered after whatever produced A and B and before whatever reads D):
 
 Any m, n, k >= 1: how, and why this way
 ---------------------------------------
-Measured on the H100 with the
+Found on the H100 with the
 run-time-shape pipeline libmathdx 0.3.2 generates for these configurations: its global
 loads are **cp.async (LDGSTS), not TMA** — no hardware out-of-bounds fill, no masking —
 and its tile loop covers ceil(K / tile_k) tiles: with k = 1000 and NaN past k in A and B
@@ -37,11 +37,10 @@ So, for every call:
   is no tail;
 * **M/N edges** (the native-operand kernels; the TF32 kernels' TMA loads stop at the
   extents themselves, :func:`plan`'s ``bounded_loads``): the last partial block row
-  (column) reads its A (B) tile from a tile-high (tile-wide) scratch copy of the edge strip (``cuMemcpy2DAsync``, ~0.01 ms:
-  launch-latency bound, measured), through a second device pipeline, so no load leaves
-  an allocation.  The alternative, padding the whole operand, costs a full copy (0.107 ms
-  for a 4097^2 fp64 matrix, 3.5 % of its GEMM) — and a separate warptile edge launch
-  would run the edge at warptile speed (0.15-0.5x cuBLAS measured) on few blocks;
+  (column) reads its A (B) tile from a tile-high (tile-wide) scratch copy of the edge strip (``cuMemcpy2DAsync``, bound by
+  launch latency), through a second device pipeline, so no load leaves an allocation.
+  The alternatives cost more: padding the whole operand is a full copy, and a separate
+  warptile edge launch would run the edge on few blocks at a slower kernel's speed;
 * **short K** (``k < depth * tile_k``): A and B are copied into zeroed scratch padded to
   ``depth * tile_k`` in K (small: K is short), so the pipeline runs its minimum depth;
 * **alignment**: LDGSTS.128 needs 16-byte aligned rows: an operand whose base pointer or
@@ -50,14 +49,11 @@ So, for every call:
 
 The scratch copies are in-stream and freed stream-ordered; nothing is recompiled.
 
-Verified on the H100: both dtypes x
-the four A/B arrangements x 1x1x1, 17x33x5, 1000^3, 4097^3, 1x4096x4096, 4096x64x4096,
-4096x4096x40, 129x257x95, 256x256x64 within the fp64-reference bound, through one
-kernel per (dtype, arrangement).  Cost of the edge treatment where it matters most
-(``_run2_bench.log``/``_run3_bench.log``): 4097^3 runs at 0.85x cuBLAS in float64
-(4096^3: 0.77x) and 0.66x in float32 (4096^3: 0.66x) — the K tail, the edge strips and
-the aligned copies of the odd-sized operands cost less than the ~3 % of extra tiles.
-Short K stays slow (4096x4096x40: 0.19x / 0.23x): ``auto`` sends it to warptile.
+The GPU tests check every A/B arrangement at odd shapes (1x1x1, 17x33x5, 1000^3, 4097^3,
+1x4096x4096, 4096x64x4096, 4096x4096x40, ...) against the float64 reference through one
+kernel per (dtype, arrangement).  The edge treatment costs less than the extra tiles it
+covers; short K stays slow on this path, so ``auto`` sends it to warptile
+(``docs/performance.md``).
 
 The GEMM kernel was compiled by Numba, so its parameters follow Numba's flattening
 (``_Kernel._prepare_args``): every array is ``meminfo, parent, nitems, itemsize, data,
@@ -99,21 +95,16 @@ class Plan:
 
 
 TAIL_SECONDS_PER_PRODUCT = 0.7e-12
-"""What the kernel's own K tail costs per output element and tail column (H100, float64:
-1024x1024 with K = 992 / 1000 / 1008 took
-0.0569 / 0.0628 / 0.0693 ms).  The block stages its tail strips of A and B in shared
-memory and adds them to the fragment in registers (``codegen._fragment_tail``).  With it
-the rule keeps the kernel's tail at 2048x2048x2040 (0.434 ms against 0.473 padded) and
-pads at 2048x2048x2047 (0.472 against 0.481) and 4096x4096x4095 (3.230 against 3.255).
-The tail it replaced read A and B per stored element and cost 3.4-7.3e-12."""
+"""What the kernel's own K tail costs per output element and tail column (fitted on the
+H100 in float64; ``docs/performance.md``).  The block stages its tail strips of A and B in
+shared memory and adds them to the fragment in registers (``codegen._fragment_tail``)."""
 
 COPY_BYTES_PER_SECOND = 2.5e12
-"""Device-to-device copy rate the padding estimate assumes (measured 2.5-3.0 TB/s)."""
+"""Device-to-device copy rate the padding estimate assumes (the low end of the H100's)."""
 
 COPY_LAUNCH_SECONDS = 10e-6
 """Fixed cost the padding estimate assumes per copied operand (memsets, 2-D copy, their
-launches: padding 1024 x 1024 x 1000 cost 3 microseconds more than
-the kernel's tail of 8, which the model puts at 28 -- about 9 per operand beyond the bytes)."""
+launches), fitted where padding and the kernel's tail are close."""
 
 
 def pad_k_tail(m: int, n: int, k: int, tile_k: int, a_copied: bool, b_copied: bool, itemsize: int) -> bool:
@@ -123,12 +114,7 @@ def pad_k_tail(m: int, n: int, k: int, tile_k: int, a_copied: bool, b_copied: bo
     The kernel's tail costs ``m n (k mod tile_k)`` products at :data:`TAIL_SECONDS_PER_PRODUCT`;
     padding costs a copy of each operand (a read and a write; only the padding is
     zeroed) or, for one the launcher copies anyway (misaligned), nothing measurable.
-    Measured on the H100 (float64, ms, tail by
-    the kernel -> padded): 4096x4096x4095 4.26 -> 3.32 (0.69x -> 0.89x cuBLAS),
-    2048x2048x2047 0.759 -> 0.513, 2048x2048x2040 0.595 -> 0.514, 4097^3 (both operands
-    copied for alignment anyway) 3.845 -> 3.724 (0.91x), 1024x1024x1008 0.124 -> 0.100;
-    but 1024x1024x1000 0.097 -> 0.100 and 1000^3 0.106 -> 0.107, where the rule keeps the
-    kernel's tail.
+    Large outputs with long tails pad; small ones keep the kernel's tail.
     """
     tail = k % tile_k
     if tail == 0:
@@ -149,11 +135,8 @@ def plan(m: int, n: int, k: int, tile: tuple[int, int, int], depth: int, a_align
     ``itemsize`` feeds :func:`pad_k_tail`.
     ``bounded_loads``: the pipeline's loads stop at the operands' extents by themselves
     (TMA, the TF32 kernels: the copy engine fills what lies past them with zeros), so
-    the partial block row and column read the operands in place — no edge strips.
-    Measured (float32, against the strips):
-    1000^3 0.077 -> 0.069 ms (0.68x -> 0.76x cuBLAS), 4096x64x4096 0.236 -> 0.217 ms, and
-    host time per call 367 -> 259 us at 1000^3, 478 -> 356 at 4096x64x4096 (split-K:
-    every slice copied its strip).
+    the partial block row and column read the operands in place — no edge strips, which
+    saves their copies' GPU and host time (every split-K slice would copy its strip).
     """
     tm, tn, tk = tile
     for name, v in (("m", m), ("n", n), ("k", k)):

@@ -7,7 +7,7 @@ A cold pipeline kernel is mostly NVRTC: every cuBLASDx device function the kerne
 is a separate NVRTC compile of cuBLASDx + CuTe, ~10 s each, issued one after another
 while Numba lowers the kernel (``nvmath.device.cublasdx_backend.generate_code``), some of
 them twice (``generate_function_code`` is not memoized).  Threads do not overlap them
-(measured: 4 threads took 50 s for work 2 took 21.5 s in series), processes do, and what
+(the compiles hold the interpreter and each other up), processes do, and what
 they produce — LTO-IR bytes — is plain data.  These objects depend on the configuration,
 dtype, arrangement and depth, never on the epilogue or the problem size.
 
@@ -43,18 +43,16 @@ libmathdx handles: the Matmul descriptor's value types, leading dimensions, bloc
 alignment; the device and tile pipelines' storage and buffer sizes; the register C
 fragment's and the accumulator's sizes.  libmathdx only answers for a *finalized* handle,
 and every finalize (or a descriptor's first trait query) is a full NVRTC compile of
-cuBLASDx + CuTe.  Measured on the 2-core machine, fp64 128x64x32/128/d2, one after another
-in the lowering: descriptor traits 6.7 s, device pipeline 12.2 s, its A/B tensors 3.0 s,
-register C 6.6 s, tile pipeline 11.3 s, accumulator 6.2 s — 46 of the lowering's 48 s
-(Numba itself ~2 s).  On the H100 host that was ``pipeline_traits`` ~24 s plus most of
-``compile_all`` ~17 s, in the parent and again in every worker's replay.
+cuBLASDx + CuTe.  One after another in the lowering they were nearly all of its time
+(Numba itself a few seconds), in the parent and again in every worker's replay
+(``docs/performance.md``).
 
 :class:`FinalizeTraits` keeps those integers on disk, next to the LTO-IR, keyed by the
 handle's *description* — the libmathdx calls that made it, with the handles they took
 described in turn — plus the target.  Inside :meth:`FinalizeTraits.deferring` a finalize
 only records its handles; a trait query is answered from the store, or else finalizes
-every recorded handle of its kind in *one* call (4 tensors: 8.5 s, both pipelines: 12 s,
-where one by one they took 15.8 s and 23.5 s) and stores all their traits.  Checked on
+every recorded handle of its kind in *one* call (one NVRTC compile for the batch, about
+half the time of finalizing them one by one) and stores all their traits.  Checked on
 this machine: libmathdx creates device functions, gives their symbols and compiles them
 from unfinalized handles, with byte-identical LTO-IR (the pipeline ``create`` and a
 fragment copy, compared); any other call given an unfinalized handle finalizes it first;

@@ -93,7 +93,7 @@ CODEGEN_SOURCES = ("pipelines/_build.py", "pipelines/codegen.py", "pipelines/wor
 """The modules (relative to the package) whose code ends up in cached kernels, besides
 :class:`~.config.PipelineConfig` (its launch bounds)."""
 
-CODEGEN_DIGEST = "434489f7510b5a62"
+CODEGEN_DIGEST = "1a27b3d2efa23e83"
 """:func:`codegen_digest` as of the last review of :data:`FORMAT_VERSION`.
 
 The key does not hash dxgemm's own source: a cold kernel costs 30-60 s, and every edit
@@ -165,7 +165,7 @@ def _dist_version(*names: str) -> str | None:
 
 PREFERRED_TOOLCHAIN = "13.0"
 """The NVRTC/NVVM/nvJitLink version whose pipeline kernels measured fastest on the H100:
-13.5 builds of the same code keep more in local memory and ran 10-26 % slower in float32.  ``python -m dxgemm info`` says so
+13.5 builds of the same code keep more in local memory and run slower (``docs/performance.md``).  ``python -m dxgemm info`` says so
 when another version is loaded; the cache key holds the CUDA major version only, so a
 kernel keeps the toolchain that built it."""
 
@@ -364,9 +364,9 @@ def _encode(fields: Mapping[str, Any], meta: Mapping[str, Any], blobs: Mapping[s
     """Header + xz-compressed blobs.
 
     Cubins of these kernels are mostly padding and repeated code.  xz (preset 6) shrinks a
-    float32 pipeline kernel's 5.5 MB GEMM cubin and 3.3 MB setup cubin to 0.45 MB together,
-    a quarter less than zlib's 0.61 MB, and inflates them in ~25 ms (zlib: ~8 ms), well inside
-    the warm start's budget; a cache of a few dozen configurations is tens of megabytes, so
+    float32 pipeline kernel's two cubins to about a twentieth, a quarter smaller than zlib,
+    and inflates them slower than zlib but well inside the warm start's budget
+    (``docs/performance.md``); a cache of a few dozen configurations is tens of megabytes, so
     the smaller format is the one written.  Entries written with zlib (earlier
     versions) still read.  The checksum is over the uncompressed bytes.
     """

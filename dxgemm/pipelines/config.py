@@ -96,10 +96,8 @@ _F32 = np.dtype(np.float32)
 # The fixed set, best first for each dtype.  "large" is the default for big problems,
 # "small" the one for skinny, shallow or small problems (more blocks, shorter pipeline
 # fill).  float64 "small" is 64x64x32: three blocks per SM (64 KiB of pipeline buffer
-# each) hide the DMMA and load latency that one 128x64 block per SM left exposed; it
-# beat 128x64x32 at every shape measured (1000^3 0.42x -> 0.52x cuBLAS, 1024^3 0.63x -> 0.69x, 1536^3
-# 0.56x -> 0.69x, 8192^2 x 512 1.821 -> 1.715 ms, with bias|gelu 2.274 -> 2.156 ms,
-# skinny and short K level).
+# each) hide the DMMA and load latency that one 128x64 block per SM leaves exposed
+# (docs/performance.md).
 CONFIGS: dict[np.dtype, dict[str, PipelineConfig]] = {
     _F64: {
         "large": PipelineConfig(128, 128, 32, 256, 2),
@@ -118,20 +116,14 @@ TF32X3_CONFIGS: dict[str, PipelineConfig] = {
 }
 """float32 through the 3xTF32 split (:mod:`.tf32x3`): kernels on the TF32 tensor cores
 (wgmma 64x128x8 / 64x256x8 per warpgroup, TMA loads), A and B K-major.  Their K is
-three times the problem's.  Measured on the H100 against cuBLAS SGEMM in the same run, split included:
-
-===================  ========  ========  ============  ============  ======
-tile, threads, depth  4096^3    8192^3   8192^2 x 512  4096^2 x 256  1000^3
-===================  ========  ========  ============  ============  ======
-128x256x32, 256, 3    1.60x     1.74x     0.85x         0.53x         0.37x
-128x128x32, 256, 3    1.35x     1.35x     1.00x         0.68x         0.51x
-128x128x32, 256, 4    1.33x     1.42x     0.92x         0.62x         0.21x
-===================  ========  ========  ============  ============  ======
+three times the problem's.  128x256 wins on large squares; 128x128 on shallow K and
+small outputs, where the wide tile leaves SMs idle; a fourth stage gains nothing.  The
+figures against cuBLAS SGEMM are in ``docs/performance.md``.
 """
 
 _SHALLOW_K_TILES_TF32 = 64
 """The 3xTF32 kernels count K (tripled) as shallow up to 64 K-tiles (k <= 682): the
-128x128 tile beat the 128x256 one at k = 512 (k3 = 1536) and 256, and lost at 4096."""
+128x128 tile wins at shallow K and loses at deep K (:data:`TF32X3_CONFIGS`)."""
 
 FLOAT32_METHODS = ("tf32x3", "fp32")
 """How a float32 pipeline GEMM multiplies: ``"tf32x3"`` (split operands on the TF32
@@ -173,7 +165,7 @@ def pipeline_store(operands: str = "native", config: "PipelineConfig | None" = N
     store the tile in D's memory order with one copy of the epilogue's code; where the buffer
     leaves room for two blocks per SM, one block's epilogue also overlaps another's main
     loop (the tile walk, ``staged_tile``; vectorised, ``staged_vec_tile``, for the TF32
-    kernels).  They beat the loop store on every kernel measured, by up to 10 %.  A
+    kernels).  They beat the loop store on every kernel (``docs/performance.md``).  A
     configuration whose tile does not fit its own pipeline buffer (a shallow ``tile_k`` with
     a large tile) keeps the loop store, as does one with a single block per SM.
     """
@@ -203,8 +195,7 @@ def walk_unroll(store: str, split_k: bool = False, wide: bool = False) -> int:
     shared memory, then runs their epilogues, then stores them: written group by group, a
     group's loads could not start before the previous group's store (D may alias an epilogue
     operand, and Numba's generic pointers may alias shared memory), so every group paid a
-    load latency, and a long float64 ``erf`` chain per group could not be hidden (``bias |
-    gelu`` 2.01 -> 1.74 ms at 8192^2 x 512).  A float32 chain with a long dependent stage
+    load latency, and a long float64 ``erf`` chain per group could not be hidden.  A float32 chain with a long dependent stage
     (``wide``: the exact ``gelu``, ``tanh``; :attr:`~dxgemm.epilogues.Epilogue.wide_walk`)
     walks :data:`WALK_UNROLL_WIDE` groups per iteration, giving its polynomial four times the
     independent elements to interleave; stages built on two MUFU instructions ran slower so

@@ -64,11 +64,10 @@ def check_inlined(outlined: list[str], toolchain: dict[str, Any]) -> str | None:
 
     ``outlined``: the kernel's :func:`outlined_functions`; ``toolchain``: the compilers that built it.
 
-    Measured: nvJitLink 13.5 linking LTO-IR that NVRTC 13.0 produced left ``execute`` and
-    five more cuBLASDx functions out of line; the float64 128x128x32 kernel then loaded and
-    stored its accumulator around each of its 128 DMMAs per K tile (SASS: 512 ``ST.E.64``
-    and 559 ``LD.E.64`` per 128 ``DMMA``) and ran 4096^3 in 37.3 ms against 2.96 ms for the
-    same code linked by nvJitLink 13.0.
+    A linker newer than the compiler (nvJitLink 13.5 on NVRTC 13.0's LTO-IR) leaves
+    ``execute`` and more cuBLASDx functions out of line; the kernel then loads and stores its
+    accumulator through local memory around every DMMA and runs an order of magnitude
+    slower (``docs/performance.md``).
     NVRTC and nvJitLink 13.5 together inline them (only ``destroy`` stays out of line).
     """
     slow = accumulator_functions(outlined)

@@ -2,8 +2,8 @@
 
 Why
 ---
-cuBLASDx's float32 pipeline runs on the FP32 SIMT units, and on the H100 the best
-configuration measured reached 0.44x cuBLAS (``shared/notes/cublasdx-pipeline.md``).
+cuBLASDx's float32 pipeline runs on the FP32 SIMT units, well below cuBLAS SGEMM on the
+H100 (``docs/performance.md``).
 The tensor cores do not take float32 — but they take TF32 (float32's exponent, 10
 mantissa bits) and accumulate in float32, at several times the SIMT rate.  Split every
 operand into a TF32 head and a TF32 tail::

@@ -43,10 +43,10 @@ def _trait_plan(mm, config: PipelineConfig, dtype: np.dtype, arrangement: tuple[
     hence the same descriptions in :class:`._lto.FinalizeTraits`), without finalizing
     anything or querying a trait.  Call inside ``_operand_precision`` and
     ``_lto.traits.deferring()``.  ``"pipeline"``: the device and tile pipelines (one
-    finalize, ~12 s on the 2-core machine); ``"tensor"``: the global A/B tensors and the
-    suggested register C and accumulator (one finalize, ~8.5 s); ``"descriptor"``: the
+    finalize); ``"tensor"``: the global A/B tensors and the
+    suggested register C and accumulator (one finalize); ``"descriptor"``: the
     Matmul descriptor nvmath reads value types, leading dimensions, block dim and
-    alignment from (its first trait query compiles it, ~6.7 s).  The device pipeline's
+    alignment from (its first trait query compiles it).  The device pipeline's
     value types are derived from ``dtype`` here, where nvmath reads them from the
     descriptor's traits; a handle this plan gets wrong only costs its finalize in the
     lowering (a store miss), never a wrong answer.
