@@ -96,3 +96,32 @@ def test_the_table_and_what_it_decides():
     assert target_device((8, 9)).smem_per_block == 99 * 1024
     with pytest.raises(ValueError, match="known"):
         target_device((7, 5))
+
+
+def test_warmup_lists_what_a_plain_call_runs_on_each_target():
+    from dxgemm.runtime.warmup import plain_kernels
+
+    def listed(device):
+        return {(b, d, t) for b, d, _, t in plain_kernels(["float32", "float64"], [("row_major", "row_major")], device)}
+
+    h100, ada = listed(H100), listed(DEVICES["RTX 4090"])
+    assert {("tf32mma", "float32", "tf32x3"), ("warptile", "float64", "large"), ("warptile", "float64", "split"),
+            ("splitk_reduce", "float64", "large")} <= h100
+    assert {t for b, d, t in ada if b == "warptile" and d == "float64"} == {"tiny"}
+    assert not any(b in ("tf32mma", "splitk_reduce") for b, _, _ in ada)
+    for name, device in DEVICES.items():  # every tile the policy picks there is built
+        for dtype in (np.dtype(np.float32), np.dtype(np.float64)):
+            for m, n, k in SHAPES[::7]:
+                tile = policy.choose_tile("warptile", dtype, m, n, k, device)
+                if policy.choose_split_k("warptile", dtype, m, n, k, tile, device) > 1:
+                    tile = policy.choose_split_tile(n)
+                assert ("warptile", dtype.name, tile) in listed(device), (name, m, n, k, tile)
+
+
+def test_warmup_refuses_an_unknown_target():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "dxgemm", "warmup", "--cc", "7.5"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2 and "--cc takes compute capabilities among 8.0,8.9,9.0,10.0,12.0" in out.stderr

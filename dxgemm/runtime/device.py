@@ -97,7 +97,7 @@ def target_device(cc: tuple[int, int]) -> DeviceInfo:
     is built for it fits the others); ValueError naming the known ones for any other ``cc``."""
     found = [d for d in DEVICES.values() if d.cc == tuple(cc)]
     if not found:
-        known = ", ".join(sorted({f"{d.cc[0]}.{d.cc[1]}" for d in DEVICES.values()}))
+        known = ", ".join(f"{a}.{b}" for a, b in sorted({d.cc for d in DEVICES.values()}))
         raise ValueError(f"no known GPU of compute capability {cc[0]}.{cc[1]}; known: {known}")
     return min(found, key=lambda d: (d.smem_per_block, d.sm_count))
 
