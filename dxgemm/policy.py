@@ -25,7 +25,7 @@ from .kernels.warptile import TILE_CONFIGS as WARPTILE_TILES
 from .pipelines.config import (_DEEP_K_TILES_F64, _SHALLOW_K_TILES, _SHALLOW_K_TILES_TF32, CONFIGS, MAX_SPLIT_K, SIMT_FLOAT32_MAX_SIDE,
                                TARGETS as PIPELINE_TARGETS, PipelineConfig, _configs, float32_method, uses_tf32x3,
                                wave_efficiency, waves)
-from .runtime.device import H100, DeviceInfo
+from .gpus import H100, DeviceInfo
 
 __all__ = ["EpilogueTraits", "PRECISIONS", "resolve_precision", "choose_backend", "choose_tile", "choose_split_tile", "choose_split_k",
            "pipeline_config", "pipeline_split_k", "check_split_count", "F64_BLOCK_COST", "MIN_SLICE_TILES", "tile_fits",

@@ -11,7 +11,7 @@ spills, or — where the policy would run it on that target
 memory than the target's smallest GPU (:func:`dxgemm.runtime.device.target_device`) gives a
 block.  Prints the table; exit status 1 on any failure::
 
-    python tools/build_targets.py [--cc 8.0,8.9,9.0,10.0,12.0] [--out benchmarks/results/targets_build.txt]
+    python tools/build_targets.py [--cc 8.0,8.9,9.0,10.0,12.0] [--jobs 2] [--out benchmarks/results/targets_build.txt]
 """
 
 from __future__ import annotations
@@ -78,55 +78,71 @@ def assemble(ptx: str, cc: tuple[int, int]) -> dict:
             "static_smem": int(smem.group(1)) if smem else 0}
 
 
+def build_rows(job) -> tuple[list[str], int]:
+    """The table rows of one kernel on every target, and how many of them failed."""
+    (backend, dtype, tile), targets = job
+    bound = plain_epilogue(dtype)
+    spec = KernelSpec(np.dtype(dtype), R, R, R, bound.key, bound.make(), tile=tile)
+    compiled, lines, failures = {}, [], 0
+    for cc in targets:
+        # float64 warptile's mma shape depends on the target: one build per shape
+        overrides = {"mma": dmma_shape_for(cc)} if backend == "warptile" and dtype == "float64" and cc < (9, 0) else {}
+        key = tuple(sorted(overrides.items()))
+        name = f"{backend}/{tile} {dtype}"
+        device = target_device(cc)
+        t1 = time.perf_counter()
+        try:
+            if key not in compiled:
+                compiled[key] = compile_rung(backend, spec, typeof(bound.args), **overrides)
+            kernel = compiled[key]
+            (overload,) = kernel.kernel.overloads.values()
+            info = assemble(overload.library.get_asm_str(cc=cc), cc)
+        except Exception as e:  # a kernel that does not build for this target
+            failures += 1
+            lines.append(f"  {cc[0]}.{cc[1]:<3} {name:32} build failed: {type(e).__name__}: {str(e)[:200]}")
+            continue
+        smem = kernel.built.dynamic_smem + info["static_smem"]
+        used = used_on(backend, dtype, tile, device)
+        fits = smem <= device.smem_per_block
+        bad = info["registers"] > MAX_REGISTERS or info["spills"] > 0 or (used and not fits)
+        known = KNOWN.get((cc, name))
+        if known:
+            result = f"KNOWN: {known}" if bad else "FAIL: no longer fails; remove it from KNOWN"
+            bad = not bad
+        else:
+            result = "FAIL" if bad else "ok" if fits else "does not fit (not used here)"
+        failures += bad
+        lines.append(f"  {cc[0]}.{cc[1]:<4} {name:32} {info['registers']:4} {info['spills']:5} {smem:7} "
+                     f"{device.smem_per_block:7}  {'yes ' if used else 'no  '}  {result}"
+                     f"  [{time.perf_counter() - t1:.1f} s]")
+    return lines, failures
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cc", default="8.0,8.9,9.0,10.0,12.0")
     parser.add_argument("--out", default=None, help="also write the table to this file")
+    parser.add_argument("--jobs", type=int, default=1, help="kernels built at once, one process each")
     args = parser.parse_args(argv)
     targets = [tuple(int(x) for x in c.split(".")) for c in args.cc.split(",")]
-    lines = [f"# {'cc':5} {'kernel':32} {'regs':>4} {'spill':>5} {'smem B':>7} {'limit B':>7}  used  result"]
-    failures = 0
     t0 = time.perf_counter()
-    for backend, dtype, tile in kernels():
-        bound = plain_epilogue(dtype)
-        spec = KernelSpec(np.dtype(dtype), R, R, R, bound.key, bound.make(), tile=tile)
-        compiled = {}
-        for cc in targets:
-            # float64 warptile's mma shape depends on the target: one build per shape
-            overrides = {}
-            if backend == "warptile" and dtype == "float64" and cc < (9, 0):
-                overrides = {"mma": dmma_shape_for(cc)}
-            key = tuple(sorted(overrides.items()))
-            name = f"{backend}/{tile} {dtype}"
-            device = target_device(cc)
-            try:
-                if key not in compiled:
-                    compiled[key] = compile_rung(backend, spec, typeof(bound.args), **overrides)
-                kernel = compiled[key]
-                (overload,) = kernel.kernel.overloads.values()
-                ptx = overload.library.get_asm_str(cc=cc)
-                info = assemble(ptx, cc)
-            except Exception as e:  # a kernel that does not build for this target
-                failures += 1
-                lines.append(f"  {cc[0]}.{cc[1]:<3} {name:32} build failed: {type(e).__name__}: {str(e)[:200]}")
-                continue
-            smem = kernel.built.dynamic_smem + info["static_smem"]
-            used = used_on(backend, dtype, tile, device)
-            fits = smem <= device.smem_per_block
-            bad = info["registers"] > MAX_REGISTERS or info["spills"] > 0 or (used and not fits)
-            known = KNOWN.get((cc, name))
-            if known:
-                result = f"KNOWN: {known}" if bad else "FAIL: no longer fails; remove it from KNOWN"
-                bad = not bad
-            else:
-                result = "FAIL" if bad else "ok" if fits else "does not fit (not used here)"
-            failures += bad
-            lines.append(f"  {cc[0]}.{cc[1]:<3} {name:32} {info['registers']:4} {info['spills']:5} {smem:7} "
-                         f"{device.smem_per_block:7}  {'yes ' if used else 'no  '}  {result}")
-            print(lines[-1], flush=True)
-    lines.append(f"# {failures} failures; {time.perf_counter() - t0:.0f} s")
+    jobs = [(kernel, targets) for kernel in sorted(kernels(), key=lambda k: k[0] != "tf32mma")]  # longest first
+    if args.jobs > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            results = list(pool.map(build_rows, jobs))
+    else:
+        results = [build_rows(job) for job in jobs]
+    lines = [f"# {'cc':6} {'kernel':32} {'regs':>4} {'spill':>5} {'smem B':>7} {'limit B':>7}  used  result  [seconds]"]
+    failures = 0
+    for rows, bad in results:
+        lines += rows
+        failures += bad
+    lines.append(f"# {failures} failures; {time.perf_counter() - t0:.0f} s with {args.jobs} process(es)")
     text = "\n".join(lines) + "\n"
-    print(lines[-1])
+    print(text, end="")
     if args.out:
         Path(args.out).write_text(text)
     return 1 if failures else 0
