@@ -80,7 +80,7 @@ def main() -> None:
             aligned = vector_flags(a.data.ptr, k, b.data.ptr, n, dtype.itemsize) == FLAG_VEC_A | FLAG_VEC_B
             heavy = epilogue is not None and any(stage.transcendental for stage in epilogue.stages)
             auto = choose_backend(dtype, m, n, k, pipeline=True, aligned=aligned, transcendental=heavy,
-                                  sms=device_info().sm_count)
+                                  device=device_info())
             faster = min(loops, key=loops.get)
             print(f"{name:8s} {shape:>16s} {times['pipeline']:9.4f} {times['warptile']:9.4f} {t_blas:8.4f}  "
                   f"{t_blas / times['pipeline']:11.2f} {t_blas / times['warptile']:11.2f}  "

@@ -95,7 +95,7 @@ def _variant(changes: dict, m: int, n: int, k: int):
     dtype = np.dtype(np.float64)
     bound = AlphaBeta(1.0, 0.0).bind(EpilogueContext(m, n, dtype, adapt=None))
     changes = dict(changes)
-    tile = changes.pop("tile", None) or choose_tile("warptile", dtype, m, n, k, device_info().sm_count)
+    tile = changes.pop("tile", None) or choose_tile("warptile", dtype, m, n, k, device_info())
     spec = KernelSpec(dtype, Layout.ROW, Layout.ROW, Layout.ROW, bound.key, bound.make(), tile=tile)
     compiled = compile_rung("warptile", spec, typeof(bound.args), **changes)
     print(f"variant: the {tile} tile with {changes}, {compiled.kernel.get_regs_per_thread()} registers", flush=True)

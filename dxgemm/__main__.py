@@ -122,16 +122,47 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
 def cmd_warmup(args: argparse.Namespace) -> int:
     from .pipelines import _standin
-
-    _standin.activate((9, 0))  # compiles without a GPU too (for an H100); a no-op with one
-    from .pipelines.cache import compiler_mismatch, slower_toolchain
-    from .runtime.warmup import ARRANGEMENT_PAIRS, warmup, warmup_rungs
+    from .pipelines.config import TARGETS
+    from .runtime.device import DEVICES, target_device
 
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     unknown = sorted(set(kinds) - {"pipeline", "handwritten"})
     if unknown or not kinds:
         print(f"warmup: --kinds takes pipeline and/or handwritten, got {args.kinds!r}", file=sys.stderr)
         return 2
+    targets = []
+    for text in (args.cc or "").split(","):
+        if not text.strip():
+            continue
+        try:
+            cc = tuple(int(x) for x in text.strip().split("."))
+            target_device(cc)
+        except ValueError:
+            known = ",".join(f"{a}.{b}" for a, b in sorted({d.cc for d in DEVICES.values()}))
+            print(f"warmup: --cc takes compute capabilities among {known}, got {text.strip()!r}", file=sys.stderr)
+            return 2
+        targets.append(cc)
+    if len(targets) > 1:  # the stand-in driver reports one compute capability a process: one process each
+        worst = 0
+        for cc in targets:
+            argv = ["warmup", "--kinds", args.kinds, "--dtype", args.dtype, "--config", args.config,
+                    "--arrangements", args.arrangements, "--split-k", args.split_k, "--cc", f"{cc[0]}.{cc[1]}"]
+            argv += ["--jobs", str(args.jobs)] if args.jobs is not None else []
+            print(f"warmup: compute capability {cc[0]}.{cc[1]}", flush=True)
+            worst = max(worst, subprocess.run([sys.executable, "-m", "dxgemm", *argv]).returncode)
+        return worst
+    cc = targets[0] if targets else None
+    _standin.activate(cc or (9, 0))  # compiles without a GPU too (default: for an H100); a no-op with one
+    if cc is not None and cc not in TARGETS and "pipeline" in kinds:
+        print(f"warmup: no pipeline kernels for compute capability {cc[0]}.{cc[1]}: the pipeline is built for "
+              f"{', '.join(f'{a}.{b}' for a, b in TARGETS)} only (sm_90a's wgmma and TMA); building the handwritten "
+              "kernels", flush=True)
+        kinds = [k for k in kinds if k != "pipeline"]
+        if not kinds:
+            return 0
+    from .pipelines.cache import compiler_mismatch, slower_toolchain
+    from .runtime.warmup import ARRANGEMENT_PAIRS, warmup, warmup_rungs
+
     mismatch = compiler_mismatch()
     if mismatch and "pipeline" in kinds:
         print(f"warmup: not building: {mismatch}", file=sys.stderr)
@@ -157,7 +188,7 @@ def cmd_warmup(args: argparse.Namespace) -> int:
     try:
         if "handwritten" in kinds:
             jobs = args.jobs if args.jobs is not None else min(os.cpu_count() or 1, 8)
-            records += warmup_rungs(dtypes, arrangements=arrangements, jobs=jobs, log=log)
+            records += warmup_rungs(dtypes, arrangements=arrangements, cc=cc, jobs=jobs, log=log)
         if "pipeline" in kinds:
             split = [] if args.split_k == "none" else [c.strip() for c in args.split_k.split(",") if c.strip()]
             records += warmup(dtypes, configs=configs, arrangements=arrangements, jobs=args.jobs or 1,
@@ -269,6 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=None,
                    help="kernels built at once (default: pipeline kernels one at a time, each spreading its "
                         "compiles over worker processes; handwritten kernels one per CPU core, at most 8)")
+    p.add_argument("--cc", default=None,
+                   help="compute capabilities to build for, e.g. 8.0,8.9,9.0,10.0,12.0 (default: this GPU's, or 9.0 "
+                        "without one); without a GPU any of them, the pipeline for 9.0 only")
     p.set_defaults(func=cmd_warmup)
     p = sub.add_parser("demo", help="run every backend once, check it and time it")
     p.add_argument("--size", type=int, default=2048, help="square size on a GPU (default 2048)")

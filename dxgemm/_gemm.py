@@ -148,9 +148,8 @@ def gemm(
             backend = policy.choose_backend(dtype, m, n, k, pipeline=_pipeline_reason(device) is None,
                                             aligned=flags == FLAG_VEC_A | FLAG_VEC_B,
                                             transcendental=traits.transcendental,
-                                            medium_min_k=traits.medium_tile_min_k, sms=info.sm_count,
-                                            precision=precision,
-                                            tf32_cores=policy.tf32_rung_fits(info.cc, info.smem_per_block, precision))
+                                            medium_min_k=traits.medium_tile_min_k, device=info,
+                                            precision=precision)
         if backend == "pipeline":
             mat_a, mat_b, mat_d = matrix_of(op_a), matrix_of(op_b), matrix_of(op_d)
             try:
@@ -168,8 +167,8 @@ def gemm(
         if backend in policy.TF32_BACKENDS:
             tile = precision  # tf32mma's tile configurations are its two modes
         else:
-            tile = policy.choose_tile(backend, dtype, m, n, k, info.sm_count, traits.medium_tile_min_k, info.l2_bytes)
-        slices = policy.choose_split_k(backend, dtype, m, n, k, tile, info.sm_count)
+            tile = policy.choose_tile(backend, dtype, m, n, k, info, traits.medium_tile_min_k)
+        slices = policy.choose_split_k(backend, dtype, m, n, k, tile, info)
         spec = KernelSpec(dtype, op_a.layout, op_b.layout, op_d.layout, bound.key, None, tile=tile)
         if SIMULATOR:  # nothing is compiled: Numba's simulated launch
             launch_simulated(backend, spec, op_a, op_b, op_d, m, n, k, flags, bound, slices,

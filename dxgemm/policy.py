@@ -2,10 +2,11 @@
 
 Each rule is a pure function of the problem (dtype, ``m x n x k``, operand alignment), the
 epilogue's traits (:class:`EpilogueTraits`, data the epilogue stages declare) and the
-device's properties (a :class:`~dxgemm.runtime.device.DeviceInfo`, or its SM count and L2
-size).  Nothing here reads the environment, queries a device or imports the runtime, so
-every rule can be checked on a machine without a GPU; the caller asks the device and passes
-its answer in.
+device's properties (a :class:`~dxgemm.runtime.device.DeviceInfo`: compute capability, SMs,
+shared memory, L2; :data:`~dxgemm.runtime.device.H100` where none is named).  Nothing here
+reads the environment or queries a device, so every rule can be checked on a machine without
+a GPU, for any GPU's figures (:data:`dxgemm.runtime.device.DEVICES`); the caller asks the
+device and passes its answer in.
 The measurements behind the constants are in ``docs/performance.md`` and
 ``benchmarks/results/``; the docstrings give each rule and its reason.
 """
@@ -22,16 +23,13 @@ import numpy as np
 from .kernels.warptile import CONFIGS as WARPTILE_CONFIGS
 from .kernels.warptile import TILE_CONFIGS as WARPTILE_TILES
 from .pipelines.config import (_DEEP_K_TILES_F64, _SHALLOW_K_TILES, _SHALLOW_K_TILES_TF32, CONFIGS, MAX_SPLIT_K, SIMT_FLOAT32_MAX_SIDE,
-                               PipelineConfig, _configs, float32_method, uses_tf32x3, wave_efficiency, waves)
-
-H100_SMS = 132
-"""An H100 SXM's SMs: the rules' default where no device is named."""
-
-H100_L2_BYTES = 50 * 2**20
-"""An H100 SXM's L2 cache: the rules' default where no device is named."""
+                               TARGETS as PIPELINE_TARGETS, PipelineConfig, _configs, float32_method, uses_tf32x3,
+                               wave_efficiency, waves)
+from .gpus import H100, DeviceInfo
 
 __all__ = ["EpilogueTraits", "PRECISIONS", "resolve_precision", "choose_backend", "choose_tile", "choose_split_tile", "choose_split_k",
-           "pipeline_config", "pipeline_split_k", "check_split_count", "F64_BLOCK_COST", "MIN_SLICE_TILES"]
+           "pipeline_config", "pipeline_split_k", "check_split_count", "F64_BLOCK_COST", "MIN_SLICE_TILES", "tile_fits",
+           "tile_smem", "PIPELINE_TARGETS"]
 
 
 @dataclass(frozen=True)
@@ -132,20 +130,21 @@ def resolve_precision(dtype: Any, backend: str, precision: str | None) -> str | 
 
 
 def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = False, aligned: bool = True,
-                   transcendental: bool = False, medium_min_k: float = math.inf, sms: int = H100_SMS,
-                   precision: str | None = "ieee", tf32_cores: bool = True) -> str:
+                   transcendental: bool = False, medium_min_k: float = math.inf, device: DeviceInfo = H100,
+                   precision: str | None = "ieee", tf32_cores: bool | None = None) -> str:
     """The backend ``backend="auto"`` runs: ``"warptile"``, ``"tf32mma"`` or ``"pipeline"``.
 
     float32 at ``precision`` ``"tf32x3"`` or ``"tf32"`` runs ``tf32mma`` wherever the device
-    has TF32 tensor cores (``tf32_cores``: compute capability 8.0 or later): it is the path
+    can run it (``tf32_cores``; by default :func:`tf32_rung_fits` of ``device``): it is the path
     whose K loop sums each tile's tensor-core products with rounding adds, the only one that
     keeps float32 accuracy at long K; without them, ``warptile`` (IEEE float32, more accurate).
     Below :data:`TF32X3_MIN_K` ``"tf32x3"`` runs ``warptile`` too (a chain of a few FMAs, as
     accurate as cuBLAS SGEMM's own).
 
-    ``pipeline``: whether the pipeline can run on this device; ``aligned``: whether both
+    ``pipeline``: whether the pipeline may run here (its kernels exist only for
+    :data:`PIPELINE_TARGETS`, checked against ``device.cc`` as well); ``aligned``: whether both
     operands take 16-byte accesses; ``transcendental``/``medium_min_k``: the epilogue's
-    traits (:class:`EpilogueTraits`); ``sms``: the device's SMs.
+    traits (:class:`EpilogueTraits`); ``device``: the GPU's properties.
 
     float64 runs ``warptile`` where it measured faster: small problems (below K = 128 or
     ``2**28`` multiply-adds, where the pipeline's fixed host and fill costs dominate);
@@ -162,18 +161,20 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     Where the pipeline cannot run, ``warptile``.
     """
     dt = np.dtype(dtype)
+    if tf32_cores is None:
+        tf32_cores = tf32_rung_fits(device.cc, device.smem_per_block, precision)
     if dt == np.float32 and precision == "tf32x3" and k < TF32X3_MIN_K:
         return "warptile"
     if dt == np.float32 and precision in ("tf32x3", "tf32"):
         return "tf32mma" if tf32_cores else "warptile"
-    if not pipeline:
+    if not pipeline or tuple(device.cc) not in PIPELINE_TARGETS:
         return "warptile"
     if dt == np.float64:
         heavy = transcendental and medium_min_k > k  # an epilogue that keeps warptile on its small tile
         if k < 128 or m * n * k < 2**28 or (aligned and min(m, n) > 256 and (k > 128 or not heavy)):
             return "warptile"
-        tile = choose_tile("warptile", dt, m, n, k, sms)  # any tile but large: the same split count
-        if aligned and m >= 128 and n >= 64 and choose_split_k("warptile", dt, m, n, k, tile, sms) > 1:
+        tile = choose_tile("warptile", dt, m, n, k, device)  # any tile but large: the same split count
+        if aligned and m >= 128 and n >= 64 and choose_split_k("warptile", dt, m, n, k, tile, device) > 1:
             return "warptile"
         return "pipeline"
     if dt == np.float32 and k >= 64 and m * n * k >= 2**30 and min(m, n) <= SIMT_FLOAT32_MAX_SIDE:
@@ -190,13 +191,14 @@ pipe about as well as the large one, the small 15 % worse (64x16 warp tiles) and
 4096^3 on the H100; it predicted the fastest tile at 12 of 13 shapes it was not fitted on."""
 
 
-def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int = H100_SMS,
-                medium_min_k: float = 0.0, l2_bytes: int = H100_L2_BYTES) -> str:
+def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, device: DeviceInfo = H100,
+                medium_min_k: float = 0.0) -> str:
     """The tile configuration of a handwritten rung (``KernelSpec.tile``).
 
     ``medium_min_k``: the epilogue's :attr:`EpilogueTraits.medium_tile_min_k` (0 without an
-    epilogue); ``sms``, ``l2_bytes``: the device's SMs and L2 cache.  Only ``warptile`` has
-    several tiles (``warptile.TILE_CONFIGS``).
+    epilogue); ``device``: the GPU (its SMs, L2 and shared memory).  Only ``warptile`` has
+    several tiles (``warptile.TILE_CONFIGS``); only those that :func:`tile_fits` the device
+    are candidates (with 99 KiB a block, float64 keeps its tiny tile alone).
 
     float32: the 64x64 tile below ``2**19`` outputs, 64x128 below ``2**22``, 128x128 above
     (finer tiles fill the SMs where there are few outputs).
@@ -215,12 +217,16 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, sms: int 
         return "large"
     if np.dtype(dtype) == np.float32:
         return "tiny" if m * n < 2**19 else "small" if m * n < 2**22 else "large"
-    if np.dtype(dtype) != np.float64:
+    dt = np.dtype(dtype)
+    if dt != np.float64:
         return "large"
+    sms, l2_bytes = device.sm_count, device.l2_bytes
     if m * n < 2**19:
         return "tiny"
     costs = {}
     for tile, block_cost in F64_BLOCK_COST.items():  # larger tiles first: min() keeps the first of a tie
+        if not tile_fits(device, dt, tile):
+            continue
         blocks = _f64_tiles(tile, m, n)
         if tile == "large" and k < 1024:
             continue
@@ -239,13 +245,44 @@ def choose_split_tile(n: int) -> str:
     return "split_narrow" if n <= 64 else "split"
 
 
+@functools.lru_cache(maxsize=None)
+def tile_smem(dtype: Any, tile: str) -> tuple[int, tuple[int, ...], int]:
+    """``(dynamic shared memory, block, min_blocks)`` of ``warptile``'s ``tile``: the most
+    shared memory over the layouts of A and B (what the kernel builds, not compiled)."""
+    from .kernels import KernelSpec, Layout
+    from .kernels import warptile
+
+    dt = np.dtype(dtype)
+    cfg = WARPTILE_TILES.get(dt.name, {}).get(tile, WARPTILE_CONFIGS[dt.name])
+    overrides = {"mma": (16, 8)} if cfg.get("kind") == "dmma" else {}  # any shape: no device asked
+    built = [warptile.build(KernelSpec(dt, la, lb, Layout.ROW, ("probe",), lambda v, r, c, a: v, tile=tile),
+                            **overrides) for la in Layout for lb in Layout]
+    return max(b.dynamic_smem for b in built), tuple(built[0].block), built[0].min_blocks
+
+
+def tile_fits(device: DeviceInfo, dtype: Any, tile: str) -> bool:
+    """Whether ``warptile``'s ``tile`` runs as designed on ``device``: DMMA (float64) needs
+    compute capability 8.0; its shared memory must fit a block, and the ``min_blocks`` blocks
+    per SM it is tuned for (registers capped to fit) must fit the SM's shared memory and threads
+    (each block also takes 1 KiB the driver reserves)."""
+    dt = np.dtype(dtype)
+    if dt == np.float64 and tuple(device.cc) < (8, 0):
+        return False
+    smem, block, min_blocks = tile_smem(dt, tile)
+    threads = math.prod(block)
+    resident = max(1, min_blocks)
+    return (smem <= device.smem_per_block and resident * (smem + 1024) <= device.sm_smem
+            and resident * threads <= device.threads_per_sm)
+
+
 def _f64_tiles(tile: str, m: int, n: int) -> int:
     """How many blocks float64 ``warptile``'s ``tile`` covers an ``m x n`` output with."""
     cfg = WARPTILE_TILES["float64"].get(tile, WARPTILE_CONFIGS["float64"])
     return -(-m // cfg["BM"]) * -(-n // cfg["BN"])
 
 
-def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: str, sms: int) -> int:
+def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: str,
+                   device: DeviceInfo = H100) -> int:
     """K slices for a float64 ``warptile`` call (1: unsplit).
 
     A call whose split tiles (:func:`choose_split_tile`) would fill at most half the GPU runs
@@ -254,10 +291,13 @@ def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: 
     partial sums are reduced by :mod:`dxgemm.kernels.splitk_reduce`
     (:mod:`dxgemm.runtime.splitk`).  Slices keep at least 16 K tiles each (a slice's start-up
     is ~10 K tiles' worth), at most 8 slices, and only from K = 2048: the split pays for deep
-    K on skinny outputs, not for cubes.
+    K on skinny outputs, not for cubes; and only where the split tile :func:`tile_fits` ``device``.
     """
     if backend != "warptile" or np.dtype(dtype) != np.float64 or tile == "large" or k < 2048:
         return 1
+    if not tile_fits(device, dtype, choose_split_tile(n)):
+        return 1
+    sms = device.sm_count
     tiles = _f64_tiles(choose_split_tile(n), m, n)
     if 2 * tiles > sms:
         return 1

@@ -8,6 +8,7 @@ call re-checks, and which calls are never kept.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -19,6 +20,7 @@ from dxgemm.runtime.pipeline import use_split_k
 from dxgemm import epilogues as E
 from dxgemm.epilogues._base import BoundEpilogue, Span
 from dxgemm.pipelines import config
+from dxgemm.runtime.device import H100
 
 from ._dmma import plain_spec
 
@@ -242,12 +244,12 @@ def test_warptile_tile_rule():
     assert choose_tile("warptile", f64, 2048, 2048, 511, medium_min_k=gelu) == "medium"
     assert choose_tile("warptile", f64, 2048, 2048, 511, medium_min_k=custom) == "small"
     # h100_warptile_tiles_medium_s18.log (an L2 that holds B)
-    assert choose_tile("warptile", f64, 8192, 8192, 512, l2_bytes=2**27) == "medium"
+    assert choose_tile("warptile", f64, 8192, 8192, 512, replace(H100, l2_bytes=2**27)) == "medium"
     # B over half the L2: blocks in groups of 8 tile rows (h100_medium_group_m_s24.log)
     assert choose_tile("warptile", f64, 8192, 8192, 512) == "medium_grouped"  # B 32 MiB of an H100's 50
     assert choose_tile("warptile", f64, 4099, 8191, 520) == "medium_grouped"
     assert choose_tile("warptile", f64, 8192, 8192, 384) == choose_tile("warptile", f64, 6144, 6144, 512) == "medium"
-    assert choose_tile("warptile", f64, 8192, 8192, 512, l2_bytes=2**26) == "medium"  # B half of 64 MiB
+    assert choose_tile("warptile", f64, 8192, 8192, 512, replace(H100, l2_bytes=2**26)) == "medium"  # B half of 64 MiB
     assert choose_tile("warptile", f64, 8192, 8192, 1024) == "large"
     # bias | gelu (h100_tiles_staged_chains_s23.log)
     assert choose_tile("warptile", f64, 8192, 8192, 512, medium_min_k=gelu) == "medium_grouped"
@@ -273,7 +275,7 @@ def test_warptile_tile_rule():
     assert choose_tile("warptile", f64, 1920, 1920, 2048) == "large"
     assert choose_tile("warptile", f64, 1280, 1280, 1280) == "large"  # 1 against 1.15
     assert choose_tile("warptile", f64, 1792, 1792, 1792) == "medium"
-    assert choose_tile("warptile", f64, 1280, 1280, 1280, sms=264) == "small"  # twice the SMs: 1 against 0.575;
+    assert choose_tile("warptile", f64, 1280, 1280, 1280, replace(H100, sm_count=264)) == "small"  # twice the SMs: 1 against 0.575;
     # 200 tiles, fewer than two per SM
     # where the block-cost model and the rule before it disagree (h100_f64_rounds_tile_model_s19.log)
     assert choose_tile("warptile", f64, 2560, 2560, 1024) == "medium"  # 7 x 0.53 against 4 large waves
@@ -350,7 +352,7 @@ def test_float64_split_k_rule():
     f64, f32 = np.dtype(np.float64), np.dtype(np.float32)
 
     def split(m, n, k, dtype=f64, backend="warptile"):
-        return choose_split_k(backend, dtype, m, n, k, choose_tile(backend, dtype, m, n, k), 132)
+        return choose_split_k(backend, dtype, m, n, k, choose_tile(backend, dtype, m, n, k), H100)
 
     assert split(1000, 1000, 1000) == 1  # 64 large tiles, but K too short to pay (h100_splitk_ab_s16.log)
     assert split(1024, 1024, 4096) == 2

@@ -150,7 +150,7 @@ def _check_chosen_float64_tile(cp, shape, tile, alpha, beta):
     from dxgemm.runtime.device import device_info
 
     m, n, k = shape
-    assert choose_tile("warptile", np.float64, m, n, k, device_info().sm_count, l2_bytes=device_info().l2_bytes) == tile
+    assert choose_tile("warptile", np.float64, m, n, k, device_info()) == tile
     a, b = _operands(cp, m, n, k, np.float64, seed=k)
     c0 = cp.random.default_rng(m).standard_normal((m, n))
     for order in ("C", "F"):
@@ -177,7 +177,7 @@ def test_warptile_split_k_repeat_calls(cp, order):
     with stream:
         for m, n, k in [(2048, 256, 8192), (4096, 64, 4096), (200, 300, 4000)]:
             slices = choose_split_k("warptile", np.float64, m, n, k, choose_tile("warptile", np.float64, m, n, k),
-                                    device_info().sm_count)
+                                    device_info())
             assert slices > 1, (m, n, k)
             largest = max(largest, slices * m * n * 8)
             a, b = _operands(cp, m, n, k, np.float64, seed=m)

@@ -134,8 +134,15 @@ def test_epilogues_sit_on_the_kernels_device_helpers_only():
 
 def test_runtime_base_imports_only_the_ground_floor():
     bad = [(m, t) for m in sorted(RUNTIME_BASE) for t in sorted(GRAPH[m])
-           if not (t.startswith("dxgemm.kernels") or t in RUNTIME_BASE)]
+           if not (t.startswith("dxgemm.kernels") or t in RUNTIME_BASE or t == "dxgemm.gpus")]
     assert bad == []
+
+
+def test_the_gpu_records_import_nothing_of_dxgemm():
+    """``dxgemm.gpus`` (DeviceInfo and the GPUs' published figures) is data beside the ground
+    floor: the policy and the runtime base both read it."""
+    assert "dxgemm.gpus" in GRAPH["dxgemm.policy"]
+    assert [t for t in GRAPH["dxgemm.gpus"] if t.startswith("dxgemm")] == []
 
 
 def test_pipelines_import_no_layer_above_them():

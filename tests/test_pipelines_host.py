@@ -88,11 +88,11 @@ def test_suggest_only_returns_known_configs():
 
 
 def test_suggest_respects_shared_memory():
-    tiny = DeviceInfo(cc=(9, 0), sm_count=132, smem_per_block=100 * 1024)
+    tiny = DeviceInfo(cc=(9, 0), sm_count=132, smem_per_block=100 * 1024, l2_bytes=50 * 2**20)
     cfg = suggest(8192, 8192, 8192, F64, device=tiny)  # large needs 128 KiB, small 96 KiB
     assert cfg == CONFIGS[F64]["small"] and cfg.smem_bytes(8) <= tiny.smem_per_block
     with pytest.raises(ValueError):
-        suggest(8192, 8192, 8192, F64, device=DeviceInfo((9, 0), 132, 1024))
+        suggest(8192, 8192, 8192, F64, device=DeviceInfo((9, 0), 132, 1024, 50 * 2**20))
 
 
 def test_suggest_without_gpu_uses_h100_figures():

@@ -191,7 +191,7 @@ def test_plain_kernels_hold_every_tile_a_plain_call_can_take():
             for n in sides:
                 for k in depths:
                     tile = choose_tile("warptile", dtype, m, n, k)
-                    if choose_split_k("warptile", dtype, m, n, k, tile, 132) > 1:
+                    if choose_split_k("warptile", dtype, m, n, k, tile) > 1:
                         tile = choose_split_tile(n)
                     chosen.add(("warptile", dtype.name, tile))
     assert chosen <= listed, chosen - listed

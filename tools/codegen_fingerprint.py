@@ -195,7 +195,7 @@ def decisions() -> None:
     except ImportError:
         from dxgemm.pipelines.config import split_k, suggest
     DeviceInfo = _first("dxgemm.runtime.device:DeviceInfo", "dxgemm.pipelines.config:DeviceInfo")
-    h100 = DeviceInfo(cc=(9, 0), sm_count=132, smem_per_block=227 * 1024)
+    h100 = _first("dxgemm.runtime.device:H100")
     shapes = [(1, 4096, 4096), (64, 64, 64), (512, 512, 512), (1000, 1000, 1000), (1024, 1024, 1024),
               (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (4096, 4096, 40), (4096, 4096, 128),
               (4096, 4096, 256), (8192, 8192, 512), (8192, 8192, 1024), (2048, 256, 8192), (4096, 64, 4096),
@@ -207,9 +207,9 @@ def decisions() -> None:
             for aligned in (True, False):
                 for transcendental, medium_min_k in ((False, float("inf")), (False, 64), (True, 64), (True, 512)):
                     backend = choose_backend(dt, m, n, k, pipeline=True, aligned=aligned,
-                                             transcendental=transcendental, medium_min_k=medium_min_k, sms=132)
-                    tile = choose_tile("warptile", dt, m, n, k, 132, medium_min_k, 50 * 2**20)
-                    slices = choose_split_k("warptile", dt, m, n, k, tile, 132)
+                                             transcendental=transcendental, medium_min_k=medium_min_k, device=h100)
+                    tile = choose_tile("warptile", dt, m, n, k, h100, medium_min_k)
+                    slices = choose_split_k("warptile", dt, m, n, k, tile, h100)
                     print(f"{m} {n} {k} {dtype} aligned={aligned} tr={transcendental} mk={medium_min_k} -> "
                           f"{backend} {tile} {slices}")
             config = suggest(m, n, k, dt, device=h100)

@@ -312,6 +312,9 @@ def parse_config(text: "str | PipelineConfig", dtype: Any, m: int | None = None,
         raise ValueError(f"config must be 'large', 'small' or like '128x128x32_t256_d2', got {text!r}") from None
 
 
+TARGETS: tuple[tuple[int, int], ...] = ((9, 0),)
+"""The compute capabilities the pipeline's kernels are built for (sm_90a: wgmma and TMA)."""
+
 MAX_SPLIT_K = 8
 """The most K slices :func:`dxgemm.policy.pipeline_split_k` chooses or accepts."""
 

@@ -10,41 +10,13 @@ queried, the figures are an H100 SXM's (:data:`H100`), so the rules see real num
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Any
+
+from ..gpus import DEVICES, H100, DeviceInfo, target_device
 
 from ..kernels._device import SIMULATOR
 
-__all__ = ["DeviceInfo", "H100", "device_info", "device_cc", "gpu_usable"]
-
-
-@dataclass(frozen=True)
-class DeviceInfo:
-    """The device properties the host rules reason about."""
-
-    cc: tuple[int, int]
-    sm_count: int
-    smem_per_block: int  # opt-in maximum dynamic shared memory per block, bytes
-    l2_bytes: int = 50 * 2**20
-
-    @classmethod
-    def from_device(cls, device: Any = None) -> "DeviceInfo":
-        """Read the properties of ``device`` (an ordinal, default the current device) via cuda.core."""
-        from cuda.core import Device
-
-        dev = Device(device)
-        props = dev.properties
-        return cls(
-            cc=tuple(dev.compute_capability),
-            sm_count=int(props.multiprocessor_count),
-            smem_per_block=int(props.max_shared_memory_per_block_optin),
-            l2_bytes=int(getattr(props, "l2_cache_size", H100.l2_bytes)),
-        )
-
-
-H100 = DeviceInfo(cc=(9, 0), sm_count=132, smem_per_block=227 * 1024, l2_bytes=50 * 2**20)
-"""An H100 SXM: 132 SMs, 227 KiB opt-in shared memory per block, 50 MiB of L2.  What the
-simulator reports, and the rules' figures where no GPU can be queried."""
+__all__ = ["DeviceInfo", "H100", "DEVICES", "target_device", "device_info", "device_cc", "gpu_usable"]
 
 
 def device_info(device: Any = None) -> DeviceInfo:

@@ -32,7 +32,7 @@ import numpy as np
 
 from .. import policy
 from ..kernels._device import SIMULATOR
-from ..pipelines.config import PipelineConfig, forced_config, parse_config
+from ..pipelines.config import TARGETS, PipelineConfig, forced_config, parse_config
 from ..pipelines.loader import PipelineUnavailable
 from ..pipelines.tf32x3 import kernel_variant
 from ..pipelines.tf32x3 import run as run_tf32x3
@@ -102,7 +102,7 @@ def availability(device: int) -> str | None:
         cc = device_cc(int(device))
     except Exception as e:  # no driver, no such device
         return f"GPU {device} cannot be queried ({e})"
-    if cc != (9, 0):
+    if tuple(cc) not in TARGETS:
         return f"its kernels are built for compute capability 9.0 (H100/H200); GPU {device} is {cc[0]}.{cc[1]}"
     return None
 

@@ -9,7 +9,9 @@ and arrangements.  Kernels already cached cost a file read.
 
 Both run through :func:`build_all`: one kernel after another, or ``jobs`` at once in worker
 processes.  Both work on a machine without a GPU (through
-:mod:`dxgemm.pipelines._standin`), for compute capability 9.0.
+:mod:`dxgemm.pipelines._standin`): the handwritten kernels for any compute capability of
+:data:`dxgemm.runtime.device.DEVICES` (one per process: the stand-in reports one), the
+pipeline for its targets (:data:`dxgemm.pipelines.config.TARGETS`, 9.0).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 from ..kernels import KernelSpec
 from ..pipelines.config import CONFIGS, SIMT_FLOAT32_MAX_SIDE, parse_config
 from ..pipelines.tf32x3 import kernel_variant
+from .device import H100, DeviceInfo, target_device
 from .rungs import plain_epilogue, stored
 
 __all__ = ["warmup", "warmup_rungs", "plain_kernels", "build_all", "ARRANGEMENT_PAIRS"]
@@ -138,25 +141,33 @@ def build_all(build: Callable[[Any], dict], todo: list, *, jobs: int = 1, desc: 
     return out
 
 
-def plain_kernels(dtypes: Iterable[Any], arrangements: Iterable[tuple[str, str]]) -> list[tuple[str, str, tuple, str]]:
+def plain_kernels(dtypes: Iterable[Any], arrangements: Iterable[tuple[str, str]],
+                  device: DeviceInfo = H100) -> list[tuple[str, str, tuple, str]]:
     """``(backend, dtype, (layout A, B, D), tile)`` of every handwritten kernel a plain
     ``dxgemm.gemm(a, b)`` may run (``alpha * A @ B``, no C, D row-major as ``gemm`` allocates it)
-    under ``auto``, for the given A/B ``arrangements`` (``"row_major"``/``"col_major"`` pairs).
+    under ``auto`` on ``device``, for the given A/B ``arrangements`` (``"row_major"``/``"col_major"`` pairs).
 
-    That is ``warptile`` on each of its tiles (``warptile.TILE_CONFIGS`` besides ``"large"``,
-    float64's split-K tiles among them, which :func:`dxgemm.policy.choose_split_k` runs with
-    the plain chain), the split-K reduce that applies the chain, and ``gemv`` for one output row.
+    That is ``warptile`` on each of its tiles that :func:`dxgemm.policy.tile_fits` the device
+    (``warptile.TILE_CONFIGS`` besides ``"large"``, float64's split-K tiles among them, which
+    :func:`dxgemm.policy.choose_split_k` runs with the plain chain), the split-K reduce that
+    applies the chain, ``gemv`` for one output row, and float32's default ``tf32mma`` (mode
+    ``"tf32x3"``) where :func:`dxgemm.policy.tf32_rung_fits` the device.
     """
+    from .. import policy
     from ..kernels import warptile
 
     out = []
     for dtype in dtypes:
         name = np.dtype(dtype).name
-        tiles = ["large"] + [t for t in warptile.TILE_CONFIGS.get(name, {}) if t != "large"]
+        tiles = [t for t in ["large"] + [t for t in warptile.TILE_CONFIGS.get(name, {}) if t != "large"]
+                 if policy.tile_fits(device, name, t)]
+        tf32 = name == "float32" and policy.tf32_rung_fits(device.cc, device.smem_per_block, "tf32x3")
         for arrangement in arrangements:
             layouts = tuple(a.split("_")[0] for a in arrangement) + ("row",)
             out += [("warptile", name, layouts, tile) for tile in tiles]
             out.append(("gemv", name, layouts, "large"))
+            if tf32:
+                out.append(("tf32mma", name, layouts, "tf32x3"))
         if any(warptile.TILE_CONFIGS.get(name, {}).get(t, {}).get("split_k") for t in tiles):
             out.append(("splitk_reduce", name, ("row", "row", "row"), "large"))
     return out
@@ -185,7 +196,10 @@ def warmup_rungs(dtypes: Iterable[Any] = ("float64", "float32"), *,
     """Compile :func:`plain_kernels` into the on-disk cache; one record per kernel.
 
     ``cc``: the compute capability to build for (default: the current GPU's, or 9.0 where
-    there is none, through the stand-in driver).  Kernels already stored cost a file read.
+    there is none, through the stand-in driver; without a GPU any of
+    :data:`~dxgemm.runtime.device.DEVICES`' once per process, with one only its own).  The
+    kernels are those a plain call runs on that target's smallest GPU
+    (:func:`~dxgemm.runtime.device.target_device`).  Kernels already stored cost a file read.
     ``jobs > 1`` builds that many at once in worker processes (Numba compiles a kernel on
     one core: a float64 ``warptile`` tile takes 8-30 s).
     """
@@ -194,16 +208,22 @@ def warmup_rungs(dtypes: Iterable[Any] = ("float64", "float32"), *,
     for dtype in dtypes:
         if np.dtype(dtype) not in (np.float32, np.float64):
             raise TypeError(f"dtypes: the handwritten kernels support float32 and float64, not {np.dtype(dtype)}")
-    if cc is None:
-        if _standin.activate((9, 0)):
-            cc = (9, 0)
-        else:
-            from numba import cuda
+    explicit = cc is not None
+    cc = tuple(cc) if explicit else (_standin.active_cc() or (9, 0))
+    device = target_device(cc) if explicit else None  # ValueError for a compute capability dxgemm does not know
+    if _standin.activate(cc):
+        device = device or target_device(cc)
+    else:  # a GPU: its own compute capability and figures only
+        from numba import cuda
 
-            from .device import device_cc
+        from .device import device_cc, device_info
 
-            cc = device_cc(cuda.get_current_device().id)
-    todo = [(kernel, tuple(cc), cache_root) for kernel in plain_kernels(dtypes, arrangements)]
+        own = device_cc(cuda.get_current_device().id)
+        if explicit and own != cc:
+            raise ValueError(f"this GPU is {own[0]}.{own[1]}: build for {cc[0]}.{cc[1]} on a machine without a GPU "
+                             "or with such a GPU")
+        cc, device = own, device_info(cuda.get_current_device().id)
+    todo = [(kernel, cc, cache_root) for kernel in plain_kernels(dtypes, arrangements, device)]
     return build_all(_build_plain, todo, jobs=jobs, desc="dxgemm warmup (handwritten kernels)", progress=progress,
                      log=log, describe=lambda r: f"{r['backend']}/{r['tile']} {r['dtype']} {r['layouts']}: "
                                                  f"{r['seconds']} s")

@@ -1,0 +1,127 @@
+"""Every host decision is valid on every GPU of :data:`dxgemm.runtime.device.DEVICES`.
+
+The policy is fed each device's published figures (no GPU needed) and a grid of shapes; each
+choice must be one that device can run: the chosen kernel's shared memory fits a block, its
+threads fit a block, the occupancy its tile is tuned for fits an SM, the pipeline only on
+its targets, TF32 and FP64 tensor-core paths only from compute capability 8.0.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from dxgemm import policy
+from dxgemm.kernels import tf32mma
+from dxgemm.pipelines.config import TARGETS
+from dxgemm.runtime.device import DEVICES, H100, target_device
+
+SIDES = (1, 17, 64, 128, 300, 1000, 2048, 4096, 8192)
+KS = (1, 7, 40, 128, 512, 1023, 2048, 8192)
+SHAPES = [(m, n, k) for m, n in itertools.combinations_with_replacement(SIDES, 2) for k in KS]
+SHAPES += [(n, m, k) for m, n, k in SHAPES if m != n]
+MAX_THREADS_PER_BLOCK = 1024
+
+
+def check_warptile(device, dtype, tile, where):
+    smem, block, min_blocks = policy.tile_smem(dtype, tile)
+    threads = math.prod(block)
+    assert threads <= MAX_THREADS_PER_BLOCK, where
+    assert smem <= device.smem_per_block, f"{where}: {smem} bytes of shared memory a block"
+    resident = max(1, min_blocks)
+    assert resident * (smem + 1024) <= device.sm_smem, f"{where}: {resident} blocks of {smem} bytes an SM"
+    assert resident * threads <= device.threads_per_sm, where
+    # launch bounds cap registers to fit min_blocks blocks: the cap must leave a kernel at least 64
+    assert device.regs_per_sm // (resident * threads) >= 64, where
+    if np.dtype(dtype) == np.float64:
+        assert device.cc >= (8, 0), f"{where}: DMMA needs 8.0"
+
+
+@pytest.mark.parametrize("name", sorted(DEVICES))
+def test_every_decision_fits_the_device(name):
+    device = DEVICES[name]
+    counts = {}
+    for dtype, precision in (("float64", None), ("float32", "ieee"), ("float32", "tf32x3"), ("float32", "tf32")):
+        dt = np.dtype(dtype)
+        for (m, n, k), aligned, (tr, mk) in itertools.product(SHAPES, (True, False), ((False, math.inf), (True, 512))):
+            where = f"{name} {dtype} {precision} {m}x{n}x{k} aligned={aligned} tr={tr}"
+            backend = policy.choose_backend(dt, m, n, k, pipeline=True, aligned=aligned, transcendental=tr,
+                                            medium_min_k=mk, device=device, precision=precision)
+            counts[backend] = counts.get(backend, 0) + 1
+            if backend == "pipeline":
+                assert device.cc in TARGETS, where
+                config = policy.pipeline_config(m, n, k, dt, device)
+                assert config.smem_bytes(dt.itemsize) <= device.smem_per_block, where
+                assert config.block_size <= MAX_THREADS_PER_BLOCK, where
+                slices = policy.pipeline_split_k(m, n, k, config, dt, device)
+                assert 1 <= slices <= policy.MAX_SPLIT_K, where
+                continue
+            if backend == "tf32mma":
+                assert dt == np.float32 and precision in ("tf32x3", "tf32") and device.cc >= (8, 0), where
+                assert tf32mma.smem_bytes(precision) <= device.smem_per_block, where
+                assert tf32mma.CONFIGS[precision]["threads"] <= MAX_THREADS_PER_BLOCK, where
+                continue
+            assert backend == "warptile", where
+            tile = policy.choose_tile(backend, dt, m, n, k, device, 0.0 if mk == math.inf else mk)
+            check_warptile(device, dt, tile, f"{where} tile {tile}")
+            slices = policy.choose_split_k(backend, dt, m, n, k, tile, device)
+            assert 1 <= slices <= 8, where
+            if slices > 1:
+                check_warptile(device, dt, policy.choose_split_tile(n), f"{where} split tile")
+    # the choices follow the device, not one GPU's figures
+    assert ("pipeline" in counts) == (device.cc in TARGETS), counts
+    fits_tf32 = device.cc >= (8, 0) and device.smem_per_block >= tf32mma.smem_bytes("tf32x3")
+    assert ("tf32mma" in counts) == fits_tf32, counts
+
+
+def test_the_table_and_what_it_decides():
+    assert H100 is DEVICES["H100"] and (H100.sm_count, H100.smem_per_block, H100.l2_bytes) == (132, 227 * 1024, 50 * 2**20)
+    assert {d.cc for d in DEVICES.values()} >= {(8, 0), (8, 9), (9, 0), (10, 0), (12, 0)}
+    # tf32mma's 169 KiB fits the 227 KiB of sm_90 and sm_100 only
+    assert [n for n, d in DEVICES.items() if policy.tf32_rung_fits(d.cc, d.smem_per_block)] == ["H100", "H200", "B200"]
+    f64 = np.dtype(np.float64)
+    assert policy.choose_tile("warptile", f64, 4096, 4096, 4096, H100) == "large"
+    # 99 KiB a block: float64 keeps the tiny tile (48 KiB), no split; on an A100 the large tile fits (160 KiB)
+    assert policy.choose_tile("warptile", f64, 4096, 4096, 4096, DEVICES["RTX 4090"]) == "tiny"
+    assert policy.choose_split_k("warptile", f64, 4096, 64, 4096, "tiny", DEVICES["RTX 5090"]) == 1
+    assert policy.choose_tile("warptile", f64, 4096, 4096, 4096, DEVICES["A100"]) == "large"
+    assert not policy.tile_fits(DEVICES["A100"], f64, "medium")  # two 100 KiB blocks exceed 164 KiB an SM
+    assert policy.choose_backend(np.dtype(np.float32), 4096, 4096, 4096, device=DEVICES["L40S"],
+                                 precision="tf32x3") == "warptile"
+    assert policy.choose_backend(f64, 4097, 4097, 4097, pipeline=True, aligned=False, device=DEVICES["B200"]) \
+        == "warptile"
+    assert target_device((8, 9)).smem_per_block == 99 * 1024
+    with pytest.raises(ValueError, match="known"):
+        target_device((7, 5))
+
+
+def test_warmup_lists_what_a_plain_call_runs_on_each_target():
+    from dxgemm.runtime.warmup import plain_kernels
+
+    def listed(device):
+        return {(b, d, t) for b, d, _, t in plain_kernels(["float32", "float64"], [("row_major", "row_major")], device)}
+
+    h100, ada = listed(H100), listed(DEVICES["RTX 4090"])
+    assert {("tf32mma", "float32", "tf32x3"), ("warptile", "float64", "large"), ("warptile", "float64", "split"),
+            ("splitk_reduce", "float64", "large")} <= h100
+    assert {t for b, d, t in ada if b == "warptile" and d == "float64"} == {"tiny"}
+    assert not any(b in ("tf32mma", "splitk_reduce") for b, _, _ in ada)
+    for name, device in DEVICES.items():  # every tile the policy picks there is built
+        for dtype in (np.dtype(np.float32), np.dtype(np.float64)):
+            for m, n, k in SHAPES[::7]:
+                tile = policy.choose_tile("warptile", dtype, m, n, k, device)
+                if policy.choose_split_k("warptile", dtype, m, n, k, tile, device) > 1:
+                    tile = policy.choose_split_tile(n)
+                assert ("warptile", dtype.name, tile) in listed(device), (name, m, n, k, tile)
+
+
+def test_warmup_refuses_an_unknown_target():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "dxgemm", "warmup", "--cc", "7.5"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2 and "--cc takes compute capabilities among 8.0,8.9,9.0,10.0,12.0" in out.stderr

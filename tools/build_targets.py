@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Build one kernel of every handwritten rung and both tf32mma modes for each target GPU, on a CPU.
+
+For each compute capability (default 8.0, 8.9, 9.0, 10.0, 12.0) every kernel is compiled by
+Numba to NVVM IR once, lowered by NVVM to that target's PTX, and assembled by ptxas inside
+nvJitLink (``cuda.core.Linker``, ``-v``), which reports registers, spills and static shared
+memory.  float64 ``warptile`` (DMMA) is built per target (its mma shape depends on the
+compute capability).  A kernel fails when it does not build, uses more than 255 registers,
+spills, or — where the policy would run it on that target
+(:func:`dxgemm.policy.tile_fits`, :func:`dxgemm.policy.tf32_rung_fits`) — needs more shared
+memory than the target's smallest GPU (:func:`dxgemm.runtime.device.target_device`) gives a
+block.  Prints the table; exit status 1 on any failure::
+
+    python tools/build_targets.py [--cc 8.0,8.9,9.0,10.0,12.0] [--jobs 2] [--out benchmarks/results/targets_build.txt]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dxgemm.pipelines import _standin  # noqa: E402
+
+_standin.activate((9, 0))  # a driver stand-in: Numba lowers without a GPU; each target is given explicitly below
+import numpy as np  # noqa: E402
+from numba import typeof  # noqa: E402
+
+from dxgemm import policy  # noqa: E402
+from dxgemm.kernels import RUNGS, KernelSpec, Layout, compile_rung  # noqa: E402
+from dxgemm.kernels._device import dmma_shape_for  # noqa: E402
+from dxgemm.runtime.device import target_device  # noqa: E402
+from dxgemm.runtime.rungs import plain_epilogue  # noqa: E402
+
+MAX_REGISTERS = 255
+R = Layout.ROW
+
+KNOWN = {((10, 0), "tf32mma/tf32x3 float32"): "spills 32 bytes at 255 registers on sm_100a (open: issue 38)"}
+"""Failures known and reported, not counted; the run fails when one of them stops happening,
+so this list is kept true."""
+
+
+def kernels():
+    """``(backend, dtype, tile)``: one kernel of every rung (float32; warptile in both dtypes, its
+    float64 tile the DMMA one), gemv, the split-K reduce, and tf32mma in both modes."""
+    out = [(rung, "float32", "large") for rung in RUNGS]
+    out += [("warptile", "float64", "tiny"), ("gemv", "float64", "large"), ("splitk_reduce", "float64", "large"),
+            ("tf32mma", "float32", "tf32x3"), ("tf32mma", "float32", "tf32")]
+    return out
+
+
+def used_on(backend, dtype, tile, device) -> bool:
+    """Whether the policy runs this kernel on ``device``."""
+    if backend == "tf32mma":
+        return policy.tf32_rung_fits(device.cc, device.smem_per_block, tile)
+    if backend == "warptile":
+        return policy.tile_fits(device, dtype, tile)
+    return True
+
+
+def assemble(ptx: str, cc: tuple[int, int]) -> dict:
+    from cuda.core import Linker, LinkerOptions, ObjectCode
+
+    arch = f"sm_{cc[0]}{cc[1]}{'a' if cc >= (9, 0) else ''}"
+    linker = Linker(ObjectCode.from_ptx(ptx.encode()), options=LinkerOptions(arch=arch, verbose=True, ptxas_options=("-v",)))
+    linker.link("cubin")
+    log = linker.get_info_log()
+    regs = int(re.search(r"Used (\d+) registers", log).group(1))
+    spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    smem = re.search(r"(\d+) bytes smem", log)
+    return {"registers": regs, "spills": int(spill.group(1)) + int(spill.group(2)) if spill else 0,
+            "static_smem": int(smem.group(1)) if smem else 0}
+
+
+def build_rows(job) -> tuple[list[str], int]:
+    """The table rows of one kernel on every target, and how many of them failed."""
+    (backend, dtype, tile), targets = job
+    bound = plain_epilogue(dtype)
+    spec = KernelSpec(np.dtype(dtype), R, R, R, bound.key, bound.make(), tile=tile)
+    compiled, lines, failures = {}, [], 0
+    for cc in targets:
+        # float64 warptile's mma shape depends on the target: one build per shape
+        overrides = {"mma": dmma_shape_for(cc)} if backend == "warptile" and dtype == "float64" and cc < (9, 0) else {}
+        key = tuple(sorted(overrides.items()))
+        name = f"{backend}/{tile} {dtype}"
+        device = target_device(cc)
+        t1 = time.perf_counter()
+        try:
+            if key not in compiled:
+                compiled[key] = compile_rung(backend, spec, typeof(bound.args), **overrides)
+            kernel = compiled[key]
+            (overload,) = kernel.kernel.overloads.values()
+            info = assemble(overload.library.get_asm_str(cc=cc), cc)
+        except Exception as e:  # a kernel that does not build for this target
+            failures += 1
+            lines.append(f"  {cc[0]}.{cc[1]:<3} {name:32} build failed: {type(e).__name__}: {str(e)[:200]}")
+            continue
+        smem = kernel.built.dynamic_smem + info["static_smem"]
+        used = used_on(backend, dtype, tile, device)
+        fits = smem <= device.smem_per_block
+        bad = info["registers"] > MAX_REGISTERS or info["spills"] > 0 or (used and not fits)
+        known = KNOWN.get((cc, name))
+        if known:
+            result = f"KNOWN: {known}" if bad else "FAIL: no longer fails; remove it from KNOWN"
+            bad = not bad
+        else:
+            result = "FAIL" if bad else "ok" if fits else "does not fit (not used here)"
+        failures += bad
+        lines.append(f"  {cc[0]}.{cc[1]:<4} {name:32} {info['registers']:4} {info['spills']:5} {smem:7} "
+                     f"{device.smem_per_block:7}  {'yes ' if used else 'no  '}  {result}"
+                     f"  [{time.perf_counter() - t1:.1f} s]")
+    return lines, failures
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cc", default="8.0,8.9,9.0,10.0,12.0")
+    parser.add_argument("--out", default=None, help="also write the table to this file")
+    parser.add_argument("--jobs", type=int, default=1, help="kernels built at once, one process each")
+    args = parser.parse_args(argv)
+    targets = [tuple(int(x) for x in c.split(".")) for c in args.cc.split(",")]
+    t0 = time.perf_counter()
+    jobs = [(kernel, targets) for kernel in sorted(kernels(), key=lambda k: k[0] != "tf32mma")]  # longest first
+    if args.jobs > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            results = list(pool.map(build_rows, jobs))
+    else:
+        results = [build_rows(job) for job in jobs]
+    lines = [f"# {'cc':6} {'kernel':32} {'regs':>4} {'spill':>5} {'smem B':>7} {'limit B':>7}  used  result  [seconds]"]
+    failures = 0
+    for rows, bad in results:
+        lines += rows
+        failures += bad
+    lines.append(f"# {failures} failures; {time.perf_counter() - t0:.0f} s with {args.jobs} process(es)")
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    if args.out:
+        Path(args.out).write_text(text)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
