@@ -142,7 +142,7 @@ def gemm(
         info = device_info(device)
         if backend in policy.TF32_BACKENDS and not policy.tf32_rung_fits(info.cc, info.smem_per_block, precision):
             raise ValueError(f"backend={backend!r} needs compute capability 8.0 and "
-                             f"{smem_bytes(precision or 'tf32x3')} bytes of shared memory per block; GPU {device} has "
+                             f"{smem_bytes(precision)} bytes of shared memory per block; GPU {device} has "
                              f"{info.cc[0]}.{info.cc[1]} and {info.smem_per_block}: use backend='auto' or 'warptile'")
         if backend == "auto":
             backend = policy.choose_backend(dtype, m, n, k, pipeline=_pipeline_reason(device) is None,

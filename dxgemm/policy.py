@@ -161,11 +161,11 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     Where the pipeline cannot run, ``warptile``.
     """
     dt = np.dtype(dtype)
-    if tf32_cores is None:
-        tf32_cores = tf32_rung_fits(device.cc, device.smem_per_block, precision)
     if dt == np.float32 and precision == "tf32x3" and k < TF32X3_MIN_K:
         return "warptile"
     if dt == np.float32 and precision in ("tf32x3", "tf32"):
+        if tf32_cores is None:
+            tf32_cores = tf32_rung_fits(device.cc, device.smem_per_block, precision)
         return "tf32mma" if tf32_cores else "warptile"
     if not pipeline or tuple(device.cc) not in PIPELINE_TARGETS:
         return "warptile"

@@ -62,6 +62,7 @@ The kernel runs one block of 8 warps a SM on ``mma.sync``; cuBLAS's TF32 runs on
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from typing import Any, Callable, NamedTuple
@@ -329,6 +330,7 @@ def _stage_layout(cfg: dict, a_kmajor: bool, b_kmajor: bool) -> tuple[int, int, 
     return ald, bld, ald * (BK if a_kmajor else BM), bld * (BK if b_kmajor else BN)
 
 
+@functools.lru_cache(maxsize=None)
 def smem_bytes(tile: str = "tf32x3") -> int:
     """The most dynamic shared memory ``tile``'s kernel takes, over the layouts of A and B: the
     policy runs this rung only on a device whose blocks may have that much."""
