@@ -33,7 +33,7 @@ Parts: ``bench`` (pipeline_bench.py, auto_choice.py), ``fusion``, ``cost`` (epil
 single stages), ``epilogues``,
 ``pipeline`` (the two test files), ``examples``, ``simt`` (float32 at the skinny shapes
 under both methods, SIMT and 3xTF32, as ``auto_choice.py`` compares them), ``rungs`` (above),
-``stages`` (float32's every single stage on the pipeline at the shallow shapes, for
+``tf32`` (the pipeline's one TF32 pass: its speed run and GPU tests), ``stages`` (float32's every single stage on the pipeline at the shallow shapes, for
 ``epilogue_cost.py --dtypes float32 --chains bias,relu,...``); these three only when named: on a
 2-core machine each takes the better part of an hour.  The replayed calls mirror the
 scripts they name; a call changed there and not here is compiled on the GPU host instead
@@ -403,9 +403,28 @@ def simt_calls():
              dev(np.empty((m, n), np.float32)), backend="pipeline")
 
 
+def tf32_calls():
+    """The pipeline's one TF32 pass (``precision="tf32"``): ``tf32mma_bench.py speed --pipeline``'s
+    sizes (and its 3xTF32 beside it), and ``tests/test_gpu_accuracy.py``'s TF32 pipeline tests."""
+    rng = np.random.default_rng(6)
+    f32 = np.float32
+    for size in (4096, 8192):
+        for kw in (dict(precision="tf32"), {}):
+            gemm(normal(rng, (size, size), f32), normal(rng, (size, size), f32), dev(np.empty((size, size), f32)),
+                 backend="pipeline", **kw)
+    for k in (1, 257, 4096, 16384, 65536):
+        gemm(normal(rng, (24, k), f32), normal(rng, (k, 40), f32), dev(np.empty((24, 40), f32)),
+             backend="pipeline", precision="tf32")
+    for m, n, k in ((300, 257, 129), (129, 1000, 4097)):
+        for fa in (False, True):
+            a = normal(rng, (m, k), f32)
+            gemm(fortran(a) if fa else a, normal(rng, (k, n), f32), dev(np.empty((m, n), f32)), alpha=0.75, beta=-0.5,
+                 epilogue=E.bias(dev(np.ones(n, f32))), backend="pipeline", precision="tf32")
+
+
 PARTS = {"bench": bench_calls, "fusion": fusion_calls, "cost": cost_calls, "epilogues": gpu_epilogue_calls,
          "pipeline": gpu_pipeline_calls, "examples": example_calls, "simt": simt_calls, "rungs": rung_calls,
-         "stages": stage_calls}
+         "stages": stage_calls, "tf32": tf32_calls}
 OPT_IN = ("simt", "rungs", "stages")
 """Parts built only when named: each takes the better part of an hour on a 2-core machine."""
 

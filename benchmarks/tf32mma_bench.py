@@ -2,7 +2,7 @@
 
     python benchmarks/tf32mma_bench.py check      # both modes, layouts, edges, epilogue vs float64
     python benchmarks/tf32mma_bench.py accuracy   # issue 34's data classes, K = 256 .. 65536
-    python benchmarks/tf32mma_bench.py speed [--variants NAME,...]   # 4096^3, 8192^3 vs cuBLAS
+    python benchmarks/tf32mma_bench.py speed [--variants NAME,...] [--pipeline]  # 4096^3, 8192^3 vs cuBLAS
     python benchmarks/tf32mma_bench.py peak       # mma.sync m16n8k8 TF32 from registers only
     python benchmarks/tf32mma_bench.py resources [--cc 80,90]  # registers / spills, no GPU needed
 
@@ -35,6 +35,11 @@ VARIANTS = {  # name: (spec tile, overrides)
     "tf32": ("tf32", {}),
     "tf32_s4": ("tf32", dict(stages=4)),
     "tf32_2blk_nofold": ("tf32", dict(fold=0, min_blocks=2)),
+}
+
+PIPELINE_PATHS = {  # --pipeline: whole dxgemm.gemm calls on the cuBLASDx pipeline (split pass included)
+    "pipeline_tf32": dict(backend="pipeline", precision="tf32"),
+    "pipeline_3xtf32": dict(backend="pipeline"),
 }
 
 _records: list[dict] = []
@@ -306,13 +311,23 @@ def speed(args) -> None:
             res[name] = _median_ms(lambda: compiled.launch(0, *kargs, *rest), args.reps)
             err = rel_error(d.reshape(size, size), a, b)
             print(f"  {name} error at {size}^3: {err:.2e}", flush=True)
+        import dxgemm
+
+        d2 = cp.full((size, size), cp.nan, cp.float32)
+        for name, kw in PIPELINE_PATHS.items() if args.pipeline else ():
+            dxgemm.gemm(a, b, d2, **kw)  # load (or build) the kernel outside the timing
+            res[name] = _median_ms(lambda: dxgemm.gemm(a, b, d2, **kw), args.reps)
+            print(f"  {name} error at {size}^3: {rel_error(d2, a, b):.2e}", flush=True)
         res["cublas_sgemm_again"] = _median_ms(lambda: cp.matmul(a, b), args.reps)
         sg = min(res["cublas_sgemm"], res["cublas_sgemm_again"])
         tf = res["cublas_tf32"]
         for name, ms in res.items():
             tflops = flop / ms / 1e9
-            emit(dict(suite="speed", dtype="float32", path="tf32mma" if name in VARIANTS else "cublas", variant=name,
-                      precision=VARIANTS[name][0] if name in VARIANTS else name, m=size, n=size, k=size, ms=ms,
+            path = "tf32mma" if name in VARIANTS else "pipeline" if name in PIPELINE_PATHS else "cublas"
+            precision = (VARIANTS[name][0] if name in VARIANTS else
+                         PIPELINE_PATHS[name].get("precision", "pipeline_3xtf32") if name in PIPELINE_PATHS else name)
+            emit(dict(suite="speed", dtype="float32", path=path, variant=name,
+                      precision=precision, m=size, n=size, k=size, ms=ms,
                       tflops=tflops, vs_sgemm=sg / ms, vs_cublas_tf32=tf / ms), args.json)
             print(f"speed {size}^3 {name:20} {ms:8.3f} ms {tflops:7.1f} TFLOP/s  {sg / ms:5.2f}x SGEMM  "
                   f"{tf / ms:5.2f}x cuBLAS TF32", flush=True)
@@ -423,6 +438,8 @@ def main() -> None:
     parser.add_argument("--ks", default="256,4096,16384,65536", type=lambda s: [int(x) for x in s.split(",")])
     parser.add_argument("--size", type=int, default=256, help="m = n of the accuracy runs")
     parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--pipeline", action="store_true", help="speed: also whole dxgemm.gemm calls on the "
+                        "cuBLASDx pipeline, one TF32 pass and its single-accumulator 3xTF32")
     parser.add_argument("--layouts", default="rrr,ccc", type=lambda s: s.split(","),
                         help="resources: layouts of A, B, D to build (r / c each)")
     parser.add_argument("--cc", default="90", type=lambda s: [int(x) for x in s.split(",")],

@@ -154,7 +154,8 @@ def gemm(
             mat_a, mat_b, mat_d = matrix_of(op_a), matrix_of(op_b), matrix_of(op_d)
             try:
                 call = _pipeline.prepare(dtype, (mat_a.arrangement, mat_b.arrangement), m, n, k, bound, device,
-                                         d_arrangement=mat_d.arrangement)
+                                         d_arrangement=mat_d.arrangement,
+                                         precision="tf32" if precision == "tf32" else None)
             except _pipeline.PipelineUnavailable as e:
                 if explicit_pipeline:
                     raise ValueError(f"backend='pipeline' cannot run this call: {e}") from None

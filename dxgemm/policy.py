@@ -95,8 +95,8 @@ def resolve_precision(dtype: Any, backend: str, precision: str | None) -> str | 
     ``"auto"`` takes :data:`PRECISIONS` (default ``"tf32x3"``); a TF32 backend takes
     ``"tf32x3"`` (default) or ``"tf32"``; the SIMT rungs ``"ieee"`` only.  The cuBLASDx
     pipeline picks its float32 method by shape (3xTF32 in one tensor-core accumulator, not
-    within the float32 contract on long K, or SIMT float32 for an output side of at most 128):
-    it takes no ``precision`` and resolves to None.
+    within the float32 contract on long K, or SIMT float32 for an output side of at most 128)
+    when ``precision`` is None, and takes ``"tf32"`` for one TF32 pass.
     """
     if precision is not None and precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}: choose 'tf32x3' (float32 accuracy on the tensor cores, "
@@ -118,11 +118,11 @@ def resolve_precision(dtype: Any, backend: str, precision: str | None) -> str | 
                              "for 'ieee' use backend='warptile' or 'auto'")
         return precision or "tf32x3"
     if backend == "pipeline":
-        if precision is not None:
-            raise ValueError("backend='pipeline' picks its float32 method by shape (3xTF32 summed in one tensor-core "
-                             "accumulator, or SIMT float32 for an output side <= 128) and takes no precision; "
-                             "for a chosen precision use backend='auto'")
-        return None
+        if precision not in (None, "tf32"):
+            raise ValueError(f"backend='pipeline' takes precision None (its float32 method by shape: 3xTF32 summed in "
+                             "one tensor-core accumulator, or SIMT float32 for an output side <= 128) or 'tf32' (one "
+                             f"TF32 pass), not {precision!r}; for float32 accuracy use backend='auto'")
+        return precision
     if precision not in (None, "ieee"):
         raise ValueError(f"backend={backend!r} computes with float32 FMA on the SIMT units: precision 'ieee' only; "
                          f"for {precision!r} use backend='auto' or 'tf32mma'")
@@ -304,7 +304,7 @@ def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: 
     return max(1, min(sms // tiles, -(-k // 16) // 16, 8))
 
 
-def pipeline_config(m: int, n: int, k: int, dtype: Any, info: Any) -> PipelineConfig:
+def pipeline_config(m: int, n: int, k: int, dtype: Any, info: Any, method: str | None = None) -> PipelineConfig:
     """The pipeline configuration for an ``m x n x k`` GEMM: one of the fixed set
     (:data:`dxgemm.pipelines.config.CONFIGS`, :data:`~dxgemm.pipelines.config.TF32X3_CONFIGS`).
 
@@ -320,6 +320,9 @@ def pipeline_config(m: int, n: int, k: int, dtype: Any, info: Any) -> PipelineCo
     4. float32: a shallow K (at most 16 large K tiles, 64 under 3xTF32, whose K is tripled)
        takes the small tile (pipeline fill and drain dominate), as does a shape where the
        small tile's wave efficiency is more than 15 % better.
+
+    ``method``: float32's method; default the shape's (:func:`~dxgemm.pipelines.config.float32_method`),
+    ``"tf32"`` for one TF32 pass (``precision="tf32"``: the TF32-operand configurations, K as given).
     """
     for name, value in (("m", m), ("n", n), ("k", k)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -327,7 +330,11 @@ def pipeline_config(m: int, n: int, k: int, dtype: Any, info: Any) -> PipelineCo
     dt = np.dtype(dtype)
     if dt not in CONFIGS:
         raise TypeError(f"pipeline GEMM supports float32 and float64, not {dt}")
-    return _choose(int(m), int(n), int(k), dt, info, float32_method(m, n) if dt == np.float32 else "")
+    if dt != np.float32:
+        method = ""
+    elif method is None:
+        method = float32_method(m, n)
+    return _choose(int(m), int(n), int(k), dt, info, method)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -336,8 +343,9 @@ def _choose(m: int, n: int, k: int, dt: np.dtype, info: Any, method: str) -> Pip
     runs on every pipeline call)."""
     large, small = _configs(dt, method)["large"], _configs(dt, method)["small"]
     shallow_tiles = _SHALLOW_K_TILES
-    if method == "tf32x3":
-        k = 3 * k  # the split triples K (pipelines.tf32x3)
+    if method in ("tf32x3", "tf32"):
+        if method == "tf32x3":
+            k = 3 * k  # the split triples K (pipelines.tf32x3)
         shallow_tiles = _SHALLOW_K_TILES_TF32
     fits = [c for c in (large, small) if c.smem_bytes(dt.itemsize) <= info.smem_per_block]
     if not fits:
@@ -371,7 +379,7 @@ def check_split_count(slices: Any) -> int:
 
 
 def pipeline_split_k(m: int, n: int, k: int, config: PipelineConfig, dtype: Any, info: Any,
-                     *, slices: int | None = None) -> int:
+                     *, slices: int | None = None, segments: int | None = None) -> int:
     """K slices for an ``m x n x k`` pipeline GEMM in ``config`` (1: unsplit).
 
     A problem with few output tiles leaves most SMs idle however deep K is (4096 x 64 x 4096
@@ -383,10 +391,14 @@ def pipeline_split_k(m: int, n: int, k: int, config: PipelineConfig, dtype: Any,
     :data:`~dxgemm.pipelines.config.MAX_SPLIT_K`, and every slice keeps at least
     ``max(8, depth)`` K tiles (K tripled under 3xTF32).  An empirical fit: two-block
     configurations were fastest with one block per SM, the three-block 64x64 one with two.
-    ``slices``: a count asked for (benchmarks, tests), still bounded by the slice minimum.
+    ``slices``: a count asked for (benchmarks, tests), still bounded by the slice minimum;
+    ``segments``: the kernel's K over the call's (3 under 3xTF32, 1 for one TF32 pass;
+    default from the shape's float32 method).
     """
     dt = np.dtype(dtype)
-    k_eff = 3 * int(k) if uses_tf32x3(dt, m, n) else int(k)
+    if segments is None:
+        segments = 3 if uses_tf32x3(dt, m, n) else 1
+    k_eff = max(1, int(segments)) * int(k)
     most = k_eff // (config.tile_k * max(MIN_SLICE_TILES, config.depth))
     if most < 2 and slices is None:
         return 1

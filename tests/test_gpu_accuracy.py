@@ -9,7 +9,8 @@ forced) is run on every data class of :func:`dxgemm.testing.make_data` at K up t
   (:func:`dxgemm.testing.check_float32_contract`), and on the TF32 rung forced;
 * ``precision="ieee"``: a rounding float32 sum, :func:`dxgemm.testing.assert_close`'s
   statistical bound and no one-sided error;
-* ``precision="tf32"``: TF32's own bound (inputs rounded to 10 mantissa bits);
+* ``precision="tf32"``: TF32's own bound (inputs rounded to 10 mantissa bits), through
+  ``auto`` and through the pipeline's one TF32 pass;
 * the cuBLASDx pipeline's single-accumulator 3xTF32 (``backend="pipeline"``) is kept as a
   strict expected failure on same-sign data at long K: the truncating tensor-core
   accumulation is why it is not the default.
@@ -85,28 +86,64 @@ def test_ieee(cp, kind, k):
     testing.assert_close(d, a, b, np.dtype(np.float32))
 
 
+def _tf32_bound(k: int) -> float:
+    """One TF32 pass: each product's operands rounded to TF32 (2 x 2^-11), summed in float32."""
+    return 2 * TF32_UNIT + (k + 2) * 2.0**-24  # input rounding + the float32 sum's worst case
+
+
+def _pipeline_or_skip() -> None:
+    from dxgemm.runtime.pipeline import availability
+
+    if availability(0) is not None:
+        pytest.skip(f"needs the sm_90 pipeline: {availability(0)}")
+
+
+@pytest.mark.parametrize("backend", ["auto", "pipeline"])
 @pytest.mark.parametrize("k", KS)
 @pytest.mark.parametrize("kind", ["normal", "same_sign", "wide_exponent"])
-def test_tf32(cp, kind, k):
-    """One TF32 pass: each product's operands rounded to TF32 (2 x 2^-11), summed in float32."""
+def test_tf32(cp, kind, k, backend):
+    """One TF32 pass (:func:`_tf32_bound`), through ``auto`` and through the pipeline's TF32 kernel."""
+    if backend == "pipeline":
+        _pipeline_or_skip()
     a, b, a_d, b_d = _inputs(cp, kind, k, seed=k + 11)
-    d = _run(cp, a_d, b_d, precision="tf32")
+    d = _run(cp, a_d, b_d, precision="tf32", backend=backend)
     err = testing.relative_error(d, a, b)
-    bound = 2 * TF32_UNIT + (k + 2) * 2.0**-24  # input rounding + the float32 sum's worst case
-    assert err <= bound, f"TF32 error {err:.3g} exceeds {bound:.3g} at K = {k}"
+    assert err <= _tf32_bound(k), f"TF32 error {err:.3g} exceeds {_tf32_bound(k):.3g} at K = {k}"
     # and it is TF32, not silently float32: some error of TF32's size on random data
     if kind == "normal" and k >= 257:
         assert err > 2.0**-20
+
+
+@pytest.mark.parametrize("layouts", ["rr", "cr", "rc", "cc"])
+@pytest.mark.parametrize("shape", [(300, 257, 129), (129, 1000, 4097)])
+def test_tf32_pipeline_layouts_edges_epilogue(cp, shape, layouts):
+    """The pipeline's one TF32 pass on odd shapes (tile edges, a K tail), every arrangement of A
+    and B, alpha/beta and a fused bias, in a poisoned output."""
+    _pipeline_or_skip()
+    from dxgemm.epilogues import bias
+
+    m, n, k = shape
+    rng = np.random.default_rng(m + n + k)
+    a32, b32 = testing.make_data("same_sign", (m, k, n), np.float32, rng)
+    c32 = rng.standard_normal((m, n)).astype(np.float32)
+    v32 = rng.standard_normal(n).astype(np.float32)
+    a_d = cp.asarray(a32) if layouts[0] == "r" else cp.asfortranarray(cp.asarray(a32))
+    b_d = cp.asarray(b32) if layouts[1] == "r" else cp.asfortranarray(cp.asarray(b32))
+    d = cp.asarray(c32)
+    dxgemm.gemm(a_d, b_d, d, alpha=0.75, beta=-0.5, epilogue=bias(cp.asarray(v32)), backend="pipeline",
+                precision="tf32")
+    a, b = a32.astype(np.float64), b32.astype(np.float64)
+    expect = 0.75 * (a @ b) - 0.5 * c32 + v32
+    err = float(np.max(np.abs(cp.asnumpy(d) - expect) / (0.75 * (np.abs(a) @ np.abs(b)) + 0.5 * np.abs(c32)
+                                                          + np.abs(v32))))
+    assert err <= _tf32_bound(k), f"TF32 error {err:.3g} exceeds {_tf32_bound(k):.3g}"
 
 
 @pytest.mark.parametrize("k", [16384, 65536])
 def test_single_accumulator_3xtf32_misses_contract(cp, k):
     """The cuBLASDx pipeline's 3xTF32 sums 3K products in one truncating accumulator: on
     same-sign data its error is a one-sided bias that grows with K, far above SGEMM's."""
-    from dxgemm.runtime.pipeline import availability
-
-    if availability(0) is not None:
-        pytest.skip(f"needs the sm_90 pipeline: {availability(0)}")
+    _pipeline_or_skip()
     rng = np.random.default_rng(k)
     a32, b32 = testing.make_data("same_sign", (256, k, 256), np.float32, rng)  # sides > 128: the 3xTF32 method
     a_d, b_d = cp.asarray(a32), cp.asarray(b32)

@@ -1269,8 +1269,12 @@ def test_resolve_precision():
         resolve_precision(f32, "warptile", "tf32x3")
     with pytest.raises(ValueError, match="tensor cores: precision 'tf32x3' or 'tf32'"):
         resolve_precision(f32, "tf32mma", "ieee")
-    with pytest.raises(ValueError, match="takes no precision"):
-        resolve_precision(f32, "pipeline", "tf32")
+    with pytest.raises(ValueError, match="backend='pipeline' takes precision None .* or 'tf32'"):
+        resolve_precision(f32, "pipeline", "tf32x3")
+    with pytest.raises(ValueError, match="backend='pipeline' takes precision None .* or 'tf32'"):
+        resolve_precision(f32, "pipeline", "ieee")
+    assert resolve_precision(f32, "pipeline", "tf32") == "tf32"  # one TF32 pass
+    assert resolve_precision(f32, "pipeline", None) is None
 
 
 def test_tf32_rung_fits_by_device_properties():

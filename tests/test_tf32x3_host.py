@@ -132,7 +132,8 @@ def test_dispatch_routes_float32_through_the_split_and_float64_straight(monkeypa
         calls.append(("kernel", np.dtype(dtype).name, tuple(arrangement), kwargs["operands"]))
         return FakeKernel()
 
-    def fake_split(a, b, m, n, k, k3, device, stream, core_device, core_stream):
+    def fake_split(a, b, m, n, k, k3, device, stream, core_device, core_stream, segments):
+        assert segments == 3
         calls.append(("split", m, n, k, k3))
         assert (core_device, core_stream) == ("cuda.core device", "cuda.core stream")
         return 1 << 20, 2 << 20, None
@@ -205,7 +206,7 @@ def test_small_splits_use_the_kept_buffer_and_large_ones_the_pool(monkeypatch):
             got.append((key, device, stream, nbytes))
             return 1 << 30, True
 
-    def fake_pool(a, b, m, n, k, k3, device, handle):
+    def fake_pool(a, b, m, n, k, k3, device, handle, segments=3):
         return SimpleNamespace(data=SimpleNamespace(ptr=7 << 20)), SimpleNamespace(data=SimpleNamespace(ptr=9 << 20))
 
     monkeypatch.setattr(tf32x3, "_split_buffers", Kept())
@@ -218,3 +219,26 @@ def test_small_splits_use_the_kept_buffer_and_large_ones_the_pool(monkeypatch):
     big = tf32x3.KEPT_SPLIT_BYTES // (4 * (m + n) * 32) + 1  # K3 tiles that pass the limit
     a3, b3, keep = tf32x3.split_pointers("a", "b", m, n, 32 * big, 32 * big * 3, 0, 5, "device", "stream")
     assert (a3, b3) == (7 << 20, 9 << 20) and keep is not None and len(got) == 1
+
+
+def test_one_tf32_pass_plan():
+    """precision='tf32' on the pipeline: the TF32-operand configurations, K not tripled (its
+    split extent, shallow-K rule and K slices count K once), also for skinny outputs that the
+    shape's own float32 method would send to the SIMT configurations."""
+    from dxgemm.pipelines.config import CONFIGS, H100, TF32X3_CONFIGS
+    from dxgemm.policy import pipeline_config, pipeline_split_k
+
+    f32 = np.dtype(np.float32)
+    assert split_extent(1000, 32, 3, segments=1) == 1024
+    assert split_extent(1000, 32, 3, segments=3) == split_extent(1000, 32, 3) == 3008
+    assert split_extent(5, 32, 3, segments=1) == 96  # at least depth tiles
+    assert pipeline_config(4096, 4096, 4096, f32, H100, "tf32") == TF32X3_CONFIGS["large"]
+    assert pipeline_config(64, 4096, 4096, f32, H100, "tf32") == TF32X3_CONFIGS["small"]
+    assert pipeline_config(64, 4096, 4096, f32, H100) == CONFIGS[f32]["small"]  # the shape's SIMT method
+    # K = 1024 holds 32 large K tiles: shallow for one pass (<= 64), deep under 3xTF32's 3 K
+    assert pipeline_config(8192, 8192, 1024, f32, H100, "tf32") == TF32X3_CONFIGS["small"]
+    assert pipeline_config(8192, 8192, 1024, f32, H100) == TF32X3_CONFIGS["large"]
+    small = TF32X3_CONFIGS["small"]
+    # K slices: 3xTF32 counts 3 K, one pass K
+    assert pipeline_split_k(256, 256, 512, small, f32, H100, segments=1) < pipeline_split_k(256, 256, 512, small, f32,
+                                                                                               H100, segments=3)

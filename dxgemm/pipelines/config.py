@@ -236,7 +236,9 @@ def configs_for(dtype: Any, m: int | None = None, n: int | None = None) -> dict[
 
 
 def _configs(dt: np.dtype, method: str) -> dict[str, PipelineConfig]:
-    return TF32X3_CONFIGS if dt == _F32 and method == "tf32x3" else CONFIGS[dt]
+    """The configurations of ``dt`` under a float32 ``method``: the TF32-operand ones for
+    ``"tf32x3"`` and for one TF32 pass (``"tf32"``), else the native ones."""
+    return TF32X3_CONFIGS if dt == _F32 and method in ("tf32x3", "tf32") else CONFIGS[dt]
 
 
 _SHALLOW_K_TILES = 16

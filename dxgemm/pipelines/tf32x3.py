@@ -75,7 +75,8 @@ _TILE = 32  # the split kernel's square tile (threads: 32 x 8)
 SPLIT_SOURCE = r"""
 // dxgemm 3xTF32 split: dst row r = [seg0 | seg1 | seg2 | zero pad] with each segment the
 // TF32 head or tail of source row r (src element (r, kk) at src[r * s_r + kk * s_k]).
-// lo_segment says which of the three segments holds the tail (A: 0, B: 1).
+// lo_segment says which of the three segments holds the tail (A: 0, B: 1).  With
+// segments == 1, dst row r = [head | zero pad]: the operand rounded to TF32 (one pass).
 __device__ __forceinline__ float dxgemm_round_tf32(float x) {
     // round to nearest (ties away) on the 10-bit TF32 mantissa; inf/nan pass through
     unsigned u = __float_as_uint(x);
@@ -86,7 +87,7 @@ __device__ __forceinline__ float dxgemm_round_tf32(float x) {
 extern "C" __global__ void dxgemm_split_tf32x3(
     const float* __restrict__ a, long long a_sr, long long a_sk, long long m, float* __restrict__ a3,
     const float* __restrict__ b, long long b_sr, long long b_sk, long long n, float* __restrict__ b3,
-    long long k, long long k3)
+    long long k, long long k3, long long segments)
 {
     // blockIdx.z picks the operand: 0 splits A into A3 (tail first), 1 splits B into B3
     // (tail second); one launch for both keeps a kernel boundary off every call
@@ -114,10 +115,11 @@ extern "C" __global__ void dxgemm_split_tf32x3(
         if (r >= rows) continue;
         float* row = dst + r * k3;
         if (blockIdx.x == 0)
-            for (long long c = 3 * k + tx; c < k3; c += 32) row[c] = 0.0f;
+            for (long long c = segments * k + tx; c < k3; c += 32) row[c] = 0.0f;
         if (kk >= k) continue;
         const float x = tile[j][tx];
         const float hi = dxgemm_round_tf32(x);
+        if (segments == 1) { row[kk] = hi; continue; }
         const float lo = dxgemm_round_tf32(x - hi);
         row[kk] = lo_segment == 0 ? lo : hi;
         row[k + kk] = lo_segment == 1 ? lo : hi;
@@ -155,17 +157,17 @@ def _cupy_stream(handle: int, device: int) -> Any:
     return stream
 
 
-def split_extent(k: int, tile_k: int, depth: int) -> int:
-    """``K3``: ``3 k`` rounded up to a multiple of ``tile_k`` and to at least ``depth`` tiles.
+def split_extent(k: int, tile_k: int, depth: int, segments: int = 3) -> int:
+    """``K3``: ``segments * k`` rounded up to a multiple of ``tile_k`` and to at least ``depth`` tiles.
 
     A multiple of the tile leaves the pipeline no K tail, and ``depth`` tiles fill it,
     so the launcher copies nothing more (:func:`._launch.plan`).
     """
-    k3 = -(-3 * int(k) // tile_k) * tile_k
+    k3 = -(-int(segments) * int(k) // tile_k) * tile_k
     return max(k3, depth * tile_k)
 
 
-_SPLIT_KINDS = ("ptr", "i64", "i64", "i64", "ptr", "ptr", "i64", "i64", "i64", "ptr", "i64", "i64")
+_SPLIT_KINDS = ("ptr", "i64", "i64", "i64", "ptr", "ptr", "i64", "i64", "i64", "ptr", "i64", "i64", "i64")
 """The split kernel's parameters, in order, as :class:`._launch.PackedLaunch` kinds."""
 
 KEPT_SPLIT_BYTES = 32 << 20
@@ -196,20 +198,21 @@ def _split_launch(device: int) -> PackedLaunch:
 
 
 def _launch_split(a: Any, b: Any, m: int, n: int, k: int, k3: int, a3: int, b3: int, device: int,
-                  stream_handle: int) -> None:
-    """Launch the split of ``a`` and ``b`` into the float32 buffers at ``a3`` and ``b3`` on the stream."""
+                  stream_handle: int, segments: int = 3) -> None:
+    """Launch the split of ``a`` and ``b`` into the float32 buffers at ``a3`` and ``b3`` on the stream
+    (``segments``: 3 for the 3xTF32 split, 1 for the operands rounded to TF32)."""
     a_rs, a_cs = a.strides
     b_rs, b_cs = b.strides
     grid = (-(-k // _TILE), -(-max(m, n) // _TILE), 2)
     # row j of B3 is column j of B: B is read with its strides swapped
-    values = (a.ptr, a_rs, a_cs, m, a3, b.ptr, b_cs, b_rs, n, b3, k, k3)
+    values = (a.ptr, a_rs, a_cs, m, a3, b.ptr, b_cs, b_rs, n, b3, k, k3, segments)
     launch = _split_launch(device)
     with _split_lock:  # one PackedLaunch reuses its parameter buffer
         launch(cu_stream(int(stream_handle)), grid, (_TILE, 8), 0, values)
 
 
 def split_operands(a: Any, b: Any, m: int, n: int, k: int, k3: int, device: int, stream_handle: int,
-                   out: Any = None):
+                   out: Any = None, segments: int = 3):
     """``(A3, B3)`` for ``A @ B`` (module docstring): CuPy arrays of shape ``(m, k3)`` and ``(n, k3)``.
 
     ``a`` and ``b`` are :class:`._launch.Matrix` views of the float32 operands (any
@@ -226,12 +229,12 @@ def split_operands(a: Any, b: Any, m: int, n: int, k: int, k3: int, device: int,
         buf = cupy.empty((m + n) * k3, dtype=np.float32) if out is None else out
         a3 = buf[:m * k3].reshape(m, k3)
         b3 = buf[m * k3:(m + n) * k3].reshape(n, k3)
-    _launch_split(a, b, m, n, k, k3, int(a3.data.ptr), int(b3.data.ptr), device, stream_handle)
+    _launch_split(a, b, m, n, k, k3, int(a3.data.ptr), int(b3.data.ptr), device, stream_handle, segments)
     return a3, b3
 
 
 def split_pointers(a: Any, b: Any, m: int, n: int, k: int, k3: int, device: int, stream_handle: int,
-                   core_device: Any, core_stream: Any) -> tuple[int, int, Any]:
+                   core_device: Any, core_stream: Any, segments: int = 3) -> tuple[int, int, Any]:
     """The split as device pointers ``(A3, B3, keep)`` (layouts as in :func:`split_operands`).
 
     Up to :data:`KEPT_SPLIT_BYTES` the split goes into a buffer kept for the stream
@@ -241,16 +244,22 @@ def split_pointers(a: Any, b: Any, m: int, n: int, k: int, k3: int, device: int,
     """
     nbytes = (m + n) * k3 * 4
     if nbytes > KEPT_SPLIT_BYTES:
-        a3, b3 = split_operands(a, b, m, n, k, k3, device, stream_handle)
+        a3, b3 = split_operands(a, b, m, n, k, k3, device, stream_handle, segments=segments)
         return int(a3.data.ptr), int(b3.data.ptr), (a3, b3)
     a3, _ = _split_buffers.get((device, int(stream_handle)), core_device, core_stream, nbytes)
     b3 = a3 + m * k3 * 4
-    _launch_split(a, b, m, n, k, k3, a3, b3, device, stream_handle)
+    _launch_split(a, b, m, n, k, k3, a3, b3, device, stream_handle, segments)
     return a3, b3, None
 
 
-def run(kernel: Any, a: Any, b: Any, d: Any, m: int, n: int, k: int, epi_args: tuple, stream: Any, device: int):
+def run(kernel: Any, a: Any, b: Any, d: Any, m: int, n: int, k: int, epi_args: tuple, stream: Any, device: int,
+        segments: int = 3):
     """``D = epilogue(A @ B)`` for float32: split A and B, then run the TF32 ``kernel`` on them.
+
+    ``segments``: 3 for the 3xTF32 split (float32 accuracy, one accumulator), 1 for one TF32
+    pass on the operands rounded to nearest TF32 (``precision="tf32"``): the same kernel
+    with ``K`` in place of ``3 K``, and the rounding that the tensor cores' own reading of
+    float32 (dropping the low mantissa bits) would otherwise make a one-sided error.
 
     ``kernel``: the loaded TF32 pipeline kernel (:func:`kernel_variant` names its
     arrangement and operands); ``a``, ``b``, ``d``: :class:`._launch.Matrix` views of the
@@ -260,9 +269,9 @@ def run(kernel: Any, a: Any, b: Any, d: Any, m: int, n: int, k: int, epi_args: t
     from ..runtime.launch import Matrix
 
     handle = int(getattr(stream, "handle", stream))
-    k3 = split_extent(k, kernel.tile_k, kernel.depth)
+    k3 = split_extent(k, kernel.tile_k, kernel.depth, segments)
     core_stream, _ = kernel._stream(handle)
-    a3, b3, keep = split_pointers(a, b, m, n, k, k3, device, handle, kernel.device, core_stream)
+    a3, b3, keep = split_pointers(a, b, m, n, k, k3, device, handle, kernel.device, core_stream, segments)
     a3_view = Matrix(a3, m, k3, k3, "row_major", 4)
     b3_view = Matrix(b3, k3, n, k3, "col_major", 4)
     # CuPy-pool splits (``keep``) go back to the pool for this stream when they die: later

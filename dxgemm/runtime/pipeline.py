@@ -34,7 +34,7 @@ from .. import policy
 from ..kernels._device import SIMULATOR
 from ..pipelines.config import TARGETS, PipelineConfig, forced_config, parse_config
 from ..pipelines.loader import PipelineUnavailable
-from ..pipelines.tf32x3 import kernel_variant
+from ..pipelines.tf32x3 import ARRANGEMENT, kernel_variant
 from ..pipelines.tf32x3 import run as run_tf32x3
 from .device import device_cc, device_info
 from .launch import matrix_of
@@ -46,30 +46,33 @@ __all__ = ["PipelineUnavailable", "PipelineCall", "availability", "prepare", "ru
 _forced_slices: list[int] = []
 
 
-def suggest(m: int, n: int, k: int, dtype: Any, *, device: Any = None) -> PipelineConfig:
+def suggest(m: int, n: int, k: int, dtype: Any, *, device: Any = None, method: str | None = None) -> PipelineConfig:
     """The pipeline configuration a call runs: the one :class:`~dxgemm.pipelines.config.use_config`
     forces, else the one :func:`dxgemm.autotune.autotune` stored for the shape class, else
     :func:`dxgemm.policy.pipeline_config` for ``device`` (a ``DeviceInfo``, an ordinal, or
-    None: the current device, an H100's figures without one)."""
+    None: the current device, an H100's figures without one).  ``method``: ``"tf32"`` for a
+    float32 call of one TF32 pass (``precision="tf32"``), which takes only the policy's choice."""
     for name, value in (("m", m), ("n", n), ("k", k)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     dt = np.dtype(dtype)
     forced = forced_config()
-    if dt in (np.dtype(np.float32), np.dtype(np.float64)):
+    if dt in (np.dtype(np.float32), np.dtype(np.float64)) and method is None:
         if forced is not None:
             return parse_config(forced, dt, m, n)
         tuned = lookup(m, n, k, dt)
         if tuned is not None:
             return tuned
-    return policy.pipeline_config(m, n, k, dt, device_info(device))
+    return policy.pipeline_config(m, n, k, dt, device_info(device), method)
 
 
-def split_k(m: int, n: int, k: int, config: PipelineConfig, dtype: Any, *, device: Any = None) -> int:
+def split_k(m: int, n: int, k: int, config: PipelineConfig, dtype: Any, *, device: Any = None,
+            segments: int | None = None) -> int:
     """K slices of a pipeline call (:func:`dxgemm.policy.pipeline_split_k`; :class:`use_split_k`
-    forces a count)."""
+    forces a count).  ``segments``: how many times the kernel's K is the call's (3 under
+    3xTF32, 1 for one TF32 pass; default the shape's float32 method)."""
     return policy.pipeline_split_k(m, n, k, config, dtype, device_info(device),
-                                   slices=_forced_slices[-1] if _forced_slices else None)
+                                   slices=_forced_slices[-1] if _forced_slices else None, segments=segments)
 
 
 def forced_slices() -> tuple:
@@ -115,25 +118,30 @@ class PipelineCall:
     call signature and a repeated call goes straight to :meth:`__call__`.
     """
 
-    __slots__ = ("kernel", "tf32x3", "device")
+    __slots__ = ("kernel", "segments", "device")
 
-    def __init__(self, kernel: Any, tf32x3: bool, device: int):
-        self.kernel, self.tf32x3, self.device = kernel, tf32x3, device
+    def __init__(self, kernel: Any, segments: int, device: int):
+        """``segments``: 0 for native operands, 3 for the 3xTF32 split, 1 for one TF32 pass
+        (:func:`dxgemm.pipelines.tf32x3.run`)."""
+        self.kernel, self.segments, self.device = kernel, segments, device
 
     def __call__(self, a: Any, b: Any, d: Any, m: int, n: int, k: int, epi_args: tuple | list, stream: int):
         """Launch on ``stream`` for :class:`~.launch.Matrix` views ``a``, ``b``, ``d``; returns the Plan."""
-        if self.tf32x3:
-            return run_tf32x3(self.kernel, a, b, d, m, n, k, epi_args, stream, self.device)
+        if self.segments:
+            return run_tf32x3(self.kernel, a, b, d, m, n, k, epi_args, stream, self.device, self.segments)
         return self.kernel(stream, a, b, d, m, n, k, epi_args)
 
 
 def prepare(dtype: Any, arrangements: tuple[str, str], m: int, n: int, k: int, bound: Any, device: int,
-            *, config: PipelineConfig | None = None, d_arrangement: str = "row_major") -> "PipelineCall | Any":
+            *, config: PipelineConfig | None = None, d_arrangement: str = "row_major",
+            precision: str | None = None) -> "PipelineCall | Any":
     """Choose the configuration, kernel variant and K split for this problem and load the kernel(s).
 
     ``arrangements``: A's and B's (``"row_major"``/``"col_major"``); ``bound``: the bound
     epilogue chain (alpha/beta first), whose key and argument types select the kernel;
-    ``d_arrangement``: D's, which the split-K reduce is compiled for.  A problem with too
+    ``d_arrangement``: D's, which the split-K reduce is compiled for; ``precision``: None
+    (float32 by the shape's method, :func:`~dxgemm.pipelines.config.float32_method`) or
+    ``"tf32"`` (one TF32 pass on operands rounded to TF32).  A problem with too
     few output tiles (:func:`split_k`) gets a :class:`.splitk.SplitKCall`.
     Raises :class:`PipelineUnavailable` when the pipeline cannot run here (module docstring).
     """
@@ -143,20 +151,28 @@ def prepare(dtype: Any, arrangements: tuple[str, str], m: int, n: int, k: int, b
     if reason is not None:
         raise PipelineUnavailable(f"the pipeline backend cannot run: {reason}")
     dtype = np.dtype(dtype)
-    cfg = config or suggest(m, n, k, dtype, device=device)
-    arrangement, operands = kernel_variant(dtype, arrangements, m, n)
-    slices = split_k(m, n, k, cfg, dtype, device=device)
+    one_pass = precision == "tf32"
+    if precision not in (None, "tf32") or (one_pass and dtype != np.float32):
+        raise ValueError(f"the pipeline takes precision None or 'tf32' (float32 only), got {precision!r} for {dtype}")
+    cfg = config or suggest(m, n, k, dtype, device=device, method="tf32" if one_pass else None)
+    if one_pass:
+        arrangement, operands = ARRANGEMENT, "tf32"
+        segments = 1
+    else:
+        arrangement, operands = kernel_variant(dtype, arrangements, m, n)
+        segments = 3 if operands == "tf32" else 0
+    slices = split_k(m, n, k, cfg, dtype, device=device, segments=segments)
     if slices > 1:
         from .splitk import prepare_split
 
-        return prepare_split(cfg, dtype, arrangement, operands, bound, d_arrangement, slices, device)
+        return prepare_split(cfg, dtype, arrangement, operands, bound, d_arrangement, slices, device, segments)
     traits = policy.EpilogueTraits.of(bound)  # what the bound chain declares (any object with key/make/args)
     kernel = get_kernel(
         cfg, dtype, arrangement, device=device, operands=operands,
         epilogue_key=bound.key, make_epilogue=bound.make, epi_args=bound.args,
         preload=traits.preload, wide_walk=traits.wide_walk,
     )
-    return PipelineCall(kernel, operands == "tf32", device)
+    return PipelineCall(kernel, segments, device)
 
 
 def run(op_a: Any, op_b: Any, op_d: Any, m: int, n: int, k: int, bound: Any, stream: int, device: int,

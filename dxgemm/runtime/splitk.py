@@ -84,11 +84,11 @@ class SplitKCall:
     epilogue; ``one``: the plain kernel's flattened alpha (1 in the dtype).
     """
 
-    __slots__ = ("kernel", "reduce", "slices", "tf32x3", "device", "one")
+    __slots__ = ("kernel", "reduce", "slices", "segments", "device", "one")
 
-    def __init__(self, kernel: Any, reduce: Any, slices: int, tf32x3: bool, device: int, one: list):
+    def __init__(self, kernel: Any, reduce: Any, slices: int, segments: int, device: int, one: list):
         self.kernel, self.reduce, self.slices = kernel, reduce, slices
-        self.tf32x3, self.device, self.one = tf32x3, device, one
+        self.segments, self.device, self.one = segments, device, one
 
     def __call__(self, a: Matrix, b: Matrix, d: Matrix, m: int, n: int, k: int, epi_args: tuple | list,
                  stream: int) -> Any:
@@ -97,11 +97,12 @@ class SplitKCall:
         handle = int(getattr(stream, "handle", stream))
         main, _ = kernel._stream(handle)
         epi_slots = epi_args if type(epi_args) is list else flat_values(tuple(epi_args))
-        if self.tf32x3:
+        if self.segments:
             from ..pipelines.tf32x3 import split_extent, split_pointers
 
-            k_total = split_extent(k, kernel.tile_k, kernel.depth)
-            a3, b3, keep = split_pointers(a, b, m, n, k, k_total, self.device, handle, kernel.device, main)
+            k_total = split_extent(k, kernel.tile_k, kernel.depth, self.segments)
+            a3, b3, keep = split_pointers(a, b, m, n, k, k_total, self.device, handle, kernel.device, main,
+                                          self.segments)
             a = Matrix(a3, m, k_total, k_total, "row_major", 4)
             b = Matrix(b3, k_total, n, k_total, "col_major", 4)
         else:
@@ -123,16 +124,19 @@ class SplitKCall:
 
 
 def prepare_split(config: Any, dtype: Any, arrangement: tuple[str, str], operands: str, bound: Any,
-                  d_arrangement: str, slices: int, device: int) -> SplitKCall:
+                  d_arrangement: str, slices: int, device: int, segments: int | None = None) -> SplitKCall:
     """Load the split-K variant of the plain pipeline kernel and the reduce compiled with ``bound``
-    (the caller's chain)."""
+    (the caller's chain); ``segments`` as in :class:`~.pipeline.PipelineCall` (default: 3 for
+    TF32 operands, else 0)."""
     from ..pipelines.loader import get_kernel
 
     plain = plain_epilogue(dtype)
     kernel = get_kernel(config, dtype, arrangement, device=device, operands=operands,
                         epilogue_key=plain.key, make_epilogue=plain.make, epi_args=plain.args, split_k=True)
     reduce = reduce_kernel(dtype, d_arrangement, bound, device)
-    return SplitKCall(kernel, reduce, slices, operands == "tf32", device, flat_values(plain.args))
+    if segments is None:
+        segments = 3 if operands == "tf32" else 0
+    return SplitKCall(kernel, reduce, slices, segments, device, flat_values(plain.args))
 
 
 def reduce_kernel(dtype: Any, d_arrangement: str, bound: Any, device: int, cache: Any = None) -> Any:
