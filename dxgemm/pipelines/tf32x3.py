@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from ..runtime.launch import KeptBuffers, PackedLaunch, cu_stream
+from ..runtime.launch import KeptBuffers, PackedLaunch, cu_stream, stream_is_capturing
 
 __all__ = ["split_extent", "split_operands", "split_pointers", "run", "kernel_variant", "ARRANGEMENT", "SPLIT_SOURCE"]
 
@@ -237,13 +237,14 @@ def split_pointers(a: Any, b: Any, m: int, n: int, k: int, k3: int, device: int,
                    core_device: Any, core_stream: Any, segments: int = 3) -> tuple[int, int, Any]:
     """The split as device pointers ``(A3, B3, keep)`` (layouts as in :func:`split_operands`).
 
-    Up to :data:`KEPT_SPLIT_BYTES` the split goes into a buffer kept for the stream
+    Up to :data:`KEPT_SPLIT_BYTES`, and for any size while the stream is captured into a CUDA
+    graph (a pool allocation would not outlive the call), the split goes into a buffer kept for the stream
     (``core_device``/``core_stream``: its cuda.core device and stream; calls on one stream
     are ordered, so the next call's split waits for this call's GEMM); beyond, into CuPy
     arrays, returned as ``keep`` for the caller to hold until the GEMM is enqueued.
     """
     nbytes = (m + n) * k3 * 4
-    if nbytes > KEPT_SPLIT_BYTES:
+    if nbytes > KEPT_SPLIT_BYTES and not stream_is_capturing(stream_handle):
         a3, b3 = split_operands(a, b, m, n, k, k3, device, stream_handle, segments=segments)
         return int(a3.data.ptr), int(b3.data.ptr), (a3, b3)
     a3, _ = _split_buffers.get((device, int(stream_handle)), core_device, core_stream, nbytes)

@@ -278,15 +278,20 @@ class KeptBuffers:
     """Device buffers kept between calls, one per key (a stream), grown in stream order.
 
     A pipeline kernel keeps its pipelines' storage this way, and split-K calls their
-    workspace: a request no larger than the kept buffer reuses it; a larger one frees the
-    old buffer on the requesting stream (so work already enqueued there finishes with it)
-    and allocates a new one from ``device``'s memory resource.
+    workspace: a request no larger than the kept buffer reuses it; a larger one takes a new
+    buffer from ``device``'s memory resource, at least twice the old one's size.
+
+    A replaced buffer is retired, not freed: a CUDA graph captured on the stream may still
+    read it on every replay.  Doubling keeps what is retired below the live buffer's size.
+    A buffer cannot be taken while the stream is being captured (it would belong to the
+    graph): the call raises, asking for one call on that stream before the capture.
     """
 
     def __init__(self) -> None:
         import threading
 
         self._buffers: dict[Any, Any] = {}
+        self._retired: list[Any] = []
         self._lock = threading.Lock()
 
     def get(self, key: Any, device: Any, stream: Any, nbytes: int) -> tuple[int, bool]:
@@ -298,10 +303,30 @@ class KeptBuffers:
             buf = self._buffers.get(key)
             if buf is not None and buf.size >= nbytes:
                 return int(buf.handle), False
+            if stream_is_capturing(stream):
+                raise RuntimeError(f"dxgemm needs {nbytes} bytes of workspace on a stream that is being captured into "
+                                   "a CUDA graph; run the same call once on that stream before the capture, so that "
+                                   "the workspace exists (as with any warm-up before a capture)")
             if buf is not None:
-                buf.close(stream)
+                self._retired.append(buf)
+                nbytes = max(nbytes, 2 * buf.size)
             buf = self._buffers[key] = device.memory_resource.allocate(nbytes, stream=stream)
         return int(buf.handle), True
+
+
+def stream_is_capturing(stream: Any) -> bool:
+    """Whether ``stream`` (a cuda.core stream or a raw handle) is being captured into a CUDA graph
+    (``cuStreamIsCapturing``)."""
+    from cuda.bindings import driver
+
+    try:
+        handle = int(getattr(stream, "handle", stream))
+        err, status = driver.cuStreamIsCapturing(driver.CUstream(handle))
+    except Exception:  # noqa: BLE001 - not a stream, or no driver: nothing is being captured
+        return False
+    if err != driver.CUresult.CUDA_SUCCESS:
+        return False  # a stream the driver does not know: the allocation reports the real error
+    return status != driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 
 
 
