@@ -139,7 +139,11 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     whose K loop sums each tile's tensor-core products with rounding adds, the only one that
     keeps float32 accuracy at long K; without them, ``warptile`` (IEEE float32, more accurate).
     Below :data:`TF32X3_MIN_K` ``"tf32x3"`` runs ``warptile`` too (a chain of a few FMAs, as
-    accurate as cuBLAS SGEMM's own).
+    accurate as cuBLAS SGEMM's own).  ``"tf32"`` runs the pipeline's one TF32 pass where the
+    pipeline may run, both output sides exceed 128 and the problem has at least
+    :data:`TF32_PIPELINE_MIN_MACS` multiply-adds: its wgmma kernel is several times
+    ``tf32mma``'s ``mma.sync`` rate, and the rounding copy it needs (``8 (m + n) k`` bytes)
+    is small beside ``m n k`` there.
 
     ``pipeline``: whether the pipeline may run here (its kernels exist only for
     :data:`PIPELINE_TARGETS`, checked against ``device.cc`` as well); ``aligned``: whether both
@@ -163,6 +167,9 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     dt = np.dtype(dtype)
     if dt == np.float32 and precision == "tf32x3" and k < TF32X3_MIN_K:
         return "warptile"
+    if (dt == np.float32 and precision == "tf32" and pipeline and tuple(device.cc) in PIPELINE_TARGETS
+            and min(m, n) > SIMT_FLOAT32_MAX_SIDE and m * n * k >= TF32_PIPELINE_MIN_MACS):
+        return "pipeline"
     if dt == np.float32 and precision in ("tf32x3", "tf32"):
         if tf32_cores is None:
             tf32_cores = tf32_rung_fits(device.cc, device.smem_per_block, precision)
@@ -180,6 +187,12 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     if dt == np.float32 and k >= 64 and m * n * k >= 2**30 and min(m, n) <= SIMT_FLOAT32_MAX_SIDE:
         return "pipeline"
     return "warptile"
+
+
+TF32_PIPELINE_MIN_MACS = 2**30
+"""``precision="tf32"`` takes the pipeline from this many multiply-adds (:func:`choose_backend`);
+its one pass (rounding copy included) ran 2.7x (4096^3) and 3.2x (8192^3) as fast as
+``tf32mma``'s on the H100; smaller problems stay on ``tf32mma``, which needs no copy pass."""
 
 
 F64_BLOCK_COST = {"large": 1.0, "medium": 0.53, "small": 0.575, "tiny": 0.31}

@@ -698,6 +698,14 @@ def test_choose_backend():
     assert choose_backend(np.dtype(np.float64), 768, 768, 512, pipeline=True, aligned=False) == "pipeline"  # 2^28
     assert choose_backend(np.dtype(np.float32), 768, 768, 768, pipeline=True, precision="ieee") == "warptile"  # host-bound
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 40, pipeline=True) == "warptile"
+    # precision='tf32': the pipeline's one TF32 pass from 2^30 multiply-adds with both sides > 128
+    f32 = np.dtype(np.float32)
+    assert choose_backend(f32, 4096, 4096, 4096, pipeline=True, precision="tf32") == "pipeline"
+    assert choose_backend(f32, 1024, 1024, 1024, pipeline=True, precision="tf32") == "pipeline"
+    assert choose_backend(f32, 1000, 1000, 1000, pipeline=True, precision="tf32") == "tf32mma"  # below 2^30
+    assert choose_backend(f32, 8192, 128, 8192, pipeline=True, precision="tf32") == "tf32mma"  # a side of 128
+    assert choose_backend(f32, 4096, 4096, 4096, pipeline=False, precision="tf32") == "tf32mma"
+    assert choose_backend(f32, 4096, 4096, 4096, pipeline=True, precision="tf32x3") == "tf32mma"
 
 
 def test_use_config_overrides_suggest():
@@ -1236,15 +1244,18 @@ def test_ctk130_extra_pins_every_compiler_to_one_version():
 
 
 def test_choose_backend_float32_precision():
-    """float32's default (tf32x3) and one-pass tf32 run the TF32 rung wherever the device has TF32
-    tensor cores, whatever the shape; without them, IEEE warptile."""
+    """float32's default (tf32x3) runs the TF32 rung wherever the device has TF32 tensor cores,
+    whatever the shape, as does one-pass tf32 where the pipeline does not take it; without
+    them, IEEE warptile."""
     from dxgemm.policy import choose_backend
 
     assert choose_backend(np.dtype(np.float32), 4096, 4096, 7, precision="tf32x3") == "warptile"  # TF32X3_MIN_K
     assert choose_backend(np.dtype(np.float32), 4096, 4096, 7, precision="tf32") == "tf32mma"
     for shape in ((4096, 4096, 4096), (17, 33, 8), (4096, 64, 4096), (2, 2, 65536)):
         for precision in ("tf32x3", "tf32"):
-            assert choose_backend(np.dtype(np.float32), *shape, pipeline=True, precision=precision) == "tf32mma"
+            # one TF32 pass takes the pipeline for large problems (test_choose_backend's tf32 rows)
+            pipeline = precision == "tf32x3" or shape[0] * shape[1] * shape[2] < 2**30
+            assert choose_backend(np.dtype(np.float32), *shape, pipeline=pipeline, precision=precision) == "tf32mma"
             assert choose_backend(np.dtype(np.float32), *shape, precision=precision, tf32_cores=False) == "warptile"
 
 

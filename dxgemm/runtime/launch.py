@@ -18,6 +18,7 @@ import ctypes
 import functools
 import math
 import struct
+import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -283,8 +284,10 @@ class KeptBuffers:
 
     A replaced buffer is retired, not freed: a CUDA graph captured on the stream may still
     read it on every replay.  Doubling keeps what is retired below the live buffer's size.
-    A buffer cannot be taken while the stream is being captured (it would belong to the
-    graph): the call raises, asking for one call on that stream before the capture.
+    While the stream is being captured into a CUDA graph no driver allocation may be made:
+    under PyTorch's capture the buffer comes from PyTorch's allocator (the graph's private
+    pool, kept alive here for the graph's replays); under any other capture the call raises,
+    asking for one call on that stream before the capture.
     """
 
     def __init__(self) -> None:
@@ -303,7 +306,13 @@ class KeptBuffers:
             buf = self._buffers.get(key)
             if buf is not None and buf.size >= nbytes:
                 return int(buf.handle), False
-            if stream_is_capturing(stream):
+            capturing = stream_is_capturing(stream)
+            if capturing and _torch_capturing():
+                if buf is not None:
+                    self._retired.append(buf)
+                buf = self._buffers[key] = _TorchBuffer(device.device_id, nbytes)
+                return int(buf.handle), True
+            if capturing:
                 raise RuntimeError(f"dxgemm needs {nbytes} bytes of workspace on a stream that is being captured into "
                                    "a CUDA graph; run the same call once on that stream before the capture, so that "
                                    "the workspace exists (as with any warm-up before a capture)")
@@ -312,6 +321,30 @@ class KeptBuffers:
                 nbytes = max(nbytes, 2 * buf.size)
             buf = self._buffers[key] = device.memory_resource.allocate(nbytes, stream=stream)
         return int(buf.handle), True
+
+
+def _torch_capturing() -> bool:
+    """Whether PyTorch (if this process imported it) is capturing a CUDA graph on its current stream."""
+    torch = sys.modules.get("torch")
+    try:
+        return bool(torch is not None and torch.cuda.is_current_stream_capturing())
+    except Exception:  # noqa: BLE001 - a PyTorch without CUDA
+        return False
+
+
+class _TorchBuffer:
+    """A kept buffer from PyTorch's allocator (taken during PyTorch's graph capture), with the
+    ``size``/``handle``/``close`` of a cuda.core buffer."""
+
+    def __init__(self, device_id: int, nbytes: int):
+        import torch
+
+        self._tensor = torch.empty(int(nbytes), dtype=torch.uint8, device=f"cuda:{device_id}")
+        self.size = int(nbytes)
+        self.handle = int(self._tensor.data_ptr())
+
+    def close(self, stream: Any = None) -> None:
+        self._tensor = None
 
 
 def stream_is_capturing(stream: Any) -> bool:
