@@ -25,7 +25,7 @@ from .runtime import pipeline as _pipeline
 from .runtime.device import device_info, gpu_usable
 from .runtime.launch import flat_values, matrix_of
 from .runtime.rungs import rung_call
-from .runtime.splitk import launch_simulated, warptile_split
+from .runtime.splitk import launch_simulated, rung_split
 
 BACKENDS: tuple[str, ...] = RUNGS + ("tf32mma", "pipeline")
 """Names ``backend=`` accepts besides ``"auto"``: the handwritten rungs, slowest first, then
@@ -173,10 +173,10 @@ def gemm(
         spec = KernelSpec(dtype, op_a.layout, op_b.layout, op_d.layout, bound.key, None, tile=tile)
         if SIMULATOR:  # nothing is compiled: Numba's simulated launch
             launch_simulated(backend, spec, op_a, op_b, op_d, m, n, k, flags, bound, slices,
-                             policy.choose_split_tile(n))
+                             policy.split_part_tile(backend, tile, n))
             return out
         if slices > 1:
-            call = warptile_split(spec, bound, device, slices, policy.choose_split_tile(n))
+            call = rung_split(backend, spec, bound, device, slices, policy.split_part_tile(backend, tile, n))
         else:
             call = rung_call(backend, spec, bound, device)
         call(matrix_of(op_a), matrix_of(op_b), matrix_of(op_d), m, n, k, flat_values(bound.args), handle)

@@ -27,7 +27,8 @@ from .pipelines.config import (_DEEP_K_TILES_F64, _SHALLOW_K_TILES, _SHALLOW_K_T
                                wave_efficiency, waves)
 from .gpus import H100, DeviceInfo
 
-__all__ = ["EpilogueTraits", "PRECISIONS", "resolve_precision", "choose_backend", "choose_tile", "choose_split_tile", "choose_split_k",
+__all__ = ["EpilogueTraits", "PRECISIONS", "resolve_precision", "choose_backend", "choose_tile", "choose_split_tile",
+           "split_part_tile", "choose_split_k",
            "pipeline_config", "pipeline_split_k", "check_split_count", "F64_BLOCK_COST", "MIN_SLICE_TILES", "tile_fits",
            "tile_smem", "PIPELINE_TARGETS"]
 
@@ -294,9 +295,26 @@ def _f64_tiles(tile: str, m: int, n: int) -> int:
     return -(-m // cfg["BM"]) * -(-n // cfg["BN"])
 
 
+def split_part_tile(backend: str, tile: str, n: int) -> str:
+    """The tile the K slices of a split ``backend`` call run (:func:`choose_split_k`):
+    float64 ``warptile``'s split tile for the width (:func:`choose_split_tile`), or the split
+    variant of ``tf32mma``'s mode."""
+    return f"{tile}_split" if backend == "tf32mma" else choose_split_tile(n)
+
+
+TF32MMA_MAX_SLICES = 16
+"""The most K slices a ``tf32mma`` call is split into (:func:`choose_split_k`)."""
+
+
 def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: str,
                    device: DeviceInfo = H100) -> int:
-    """K slices for a float64 ``warptile`` call (1: unsplit).
+    """K slices for a float64 ``warptile`` or a ``tf32mma`` call (1: unsplit).
+
+    ``tf32mma``: an output of few 128x128 tiles (filling at most half the GPU) with K from
+    2048 leaves most SMs idle through a long K loop; its K is sliced so that the tiles times
+    the slices fill the SMs, each slice keeping at least 16 K tiles (512), at most
+    :data:`TF32MMA_MAX_SLICES`.  The slices' sums (each within the float32 contract) are
+    added by the reduce in float32, which adds to no bias.
 
     A call whose split tiles (:func:`choose_split_tile`) would fill at most half the GPU runs
     on the small or tiny tile, at about half the large tile's DMMA rate, on few blocks.
@@ -306,6 +324,11 @@ def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: 
     is ~10 K tiles' worth), at most 8 slices, and only from K = 2048: the split pays for deep
     K on skinny outputs, not for cubes; and only where the split tile :func:`tile_fits` ``device``.
     """
+    if backend == "tf32mma":
+        tiles = -(-m // 128) * -(-n // 128)
+        if k < 2048 or 2 * tiles > device.sm_count:
+            return 1
+        return max(1, min(device.sm_count // tiles, k // 512, TF32MMA_MAX_SLICES))
     if backend != "warptile" or np.dtype(dtype) != np.float64 or tile == "large" or k < 2048:
         return 1
     if not tile_fits(device, dtype, choose_split_tile(n)):

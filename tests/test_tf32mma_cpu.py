@@ -195,3 +195,43 @@ def test_interior_unchecked_copies(rng, mode, layouts):
     assert relative_error(out, a, b) <= bound(mode, k)
     checked = run_tf32mma(a, b, mode, layouts, **SMALL, fold=SMALL_FOLD, unchecked=False)
     assert np.array_equal(out, checked)
+
+
+@pytest.mark.parametrize("mode, layouts, shape, slices", [
+    ("tf32x3", "rcr", (37, 21, 100), 3),  # 7 K tiles: slices of 3, 3 and 1
+    ("tf32", "crc", (17, 33, 70), 3),  # 5 K tiles in slices of 2, 2, 1; a K tail
+    ("tf32x3", "rrc", (33, 17, 40), 4),  # 3 K tiles: the last slice is empty and adds zeros
+])
+def test_split_k_slices_sum_to_the_product(mode, layouts, shape, slices):
+    """The split part (``tf32x3_split``/``tf32_split``): slice z of K (whole K tiles, the tail in
+    the last) into slice z of a workspace laid out like D; the slices add up to A @ B within
+    the mode's bound, and each slice holds exactly its own K range's product."""
+    m, n, k = shape
+    rng = np.random.default_rng(sum(shape))
+    a = rng.uniform(0.0, 1.0, (m, k)).astype(np.float32)  # same sign: a dropped or doubled slice shows
+    b = rng.uniform(0.0, 1.0, (k, n)).astype(np.float32)
+    la, lb, ld = (Layout.ROW if x == "r" else Layout.COL for x in layouts)
+    dtype = np.dtype(np.float32)
+    ctx = EpilogueContext(m, n, dtype, adapt=_adapt(dtype, (m, n)))
+    plain = Chain((AlphaBeta(1.0, 0.0),)).bind(ctx)
+    spec = KernelSpec(dtype, la, lb, ld, plain.key, plain.make(), tile=f"{mode}_split")
+    compiled = compile_rung("tf32mma", spec, typeof(plain.args), **SMALL, fold=SMALL_FOLD)
+    flat_a, lda = _stored(a, la)
+    flat_b, ldb = _stored(b, lb)
+    ldw = n if ld == Layout.ROW else m
+    w = cuda.to_device(np.full(slices * m * n, np.nan, np.float32))
+    compiled.launch(0, flat_a, flat_b, w, m, n, k, lda, ldb, ldw, vector_flags(0, lda, 0, ldb, 4), plain.args,
+                    slices=slices)
+    cuda.synchronize()
+    parts = w.copy_to_host().reshape(slices, m, n) if ld == Layout.ROW else \
+        w.copy_to_host().reshape(slices, n, m).transpose(0, 2, 1)
+    assert not np.isnan(parts).any(), "a slice left part of its workspace unwritten"
+    tiles = -(-k // SMALL["BK"])
+    per = -(-tiles // slices) * SMALL["BK"]
+    for z in range(slices):
+        k0, k1 = min(z * per, k), min((z + 1) * per, k)
+        if k0 == k1:
+            assert not parts[z].any(), f"empty slice {z} must hold zeros"
+            continue
+        assert relative_error(parts[z], a[:, k0:k1], b[k0:k1]) <= bound(mode, k1 - k0), f"slice {z}"
+    assert relative_error(parts.sum(axis=0, dtype=np.float64), a, b) <= bound(mode, k)

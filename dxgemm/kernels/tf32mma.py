@@ -93,6 +93,11 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "tf32": dict(mode="tf32", threads=256, BM=128, BN=128, BK=32, WM=64, WN=32, stages=3, group_m=16, fold=4),
 }
 CONFIGS["large"] = CONFIGS["tf32x3"]
+# The K-split parts (``dxgemm.policy.choose_split_k``): each block sums one K slice
+# (``blockIdx.z`` of ``gridDim.z``) into its slice of a workspace, which the split-K reduce
+# adds up and passes through the caller's epilogue.
+CONFIGS["tf32x3_split"] = dict(CONFIGS["tf32x3"], split_k=True)
+CONFIGS["tf32_split"] = dict(CONFIGS["tf32"], split_k=True)
 
 
 TF32_MAX = float(np.float32((2 - 2.0**-10) * 2.0**127))
@@ -345,7 +350,7 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     """The kernel for ``spec`` (float32 only): ``spec.tile`` names the mode's configuration
     (``"tf32x3"``, the default ``"large"``, or ``"tf32"``); ``overrides`` change any of its
     entries (``mode``, ``threads``, ``BM``, ``BN``, ``BK``, ``WM``, ``WN``, ``stages``,
-    ``group_m``, ``fold``, ``unroll_steps``, ``unchecked``, ``min_blocks``)."""
+    ``group_m``, ``fold``, ``unroll_steps``, ``unchecked``, ``min_blocks``, ``split_k``)."""
     if spec.dtype != np.float32:
         raise ValueError(f"tf32mma computes float32 GEMMs, got dtype {spec.dtype}")
     if spec.tile not in CONFIGS:
@@ -386,7 +391,8 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     one, two = U(1), U(2)
     uLAST = U(NSTAGES - 1)
     uFOLD = U(max(FOLD, 1))
-    SPLIT = mode == "tf32x3"
+    SPLIT_K = bool(cfg.get("split_k", False))  # K sliced over gridDim.z, partial sums into a workspace
+    D_ROWS = spec.layout_d == Layout.ROW
     GROUP_M = int(cfg.get("group_m", 0))
     uGROUP = U(max(GROUP_M, 1))
     copy_a = make_tile_async_copier(dt, spec.layout_a, BM, BK, threads, ALD)
@@ -526,11 +532,17 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
         vec_a = (U(flags) & one) != U(0)
         vec_b = (U(flags) & two) != U(0)
         n_tiles = (uk + uBK - one) // uBK
+        kb = U(0)  # this block's K range: kb .. uk - 1
+        if SPLIT_K:  # K slice blockIdx.z of gridDim.z, whole K tiles each but the last
+            per = (n_tiles + U(cuda.gridDim.z) - one) // U(cuda.gridDim.z) * uBK
+            kb = min(U(cuda.blockIdx.z) * per, uk)
+            uk = min(kb + per, uk)
+            n_tiles = (uk - kb + uBK - one) // uBK
         # The first NSTAGES - 1 tiles go out at once, one commit group each (empty groups past
         # the last tile keep the count the waits rely on).  Tile t lives in stage t % NSTAGES.
         for st in range(NSTAGES - 1):
             if U(st) < n_tiles:
-                copy_tile(a, U(lda), b, U(ldb), row0, col0, U(st) * uBK, um, un, uk, a_tile, b_tile, U(st), tid,
+                copy_tile(a, U(lda), b, U(ldb), row0, col0, kb + U(st) * uBK, um, un, uk, a_tile, b_tile, U(st), tid,
                           vec_a, vec_b)
             cp_async_commit()
         use = U(0)
@@ -547,11 +559,11 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
                 b_src[c] = b_origin + U(c) * b_step
             a_ks, b_ks = stream_a.k_stride(U(lda)), stream_b.k_stride(U(ldb))
             a_place, b_place = stream_a.place(tid), stream_b.place(tid)
-            full_tiles = uk // uBK
+            full_tiles = (uk - kb) // uBK
             while t + uLAST < full_tiles:
                 wait_oldest()
                 cuda.syncthreads()
-                dk = (t + uLAST) * uBK
+                dk = kb + (t + uLAST) * uBK
                 for c in range(A_IT):
                     stream_a.copy(a_tile, fill * uA_STAGE + a_place + U(c) * A_PSTEP, a, a_src[c], dk * a_ks)
                 for c in range(B_IT):
@@ -567,7 +579,7 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
             cuda.syncthreads()  # ... everyone's, and no warp still reads stage `fill` (tile t - 1)
             ahead = t + uLAST
             if ahead < n_tiles:
-                copy_tile(a, U(lda), b, U(ldb), row0, col0, ahead * uBK, um, un, uk, a_tile, b_tile, fill, tid,
+                copy_tile(a, U(lda), b, U(ldb), row0, col0, kb + ahead * uBK, um, un, uk, a_tile, b_tile, fill, tid,
                           vec_a, vec_b)
             cp_async_commit()
             multiply_tile(a_tile, b_tile, use, w_row, w_col, lane, a_frag, b_frag, acc)
@@ -578,7 +590,11 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
         if FOLD:
             for i in range(acc_elems):
                 acc[i] += total[tot + U(i * threads)]
-        store_tile(d, U(ldd), um, un, row0, col0, w_row, w_col, lane, acc, epi_args)
+        if SPLIT_K:  # slice z of a workspace laid out like D, one m x n matrix after another
+            store_tile(d[U(cuda.blockIdx.z) * (um if D_ROWS else un) * U(ldd):], U(ldd), um, un, row0, col0, w_row,
+                       w_col, lane, acc, epi_args)
+        else:
+            store_tile(d, U(ldd), um, un, row0, col0, w_row, w_col, lane, acc, epi_args)
 
     return BuiltKernel(tf32mma_gemm, (threads,), BM, BN,
                        dynamic_smem=(a_elems + b_elems + (acc_elems * threads if FOLD else 0)) * dt.itemsize,

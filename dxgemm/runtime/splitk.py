@@ -35,7 +35,7 @@ from ..kernels import KernelSpec
 from .launch import KeptBuffers, KernelCall, Matrix, aligned_ld, core_stream, flat_values
 from .rungs import numba_kernel, plain_epilogue, rung_call
 
-__all__ = ["SplitKCall", "SplitKernelCall", "workspace", "prepare_split", "reduce_kernel", "warptile_split",
+__all__ = ["SplitKCall", "SplitKernelCall", "workspace", "prepare_split", "reduce_kernel", "rung_split",
            "launch_simulated"]
 
 _workspaces = KeptBuffers()
@@ -52,7 +52,7 @@ def workspace(device: int, core_device: Any, handle: int, stream: Any, nbytes: i
 
 
 class SplitKernelCall:
-    """A float64 ``warptile`` call split into K slices (:func:`warptile_split`), remembered
+    """A handwritten rung's call split into K slices (:func:`rung_split`), remembered
     like :class:`~.launch.KernelCall`: the slices' kernel into the workspace, then the
     reduce with the caller's epilogue arguments.  The workspace is the one kept per device
     and stream (:func:`workspace`), shared with the pipeline's split calls."""
@@ -153,13 +153,13 @@ def reduce_kernel(dtype: Any, d_arrangement: str, bound: Any, device: int, cache
     return rung_call("splitk_reduce", spec, bound, device, cache=cache)
 
 
-def warptile_split(spec: Any, bound: Any, device: int, slices: int, split_tile: str) -> SplitKernelCall:
-    """``D = epilogue(A @ B)`` as ``slices`` K slices of float64 ``warptile``'s ``split_tile``
-    (:func:`dxgemm.policy.choose_split_tile`) into the workspace, then one reduce that sums them
-    and applies ``bound``'s chain."""
+def rung_split(backend: str, spec: Any, bound: Any, device: int, slices: int, split_tile: str) -> SplitKernelCall:
+    """``D = epilogue(A @ B)`` as ``slices`` K slices of ``backend``'s ``split_tile``
+    (:func:`dxgemm.policy.split_part_tile`: float64 ``warptile``'s split tiles, ``tf32mma``'s
+    split modes) into the workspace, then one reduce that sums them and applies ``bound``'s chain."""
     plain = plain_epilogue(spec.dtype)
     part_spec = dataclasses.replace(spec, epilogue_key=plain.key, tile=split_tile)
-    part = rung_call("warptile", part_spec, plain, device, slices=slices)
+    part = rung_call(backend, part_spec, plain, device, slices=slices)
     reduce_spec = KernelSpec(spec.dtype, spec.layout_d, spec.layout_d, spec.layout_d, bound.key, None)
     reduce = rung_call("splitk_reduce", reduce_spec, bound, device)
     return SplitKernelCall(part, reduce, slices, flat_values(plain.args), device)
@@ -186,8 +186,8 @@ def launch_simulated(backend: str, spec: KernelSpec, op_a: Any, op_b: Any, op_d:
                                    "workspace", output=True)
     ldw = n if rows else m
     plain = plain_epilogue(dtype)
-    part = numba_kernel("warptile", dataclasses.replace(spec, epilogue_key=plain.key, tile=split_tile),
-                      plain.args, plain.make)
+    part = numba_kernel(backend, dataclasses.replace(spec, epilogue_key=plain.key, tile=split_tile),
+                        plain.args, plain.make)
     part.launch(stream, op_a.flat(), op_b.flat(), workspace.flat(), m, n, k, op_a.ld, op_b.ld, ldw, flags,
                 plain.args, slices=slices)
     reduce_spec = KernelSpec(dtype, op_d.layout, op_d.layout, op_d.layout, bound.key, None)
