@@ -110,22 +110,23 @@ def measure(args) -> list[dict]:
     gpu = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     stream = cp.cuda.Stream(non_blocking=True)
     records = []
-    todo = [(dt, e, lay, s) for dt in args.dtypes for e in args.epilogues for lay in args.a_layouts
-            for s in shapes(args.sides, args.max_macs)]
+    # shapes outermost: a run cut short has measured every case of the smaller shapes
+    todo = [(dt, e, lay, s) for s in shapes(args.sides, args.max_macs) for dt in args.dtypes
+            for e in args.epilogues for lay in args.a_layouts]
     try:
         from tqdm import tqdm
 
         todo_iter = tqdm(todo, desc="sweep", unit="shape", file=sys.stderr, disable=args.quiet)
     except ImportError:
         todo_iter = todo
-    rng = np.random.default_rng(0)
+    rng = cp.random.default_rng(0)  # generated on the GPU: the largest operands are 2 GiB
     for dtype, epilogue, a_layout, (m, n, k) in todo_iter:
         dt = np.dtype(dtype)
         with stream:
-            a_host = rng.standard_normal((m, k) if a_layout == "row" else (k, m)).astype(dt)
-            a = cp.asarray(a_host) if a_layout == "row" else cp.asarray(a_host).T
-            b = cp.asarray(rng.standard_normal((k, n)).astype(dt))
-            v = cp.asarray(rng.standard_normal(n).astype(dt))
+            a = rng.standard_normal((m, k) if a_layout == "row" else (k, m), dtype=dt)
+            a = a if a_layout == "row" else a.T
+            b = rng.standard_normal((k, n), dtype=dt)
+            v = rng.standard_normal(n, dtype=dt)
             d = cp.empty((m, n), dt)
             d_base = cp.empty((m, n), dt)
             epi = bias(v) | gelu() if epilogue == "bias_gelu" else None
@@ -165,6 +166,9 @@ def measure(args) -> list[dict]:
         records.append(dict(suite="sweep", backend="auto", dtype=dt.name, m=m, n=n, k=k, epilogue=epilogue,
                             a_layout=a_layout, ms=ms, baseline=best, baseline_ms=bms, ratio=bms / ms,
                             max_error_ratio=err, gpu=gpu))
+        if args.jsonl:  # as measured: a run cut short keeps what it measured
+            with open(args.jsonl, "a") as f:
+                f.write(json.dumps(records[-1]) + "\n")
         del a, b, v, d, d_base
     return records
 
@@ -246,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds; the median is kept")
     p.add_argument("--target-ms", type=float, default=2.0, help="how long each timed run of calls lasts")
     p.add_argument("--json", help="merge the records into this result file")
-    p.add_argument("--jsonl", help="also append the records here, one a line, as they are measured")
+    p.add_argument("--jsonl", help="also append each record here, one a line, as it is measured")
     p.add_argument("--png", help="draw the heat maps here")
     p.add_argument("--dry-run", action="store_true", help="print the shapes and exit")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -257,9 +261,6 @@ def main(argv: list[str] | None = None) -> int:
               f"{len(args.a_layouts)} layouts of A; {sum(compute_bound(*s) for s in todo)} compute-bound")
         return 0
     records = measure(args)
-    if args.jsonl:
-        with open(args.jsonl, "a") as f:
-            f.writelines(json.dumps(r) + "\n" for r in records)
     print(summary(records))
     if args.json:
         save(args.json, records)
