@@ -14,11 +14,13 @@ ground floor, and imports the CUDA bindings only when a launcher is made.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import math
 import struct
 import sys
+import weakref
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -296,6 +298,26 @@ class KeptBuffers:
         self._buffers: dict[Any, Any] = {}
         self._retired: list[Any] = []
         self._lock = threading.Lock()
+        _ALL_KEPT.add(self)
+
+    def release(self) -> None:
+        """Free every buffer now, on its device's default stream: at exit, while the driver still
+        runs (a buffer freed later, as the interpreter tears down, would find no context)."""
+        with self._lock:
+            buffers = list(self._buffers.values()) + self._retired
+            self._buffers.clear()
+            self._retired.clear()
+        for buf in buffers:
+            try:
+                device_id = getattr(buf, "device_id", None)
+                if device_id is None:
+                    buf.close()
+                    continue
+                from cuda.core import Device
+
+                buf.close(Device(device_id).default_stream)
+            except Exception:  # noqa: BLE001 - at exit: nothing left to report to
+                pass
 
     def get(self, key: Any, device: Any, stream: Any, nbytes: int) -> tuple[int, bool]:
         """``(pointer, replaced)``: at least ``nbytes`` for ``key``; ``replaced`` when a new buffer was taken."""
@@ -321,6 +343,16 @@ class KeptBuffers:
                 nbytes = max(nbytes, 2 * buf.size)
             buf = self._buffers[key] = device.memory_resource.allocate(nbytes, stream=stream)
         return int(buf.handle), True
+
+
+_ALL_KEPT: "weakref.WeakSet[KeptBuffers]" = weakref.WeakSet()
+
+
+@atexit.register
+def _release_kept_buffers() -> None:
+    """Free the kept buffers before the interpreter's teardown (:meth:`KeptBuffers.release`)."""
+    for kept in list(_ALL_KEPT):
+        kept.release()
 
 
 def _torch_capturing() -> bool:
