@@ -33,9 +33,10 @@ Parts: ``bench`` (pipeline_bench.py, auto_choice.py), ``fusion``, ``cost`` (epil
 single stages), ``epilogues``,
 ``pipeline`` (the two test files), ``examples``, ``simt`` (float32 at the skinny shapes
 under both methods, SIMT and 3xTF32, as ``auto_choice.py`` compares them), ``rungs`` (above),
-``tf32`` (the pipeline's one TF32 pass: its speed run and GPU tests), ``stages`` (float32's every single stage on the pipeline at the shallow shapes, for
-``epilogue_cost.py --dtypes float32 --chains bias,relu,...``); these three only when named: on a
-2-core machine each takes the better part of an hour.  The replayed calls mirror the
+``stages`` (float32's every single stage on the pipeline at the shallow shapes, for
+``epilogue_cost.py --dtypes float32 --chains bias,relu,...``), ``tf32`` (the pipeline's one
+TF32 pass: its speed run and GPU tests); these four only when named: on a 2-core machine
+each takes from a quarter of an hour to the better part of one.  The replayed calls mirror the
 scripts they name; a call changed there and not here is compiled on the GPU host instead
 (``pytest`` then skips the test unless ``DXGEMM_TEST_COMPILE=1``).
 """
@@ -425,7 +426,7 @@ def tf32_calls():
 PARTS = {"bench": bench_calls, "fusion": fusion_calls, "cost": cost_calls, "epilogues": gpu_epilogue_calls,
          "pipeline": gpu_pipeline_calls, "examples": example_calls, "simt": simt_calls, "rungs": rung_calls,
          "stages": stage_calls, "tf32": tf32_calls}
-OPT_IN = ("simt", "rungs", "stages")
+OPT_IN = ("simt", "rungs", "stages", "tf32")
 """Parts built only when named: each takes the better part of an hour on a 2-core machine."""
 
 

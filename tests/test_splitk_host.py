@@ -184,7 +184,7 @@ class _Buffer:
     def __init__(self, handle: int, size: int, log: list):
         self.handle, self.size, self._log = handle, size, log
 
-    def close(self, stream):
+    def close(self, stream=None):
         self._log.append(("close", self.handle, stream))
 
 
@@ -214,6 +214,12 @@ def test_kept_buffers_reuse_grow_in_stream_order_and_keep_keys_apart():
     assert replaced and other != first
     bigger, replaced = kept.get(7, device, "s7", 1024)
     assert replaced and bigger not in (first, other)
-    # the old buffer is freed on the requesting stream, before the new one is taken
-    assert device.log[-2:] == [("close", first, "s7"), ("allocate", bigger, 1024, "s7")]
+    # the old buffer is retired, not freed (a captured CUDA graph may still read it)
+    assert device.log[-1] == ("allocate", bigger, 1024, "s7")
+    assert not any(entry[0] == "close" for entry in device.log)
     assert kept.get(8, device, "s8", 64) == (other, False)
+    # growth at least doubles: what is retired stays below the live buffer
+    doubled, replaced = kept.get(7, device, "s7", 1100)
+    assert replaced and device.log[-1] == ("allocate", doubled, 2048, "s7")
+    kept.release()  # at exit: every buffer, retired ones too, freed
+    assert sorted(e[1] for e in device.log if e[0] == "close") == sorted([first, other, bigger, doubled])
