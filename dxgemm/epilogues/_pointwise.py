@@ -200,7 +200,7 @@ GELU_FLOAT32_POLY = (-0.9999999403953552, -1.1511082649230957, -0.45918184518814
                      3.800922422669828e-05, -3.83517590307747e-06, 1.524719976941924e-07)
 """``q(s) ~ log2(Phi(-s))`` on ``0 <= s <= 6``, lowest degree first: the float32 exact GELU's polynomial.
 
-Fitted by ``benchmarks/gelu_fit.py`` (weighted minimax, weight ``max(Phi(-s), 1e-3)``):
+Fitted by ``tools/gelu_fit.py`` (weighted minimax, weight ``max(Phi(-s), 1e-3)``):
 ``|2**q(s) - Phi(-s)| <= 4.7e-8`` evaluated in float32, relative error below 2.5e-5
 everywhere and 6e-6 for ``s < 3``."""
 
@@ -242,7 +242,7 @@ GELU_FLOAT64_POLY = (
     1.4305196630312253e-16,
 )
 """``P(s)`` with ``t(s) = s P(s) ~ log2(2 Phi(-s))`` on ``0 <= s <= 8.3``, lowest degree first: the float64
-exact GELU's polynomial (``benchmarks/gelu_fit.py --dtype float64``; weighted least squares with
+exact GELU's polynomial (``tools/gelu_fit.py --dtype float64``; weighted least squares with
 Lawson's iteration, weight ``Phi(-s)``, in mpmath): ``|Phi(-s) * (t - log2(2 Phi(-s)))| < 4.4e-17``."""
 
 GELU_FLOAT64_TOP = 8.3
@@ -269,7 +269,7 @@ EXPM1_FLOAT64_Q = (
     2.5105217004720745e-08, 2.0914686968086876e-09,
 )
 """``Q(r) = (expm1(r) - r) / r**2`` on ``|r| <= ln(2) / 2``, lowest degree first (Chebyshev fit in
-mpmath, ``benchmarks/fp64_activations.py --fit``): absolute error 1.4e-18.  float64
+mpmath, ``tools/fp64_activations.py --fit``): absolute error 1.4e-18.  float64
 ``tanh``'s ``expm1`` (:func:`_tanh_float64`)."""
 
 TANH_FLOAT64_CLAMP = 22.0
@@ -356,10 +356,10 @@ def _gelu_float64() -> Callable:
     37 FP64 instructions (sm_90 SASS) and no conversion, where ``0.5 x (1 + erf(x / sqrt
     2))`` with libdevice's ``erf`` took ~45 and three float64<->float32 conversions (a quarter
     of the FP64 rate each) for its own ``exp``: in a fused float64 GEMM the epilogue's FP64
-    instructions share one pipe with the DMMA main loop (``benchmarks/fp64_pipes.py``), so
+    instructions share one pipe with the DMMA main loop (measured on the H100: ``benchmarks/results/h100_fp64_pipes_s18.log``), so
     each of them shows.  What matters is ``Phi(-s)``'s absolute error (it is multiplied by ``s
     <= |x|``): at most 0.8 units of ``|x| + |y|`` over ``[-9, 9]`` with exact FMA rounding
-    (``benchmarks/gelu_fit.py --dtype float64 --check``), and no cancellation for negative
+    (``tools/gelu_fit.py --dtype float64 --check``), and no cancellation for negative
     ``x``, where ``1 + erf`` loses digits.  NaN stays NaN (``s`` carries it); ``+inf`` gives
     ``+inf`` and ``-inf`` gives ``-8.3 Phi(-8.3)``, about ``-4e-16``.
     """
@@ -417,7 +417,7 @@ def _quotient_float64() -> Callable:
     below ``1e-307 |num|``, is 0 (NaN for an infinite ``num``, as ``num / inf``); below ``z =
     -708`` it is ``num`` to the last bit, without the correction (``inf - inf`` would make it
     NaN).  Worst errors, replayed with exact FMA rounding and a coarser first guess than the
-    hardware's (``benchmarks/fp64_activations.py``): SiLU 0.95, sigmoid 1.5,
+    hardware's (``tools/fp64_activations.py``): SiLU 0.95, sigmoid 1.5,
     the tanh GELU 0.86 units of ``|x| + |y|``."""
     exp_poly = EXP_FLOAT64_POLY
     top_bits, inf_bits, abs_mask = int(np.float64(EXP_FLOAT64_CLAMP).view(np.int64)), _INF_BITS, _ABS_MASK
@@ -552,7 +552,7 @@ def _tanh_float64() -> Callable:
     quotient :func:`reciprocal_float64` and one correction; the sign goes back on the bit
     pattern, so ``-0`` stays ``-0``.  27 FP64 instructions and one MUFU, where libdevice's
     paths hold 33 and branch, so independent outputs overlap.  Worst error, replayed with
-    exact FMA rounding (``benchmarks/fp64_activations.py``): 1.16 units of ``|x| + |y|`` (2.5 units of ``y``).  NaN stays NaN."""
+    exact FMA rounding (``tools/fp64_activations.py``): 1.16 units of ``|x| + |y|`` (2.5 units of ``y``).  NaN stays NaN."""
     q_poly = EXPM1_FLOAT64_Q
     top_bits, inf_bits, abs_mask = int(np.float64(TANH_FLOAT64_CLAMP).view(np.int64)), _INF_BITS, _ABS_MASK
     sign, one, two = -(1 << 63), 1.0, 2.0

@@ -13,7 +13,7 @@ second term is the stage's own rounding in the dtype with unit round-off ``u``. 
 units cover libdevice's single-precision ``expf``/``tanhf``/``exp2f`` and the approximate
 division float32 sigmoid/SiLU/tanh-GELU use (at most 2 ulp each, CUDA C++ Programming
 Guide, "Mathematical Functions"), float32 GELU's fitted polynomial
-(within 3 units of ``|x|``, ``benchmarks/gelu_fit.py``), the handful of roundings in a
+(within 3 units of ``|x|``, ``tools/gelu_fit.py``), the handful of roundings in a
 stage's formula and the cast of its scalar parameter to the dtype; measuring against
 ``|x| + |y|`` rather than ``|y|`` absorbs the cancellation in ``1 + erf(x)`` for negative
 ``x``.  A ``store`` stage checks its target against the reference at that point of the

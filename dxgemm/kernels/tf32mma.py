@@ -21,7 +21,7 @@ Here each K step's three mmas start from zero (a fresh partial, three truncation
 8-product sum), the partial is added into a running float32 sum with an ordinary
 (rounding) FADD, and every ``fold`` K tiles that running sum is added into the total and
 restarted: a two-level sum, so no chain of rounding adds is longer than ``fold * BK / 8``
-or ``K / (fold * BK)``.  Chosen by ``benchmarks/tf32mma_emulate.py`` (a model of the
+or ``K / (fold * BK)``.  Chosen by ``tools/tf32mma_emulate.py`` (a model of the
 truncating accumulator) as the cheapest scheme within 2x of a rounded float32 sum on
 same-sign data at K = 16384 and 65536; it costs one FADD per accumulator a K step and a
 second accumulator set, where a Kahan sum of per-tile partials would have needed three.

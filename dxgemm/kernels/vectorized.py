@@ -16,7 +16,7 @@ path of the same loader.
 What it reaches at 4096^3 is in ``docs/performance.md`` (the ladder table).
 
 Why float64 does not gain here: the 8x8 float64 thread tile needs 172 registers per
-thread (``python benchmarks/resources.py``: no spills, no local memory), so only one
+thread (``python tools/resources.py``: no spills, no local memory), so only one
 256-thread block — 8 warps — fits on an SM, too few to hide DFMA and shared-load
 latency; the float64 tile of :mod:`~dxgemm.kernels.warptile` is sized for that.
 """

@@ -2,9 +2,9 @@
 
 No GPU needed::
 
-    python benchmarks/gelu_fit.py                    # float32: prints the coefficients and their errors
-    python benchmarks/gelu_fit.py --dtype float64    # float64 (a few minutes: the fit runs in mpmath)
-    python benchmarks/gelu_fit.py --dtype float64 --check   # only check the shipped float64 coefficients
+    python tools/gelu_fit.py                    # float32: prints the coefficients and their errors
+    python tools/gelu_fit.py --dtype float64    # float64 (a few minutes: the fit runs in mpmath)
+    python tools/gelu_fit.py --dtype float64 --check   # only check the shipped float64 coefficients
 
 The float32 GELU computes ``x Phi(x) = relu(x) - s Phi(-s)`` with ``s = min(|x|, 6)`` and
 ``Phi(-s) = 2**q(s)``.  ``q`` approximates ``log2(Phi(-s))`` (``Phi(-s) = erfc(s / sqrt 2) / 2``,

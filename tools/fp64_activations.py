@@ -1,7 +1,7 @@
 """Check, on the CPU, the accuracy of the float64 branch-free activations; refit ``tanh``'s polynomial.
 
-    python benchmarks/fp64_activations.py            # SiLU, sigmoid, tanh GELU and tanh: worst errors
-    python benchmarks/fp64_activations.py --fit      # also refit EXPM1_FLOAT64_Q (mpmath, Chebyshev)
+    python tools/fp64_activations.py            # SiLU, sigmoid, tanh GELU and tanh: worst errors
+    python tools/fp64_activations.py --fit      # also refit EXPM1_FLOAT64_Q (mpmath, Chebyshev)
 
 The float64 ``silu``, ``sigmoid``, ``gelu(approximate="tanh")`` and ``tanh`` stages
 (:mod:`dxgemm.epilogues._pointwise`) are straight-line code, so that ptxas can overlap
@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tools")]
 
 from dxgemm.epilogues._pointwise import (EXP_FLOAT64_CLAMP, EXP_FLOAT64_POLY, EXPM1_FLOAT64_Q,  # noqa: E402
                                           LN2_HI, LN2_LO, LOG2E, SHIFTER, TANH_FLOAT64_CLAMP)

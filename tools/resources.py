@@ -4,7 +4,7 @@ For each rung and dtype: registers per thread, spill/local-memory bytes and the 
 FMA instructions in the SASS, read from ptxas/nvdisasm (CUDA toolkit on PATH).  This is
 the evidence the kernel docstrings cite.
 
-    python benchmarks/resources.py [--rungs warptile,vectorized] [--sass-dir DIR]
+    python tools/resources.py [--rungs warptile,vectorized] [--sass-dir DIR]
 """
 
 from __future__ import annotations

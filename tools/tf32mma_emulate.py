@@ -18,7 +18,7 @@ Schemes (``tf32x3`` unless named ``tf32_*``):
 
 Error = max |D - D64| / (|A| @ |B|) over the outputs.
 
-    python benchmarks/tf32mma_emulate.py [--outputs 24]
+    python tools/tf32mma_emulate.py [--outputs 24]
 """
 
 from __future__ import annotations
