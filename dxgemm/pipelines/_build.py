@@ -3,8 +3,8 @@
 The build, by job: :mod:`.codegen` writes the device code and lowers it to LTO-IR;
 :mod:`.workers` spreads the NVRTC compiles and finalize traits over processes (their
 objects kept by :mod:`._lto`); this module links the objects with nvJitLink and checks the
-cubin (:mod:`.elf`: entries, parameter sizes, inlining); :mod:`.nvmath_internals` lists
-what all of it takes from nvmath-python beyond its public API, and is checked first.
+cubin (:mod:`.elf`: entries, parameter sizes, inlining); :mod:`.nvmath_internals` holds
+every use of nvmath-python's internals the build makes, and is checked first.
 
 Why not ``Matmul.suggest_device_pipeline`` + ``@cuda.jit``
 -----------------------------------------------------------
@@ -17,7 +17,8 @@ the pipeline descriptor from *placeholders* instead of arrays:
 
 * the A and B tensors have two run-time extents and one run-time leading dimension (the
   unit stride stays a compile-time 1, which is what lets cuBLASDx pick vector/TMA copies);
-* a :class:`nvmath.device.cublasdx.DevicePipeline` is made with ``__new__`` (no device, no
+* a :class:`nvmath.device.cublasdx.DevicePipeline` is made with ``__new__``
+  (:func:`.nvmath_internals.device_pipeline_without_gpu`: no device, no
   storage allocation, no finalizer that would compile a *destroy* kernel at exit) and
   given just what nvmath's Numba lowering reads: ``mm``, ``pipeline_depth`` and two views
   carrying the placeholder shape/strides and dtype.  Its traits (storage and buffer sizes,
@@ -230,9 +231,9 @@ def build(
         lowered = _lower(config, dtype, arrangement, epilogue, epi_args, cc, operands, fragment_store, split_k,
                          preload, walk)
         times.update(lowered["times"])
-        dp = lowered["dp"]
-        say(f"lowered in {time.perf_counter() - t_start:.1f} s: storage {dp._storage_bytes} B, buffer "
-            f"{dp._buffer_size} B, block {tuple(dp._block_dim)}; {len(lowered['codes'])} LTO-IR objects "
+        layout = lowered["layout"]
+        say(f"lowered in {time.perf_counter() - t_start:.1f} s: storage {layout.storage_bytes} B, buffer "
+            f"{layout.buffer_size} B, block {layout.block_dim}; {len(lowered['codes'])} LTO-IR objects "
             f"({_lto.stats()})")
         if procs:
             t = time.perf_counter()
@@ -314,11 +315,11 @@ def build(
         "init_entry": INIT_ENTRY,
         "init_params": ["ptr", *INIT_PARAMS],
         "init_launch": {"grid": INIT_PIPELINES, "block": 1},
-        "dynamic_smem": dp._buffer_size,
-        "buffer_alignment": dp._buffer_alignment_bytes,
-        "storage_bytes": dp._storage_bytes,
-        "storage_alignment": dp._storage_alignment_bytes,
-        "block_dim": [int(x) for x in dp._block_dim],
+        "dynamic_smem": layout.buffer_size,
+        "buffer_alignment": layout.buffer_alignment_bytes,
+        "storage_bytes": layout.storage_bytes,
+        "storage_alignment": layout.storage_alignment_bytes,
+        "block_dim": list(layout.block_dim),
         "tile": [config.tile_m, config.tile_n, config.tile_k],
         "fragment_size": frag_size,
         "build_times_s": {k: (round(v, 2) if isinstance(v, float) else v) for k, v in times.items()},

@@ -15,10 +15,11 @@ How
 ---
 :func:`intercept` replaces nvmath's ``generate_code`` (for device functions),
 ``generate_device_function_lto`` and the ``get_lto`` / ``get_isa_version`` accessors in
-the nvmath modules that use them.  Each request becomes a :class:`Pending` keyed by the
-device functions' *symbols* (libmathdx derives them from the full descriptor, so equal
-symbols mean equal code, and a linker would refuse two different bodies under one name)
-plus the target.  A request is answered
+the nvmath modules that use them (:func:`.nvmath_internals.lto_hook_modules`, whose
+module lists everything of nvmath this relies on).  Each request becomes a
+:class:`Pending` keyed by the device functions' *symbols* (libmathdx derives them from
+the full descriptor, so equal symbols mean equal code, and a linker would refuse two
+different bodies under one name) plus the target.  A request is answered
 
 1. from the process memo, else
 2. from the on-disk store ``<cache>/lto/<sha>.ltoir`` (written atomically, checked by
@@ -251,12 +252,9 @@ def intercept(store: LtoStore | None, *, mode: str = "eager", target: str = "") 
     traits.store, traits.target = store, target
     if _state.installed:
         return
-    from nvmath.bindings import mathdx
-    from nvmath.device import common_backend
-    from nvmath.device import cublasdx as dx
-    from nvmath.device import cublasdx_backend as be
-    from nvmath.device import cublasdx_numba as dxn
+    from .nvmath_internals import lto_hook_modules
 
+    mathdx, common_backend, dx, be, dxn = lto_hook_modules()
     traits.install(mathdx, (be, dx))  # finalize traits kept on disk
 
     orig_generate_code = be.generate_code
@@ -286,10 +284,10 @@ def intercept(store: LtoStore | None, *, mode: str = "eager", target: str = "") 
         p = _state.by_token.get(descriptor) if isinstance(descriptor, int) else None
         if p is None:
             return orig_get_isa(descriptor)
-        from nvmath.device.common_cuda import ISAVersion
+        from .nvmath_internals import isa_version
 
         isa = _answer(p)[1]
-        return ISAVersion.from_integer(isa) if isa else ISAVersion.from_integer(_fallback_isa())
+        return isa_version(isa) if isa else isa_version(_fallback_isa())
 
     def generate_device_function_lto(compute_capability, function_type, args):
         # Used for COPY_WAIT, whose symbol is only known after compiling: always eager,

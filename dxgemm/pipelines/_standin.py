@@ -31,8 +31,9 @@ default:
   because the SONAMEs match.  Every other driver entry point is missing, so code that
   really needs a GPU fails loudly instead of misbehaving;
 * it replaces Numba's and nvmath's current-device lookups with ones that report the
-  target compute capability, and makes a compiled Numba kernel skip its load (its cubin
-  is linked when asked for), so rungs build without a GPU too.
+  target compute capability (nvmath's through :mod:`.nvmath_internals`, which lists
+  them), and makes a compiled Numba kernel skip its load (its cubin is linked when asked
+  for), so rungs build without a GPU too.
 
 It is a build-time tool only.  :func:`activate` refuses to patch anything when a GPU is
 usable (there the real lookups are right), and the warm path of dxgemm never imports
@@ -234,14 +235,13 @@ def _patch_numba(cc: tuple[int, int]) -> None:
 
 def _patch_nvmath(cc: tuple[int, int]) -> None:
     """nvmath picks its LTO target from the current device; report ``cc`` (with 'a' on sm_90+)."""
-    from nvmath.device import common, common_cuda, cublasdx
+    from . import nvmath_internals
 
-    arch = "a" if cc >= (9, 0) else ""
-    target = common_cuda.ComputeCapability(cc[0], cc[1], arch)
+    modules = nvmath_internals.device_cc_hook_modules()
+    target = nvmath_internals.compute_capability(cc)
 
-    def get_current_device_cc() -> "common_cuda.ComputeCapability":
+    def get_current_device_cc() -> Any:
         return target
 
-    for module in (common_cuda, common, cublasdx):
-        if hasattr(module, "get_current_device_cc"):
-            module.get_current_device_cc = get_current_device_cc
+    for module in modules:
+        module.get_current_device_cc = get_current_device_cc

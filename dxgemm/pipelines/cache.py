@@ -87,13 +87,13 @@ FORMAT_VERSION = 5  # 5: K tail staged in shared memory, added in registers; 4: 
 """Part of every key: bump it whenever the code dxgemm generates changes (see :data:`CODEGEN_DIGEST`)."""
 
 CODEGEN_SOURCES = ("pipelines/_build.py", "pipelines/codegen.py", "pipelines/workers.py", "pipelines/_lto.py",
-                   "kernels/__init__.py", "kernels/_device.py",
+                   "pipelines/nvmath_internals.py", "kernels/__init__.py", "kernels/_device.py",
                    "kernels/_spec.py", "kernels/splitk_reduce.py", "epilogues/_base.py", "epilogues/_pointwise.py",
                    "epilogues/_operands.py", "epilogues/_custom.py")
 """The modules (relative to the package) whose code ends up in cached kernels, besides
 :class:`~.config.PipelineConfig` (its launch bounds)."""
 
-CODEGEN_DIGEST = "1a27b3d2efa23e83"
+CODEGEN_DIGEST = "46f6669279fab475"
 """:func:`codegen_digest` as of the last review of :data:`FORMAT_VERSION`.
 
 The key does not hash dxgemm's own source: a cold kernel costs 30-60 s, and every edit

@@ -6,8 +6,8 @@ fills four device pipelines' storage, the GEMM kernel's Numba function (:func:`_
 the main loop over K tiles, the K tail in shared memory, the fragment stores and the tile
 walk that runs the epilogue), and the lowering of both into LTO-IR (:func:`_lower`).  The
 build (:mod:`._build`) links what this produces; :mod:`.workers` replays the lowering in
-parallel processes.  What it takes from nvmath beyond the public API is listed in
-:mod:`.nvmath_internals`.
+parallel processes.  What it takes from nvmath beyond the public API it takes through
+:mod:`.nvmath_internals`; it imports nvmath's public ``Matmul`` only.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import nvmath_internals
 from .config import STORES, TILE_WALK_STORES, PipelineConfig, walk_unroll
 
 LIBMATHDX_RUNTIME = -(2**63)
@@ -56,15 +57,10 @@ def _placeholder(arrangement: str, dtype: np.dtype) -> _Placeholder:
 def _operand_precision(precision: str, dtype: np.dtype):
     """Build with A and B in ``precision`` inside this block (``"native"``: nothing changes).
 
-    ``"tf32"``: nvmath-python 1.0's ``Matmul`` takes numpy dtypes only and has no TF32,
-    but libmathdx does (``CommondxPrecision.TF32``, value type ``R_32TF``: 32-bit storage,
-    the tensor core reads the top 19 bits).  Inside the block, nvmath's descriptor
-    builder asks for precision ``(TF32, TF32, F32)`` where it would ask for three F32,
-    its global tensors are declared ``R_32TF``, and the traits' ``R_32TF`` reads back as
-    float32 (same storage).  On the H100 this turns the SIMT float32 pipeline into one on
-    the TF32 tensor cores with TMA loads (its storage grows from 72 to 576 bytes: TMA
-    descriptors).  nvmath memoizes descriptors by their Python arguments, which do not
-    see the switch, so its caches are emptied on the way in and out.
+    ``"tf32"``: float32 data read by the tensor cores as TF32, accumulated in float32
+    (:func:`.nvmath_internals.tf32_operands` makes nvmath ask libmathdx for it).  On the
+    H100 this turns the SIMT float32 pipeline into one on the TF32 tensor cores with TMA
+    loads (its storage grows from 72 to 576 bytes: TMA descriptors).
     """
     if precision == "native":
         yield
@@ -73,55 +69,20 @@ def _operand_precision(precision: str, dtype: np.dtype):
         raise ValueError(f"operand precision must be one of {OPERAND_PRECISIONS}, got {precision!r}")
     if np.dtype(dtype) != np.dtype(np.float32):
         raise TypeError(f"TF32 operands need float32 data, not {np.dtype(dtype)}")
-    from nvmath.bindings import mathdx
-    from nvmath.device import common_backend
-
-    f32, tf32 = mathdx.CommondxPrecision.F32, mathdx.CommondxPrecision.TF32
-    set_ops, create_tensor = mathdx.cublasdx_set_operator_int64s, mathdx.cublasdx_create_tensor_strided
-
-    def set_operator_int64s(handle, op, count, values):
-        if op == mathdx.CublasdxOperatorType.PRECISION and list(values) == [f32, f32, f32]:
-            values = [tf32, tf32, f32]
-        return set_ops(handle, op, count, values)
-
-    def create_tensor_strided(space, value_type, ptr, rank, shape, strides):
-        if space == mathdx.CublasdxMemorySpace.GMEM and value_type == mathdx.CommondxValueType.R_32F:
-            value_type = mathdx.CommondxValueType.R_32TF
-        return create_tensor(space, value_type, ptr, rank, shape, strides)
-
-    common_backend.MATHDX_TYPES_TO_NP.setdefault(mathdx.CommondxValueType.R_32TF, np.float32)
-    _clear_nvmath_caches()
-    mathdx.cublasdx_set_operator_int64s = set_operator_int64s
-    mathdx.cublasdx_create_tensor_strided = create_tensor_strided
-    try:
+    with nvmath_internals.tf32_operands():
         yield
-    finally:
-        mathdx.cublasdx_set_operator_int64s = set_ops
-        mathdx.cublasdx_create_tensor_strided = create_tensor
-        _clear_nvmath_caches()
-
-
-def _clear_nvmath_caches() -> None:
-    """Empty nvmath's memoized descriptor builders (``functools.lru_cache``)."""
-    from nvmath.device import cublasdx_backend
-
-    for value in vars(cublasdx_backend).values():
-        if callable(getattr(value, "cache_clear", None)):
-            value.cache_clear()
 
 
 def _make_matmul(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str, str], cc: tuple[int, int]):
-    from nvmath.device import Matmul
-    from nvmath.device.common_cuda import ComputeCapability
-    from nvmath.device.cublasdx import MAX_ALIGNMENT
+    from nvmath.device import Matmul  # public API
 
     t = np.dtype(dtype).type
     return Matmul(
         size=(config.tile_m, config.tile_n, config.tile_k),
         precision=(t, t, t),
         data_type="real",
-        sm=ComputeCapability(cc[0], cc[1], "a" if cc >= (9, 0) else ""),
-        alignment=MAX_ALIGNMENT,
+        sm=nvmath_internals.compute_capability(cc),
+        alignment=nvmath_internals.max_alignment(),
         arrangement=(arrangement[0], arrangement[1], "row_major"),
         execution="Block",
         block_size=config.block_size,
@@ -132,27 +93,9 @@ def _make_matmul(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str
 
 
 def _make_device_pipeline(mm, depth: int, arrangement: tuple[str, str], dtype: np.dtype):
-    """A DevicePipeline over run-time-shape placeholders, made without a GPU (see module doc)."""
-    from nvmath.bindings import mathdx
-    from nvmath.device.cublasdx import DevicePipeline, _blas_device_pipeline_handle
-    from nvmath.device.common_cuda import Dim3
-
-    dp = DevicePipeline.__new__(DevicePipeline)
-    dp.mm = mm
-    dp.pipeline_depth = depth
-    dp._a_view = _placeholder(arrangement[0], dtype)
-    dp._b_view = _placeholder(arrangement[1], dtype)
-    dp._storage = None  # filled on the device by the init kernel, per launch
-    h = _blas_device_pipeline_handle(dp)
-    trait = mathdx.CublasdxPipelineTrait
-    dp._storage_bytes = int(mathdx.cublasdx_get_pipeline_trait_int64(h, trait.STORAGE_BYTES))
-    dp._storage_alignment_bytes = int(mathdx.cublasdx_get_pipeline_trait_int64(h, trait.STORAGE_ALIGNMENT_BYTES))
-    dp._buffer_size = int(mathdx.cublasdx_get_pipeline_trait_int64(h, trait.BUFFER_SIZE))
-    dp._buffer_alignment_bytes = int(mathdx.cublasdx_get_pipeline_trait_int64(h, trait.BUFFER_ALIGNMENT_BYTES))
-    block_dim = np.zeros(3, dtype=np.int64)
-    mathdx.cublasdx_get_pipeline_trait_int64s(h, trait.BLOCK_DIM, 3, block_dim.ctypes.data)
-    dp._block_dim = Dim3(*block_dim.tolist())
-    return dp, h
+    """A DevicePipeline over run-time-shape placeholders, made without a GPU: ``(dp, handle)``."""
+    return nvmath_internals.device_pipeline_without_gpu(mm, depth, _placeholder(arrangement[0], dtype),
+                                                        _placeholder(arrangement[1], dtype))
 
 
 # STORES (defined in .config, which picks among them) are how the kernel stores its
@@ -702,18 +645,6 @@ edge strip (pointer, rows, ld); B (pointer, rows, cols, ld); the B edge strip (p
 cols, ld)."""
 
 
-def _request_create(mm_handle: int, pipeline_handle: int, cc: tuple[int, int]):
-    """Ask nvmath for libmathdx's pipeline ``create`` function: (code object, symbol)."""
-    from nvmath.bindings import mathdx
-    from nvmath.device.common_cuda import ComputeCapability
-    from nvmath.device.cublasdx_backend import generate_function_with_pipelines_code
-
-    target = ComputeCapability(cc[0], cc[1], "a" if cc >= (9, 0) else "")
-    return generate_function_with_pipelines_code(
-        mm_handle, mathdx.CublasdxDeviceFunctionType.CREATE, (), (pipeline_handle,), target
-    )
-
-
 def _lower(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str, str], epilogue: Callable | None,
            epi_args: tuple, cc: tuple[int, int], operands: str = "native", store: str = "loop",
            split_k: bool = False, preload: bool = False, walk: int | None = None) -> dict:
@@ -732,15 +663,13 @@ def _lower_inner(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str
                  epi_args: tuple, cc: tuple[int, int], store: str = "loop", split_k: bool = False,
                  preload: bool = False, walk: int | None = None) -> dict:
     from numba import cuda, typeof, types
-    from nvmath.device import cublasdx_backend as be
-    from nvmath.device.cublasdx import _blas_tensors_handle
-    from nvmath.device.cublasdx_numba import DevicePipelineType  # registers the Numba extensions
 
     out: dict = {"times": {}}
     t = time.perf_counter()
     mm = _make_matmul(config, dtype, arrangement, cc)
     dp, pipeline_handle = _make_device_pipeline(mm, config.depth, arrangement, dtype)
-    mm_handle = _blas_tensors_handle(mm)
+    layout = nvmath_internals.pipeline_layout(dp)
+    mm_handle = nvmath_internals.tensors_handle(mm)
     # get_results() copies the accumulator into a fragment of the suggested rmem C layout
     frag_size = int(mm.suggest_layout_rmem_c().cosize)
     out["times"]["pipeline_traits"] = time.perf_counter() - t
@@ -752,11 +681,12 @@ def _lower_inner(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str
 
     from ._launch import storage_stride
 
-    slice_bytes = INIT_PIPELINES * storage_stride(dp._storage_bytes, dp._storage_alignment_bytes) if split_k else 0
-    pyfunc = _gemm_pyfunc(mm, config, dtype, frag_size, dp._buffer_alignment_bytes, epilogue, store, slice_bytes,
+    slice_bytes = (INIT_PIPELINES * storage_stride(layout.storage_bytes, layout.storage_alignment_bytes)
+                   if split_k else 0)
+    pyfunc = _gemm_pyfunc(mm, config, dtype, frag_size, layout.buffer_alignment_bytes, epilogue, store, slice_bytes,
                           walk_unroll(store, split_k) if walk is None else walk,
                           getattr(epilogue, "preload", None) if preload else None)
-    arg_types = gemm_arg_types(dtype, typeof(epi_args), DevicePipelineType(dp))
+    arg_types = gemm_arg_types(dtype, typeof(epi_args), nvmath_internals.device_pipeline_type(dp))
     t = time.perf_counter()
     codes, _ = cuda.compile_all(
         pyfunc, types.void(*arg_types), device=False, abi="numba", output="ltoir", cc=cc,
@@ -768,10 +698,10 @@ def _lower_inner(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str
     )
     out["times"]["compile_all"] = time.perf_counter() - t
     t = time.perf_counter()
-    create_code, create_symbol = _request_create(mm_handle, pipeline_handle, cc)
-    out["create"] = (be.get_lto(create_code.descriptor), create_symbol)
+    create_code, create_symbol = nvmath_internals.pipeline_create_code(mm_handle, pipeline_handle, cc)
+    out["create"] = (nvmath_internals.lto_bytes(create_code), create_symbol)
     out["times"]["init_create"] = time.perf_counter() - t
-    out.update(dp=dp, frag_size=frag_size, arg_types=arg_types, slice_bytes=slice_bytes,
+    out.update(dp=dp, layout=layout, frag_size=frag_size, arg_types=arg_types, slice_bytes=slice_bytes,
                # an object requested from two call sites comes back twice (the accumulator's
                # map_fragment_index, by the loop store and the K tail): link it once
                codes=list(dict.fromkeys(bytes(getattr(c, "data", c)) for c in codes)))

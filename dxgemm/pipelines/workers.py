@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import nvmath_internals
 from .config import PipelineConfig
 from .codegen import _lower, _make_matmul, _operand_precision, _placeholder
 
@@ -36,7 +37,7 @@ TRAIT_GROUPS = ("pipeline", "tensor", "descriptor")
 """The finalize batches a cold build runs at the same time (see :func:`_trait_plan`)."""
 
 
-def _trait_plan(mm, config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str, str]) -> dict[str, list[int]]:
+def _trait_plan(mm, config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str, str]) -> dict[str, Any]:
     """The libmathdx handles whose finalize traits :func:`_lower_inner` reads, by batch.
 
     Made the way nvmath makes them during the lowering (same builders, same arguments,
@@ -49,54 +50,31 @@ def _trait_plan(mm, config: PipelineConfig, dtype: np.dtype, arrangement: tuple[
     alignment from (its first trait query compiles it).  The device pipeline's
     value types are derived from ``dtype`` here, where nvmath reads them from the
     descriptor's traits; a handle this plan gets wrong only costs its finalize in the
-    lowering (a store miss), never a wrong answer.
+    lowering (a store miss), never a wrong answer.  ``"handles"``: all of them
+    (:class:`.nvmath_internals.LoweringHandles`, made by
+    :func:`.nvmath_internals.lowering_handles`).
     """
-    from nvmath.device import cublasdx_backend as be
-    from nvmath.device.common_backend import NP_TYPES_TO_MATHDX_TYPES
-    from nvmath.device.cublasdx import _blas_tensors_handle
-
-    traits_handle = be.generate_MM(  # as nvmath's _MatmulTraits makes it
-        size=mm._size, function=mm._function, precision=mm._precision, data_type=mm._data_type, sm=mm._sm,
-        transpose_mode=mm._transpose_mode, arrangement=mm._arrangement, alignment=mm._alignment,
-        block_dim=mm._block_dim, static_block_dim=mm._static_block_dim, leading_dimension=mm._leading_dimension,
-        execution=mm._execution, with_pipeline=mm._with_pipeline, enable_input_streaming=mm._enable_input_streaming,
-    ).descriptor
-    mm_handle = _blas_tensors_handle(mm)
-    value_type = NP_TYPES_TO_MATHDX_TYPES[np.dtype(dtype).type]
-    a, b = _placeholder(arrangement[0], dtype), _placeholder(arrangement[1], dtype)
-    device_pipeline = be.generate_device_pipeline(mm_handle, config.depth, value_type, value_type, a.shape, b.shape,
-                                                  a.strides, b.strides).descriptor
-    tile_pipeline = be.generate_tile_pipeline(mm_handle, device_pipeline).descriptor
-    tensors = [be.generate_tensor(mm_handle, t).descriptor for t in ("suggested_rmem_c", "suggested_accumulator_c")]
-    return {"pipeline": [device_pipeline, tile_pipeline], "tensor": tensors, "descriptor": [traits_handle],
-            "mm": [mm_handle]}
+    h = nvmath_internals.lowering_handles(mm, config.depth, dtype, _placeholder(arrangement[0], dtype),
+                                          _placeholder(arrangement[1], dtype))
+    return {"pipeline": [h.device_pipeline, h.tile_pipeline], "tensor": [h.rmem_c, h.accumulator_c],
+            "descriptor": [h.descriptor], "handles": h}
 
 
-def _speculate(plan: dict[str, list[int]], cc: tuple[int, int]) -> list[str]:
+def _speculate(plan: dict[str, Any], cc: tuple[int, int]) -> list[str]:
     """Ask for the device functions of the pipelines and the accumulator now; returns their keys.
 
     The lowering will ask for these (nvmath's ``compile_blas_tile_pipeline_{init,execute,
-    destroy}``, ``compile_blas_accumulator_init`` and :func:`_request_create`, made here
-    the same way from the plan's handles) and they need no trait, so a worker can compile
-    them while the traits are still being finalized.  The tile pipeline's ``execute`` is
+    destroy}``, ``compile_blas_accumulator_init`` and the pipeline's ``create``, made here
+    the same way from the plan's handles: :func:`.nvmath_internals.pipeline_function_codes`)
+    and they need no trait, so a worker can compile them while the traits are still being
+    finalized.  The tile pipeline's ``execute`` is
     the longest compile of a kernel (34 s on the 2-core machine, the others 7-13 s).  A
     request the lowering does not repeat is only wasted work: the link takes what the
     lowering asked for.
     """
-    from nvmath.bindings import mathdx
-    from nvmath.device import cublasdx_backend as be
-    from nvmath.device.common_cuda import ComputeCapability
-
     from . import _lto
 
-    kind = mathdx.CublasdxDeviceFunctionType
-    target = ComputeCapability(cc[0], cc[1], "a" if cc >= (9, 0) else "")
-    (mm,), (device_pipeline, tile_pipeline), (_rmem, accumulator) = plan["mm"], plan["pipeline"], plan["tensor"]
-    codes = [be.generate_function_with_pipelines_code(mm, kind.EXECUTE, (accumulator,), (tile_pipeline,), target)[0],
-             be.generate_function_with_pipelines_code(mm, kind.CREATE, (), (tile_pipeline,), target)[0],
-             be.generate_function_with_pipelines_code(mm, kind.DESTROY, (), (tile_pipeline,), target)[0],
-             be.generate_function_with_pipelines_code(mm, kind.CREATE, (), (device_pipeline,), target)[0],
-             be.generate_function_code(mm, kind.CREATE, [accumulator], target)[0]]
+    codes = nvmath_internals.pipeline_function_codes(plan["handles"], cc)
     return [c.key for c in codes if isinstance(c, _lto.Pending)]
 
 
@@ -117,7 +95,7 @@ def _planned(config: PipelineConfig, dtype: np.dtype, arrangement: tuple[str, st
         yield plan, missing
 
 
-def _compute_traits(plan: dict[str, list[int]], group: str) -> None:
+def _compute_traits(plan: dict[str, Any], group: str) -> None:
     """Finalize one group of the plan (one libmathdx call) and store its traits."""
     from . import _lto
 
