@@ -393,7 +393,7 @@ def resources(args) -> None:
     """Registers, stack and spills of each variant and layout for each ``--cc`` (ptxas -v), no GPU."""
     from numba import cuda, typeof
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
     from resources import _pretend_sm90
 
     from dxgemm.epilogues._base import AlphaBeta, EpilogueContext
