@@ -44,12 +44,21 @@ def _parse_shapes(text: str) -> list[tuple[int, int, int]]:
 
 def cmd_info(args: argparse.Namespace) -> int:
     from . import _info
+    from .runtime import env
 
+    try:
+        stand_in = env.device_as()
+    except ValueError as e:
+        print(f"info: {e}", file=sys.stderr)
+        return 2
     gpu = _info.gpu()
     if gpu:
         print(f"GPU: {gpu['name']}  compute capability {gpu['compute_capability']}  {gpu['sm_count']} SMs")
     else:
         print("GPU: none found (CPU-only machine; kernels can still run under NUMBA_ENABLE_CUDASIM=1)")
+    if stand_in is not None:
+        print(f"  decisions as on the {stand_in.name} (DXGEMM_DEVICE_AS, for testing): compute capability "
+              f"{stand_in.cc[0]}.{stand_in.cc[1]}, {stand_in.sm_count} SMs; kernels still built for this GPU")
     for name, version in _info.versions().items():
         print(f"  {name:24} {version or '-'}")
     from .pipelines.cache import compiler_mismatch, slower_toolchain, toolchain_versions

@@ -42,12 +42,13 @@ def gpu() -> dict | None:
 
         if not cuda.is_available():
             return None
-        from .runtime.device import device_info
+        from .runtime import env
+        from .runtime.device import hardware_info
 
         dev = cuda.get_current_device()
         name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
-        info = device_info(dev.id)  # the one source of the figures the host rules use
-        return {
+        info = hardware_info(dev.id)  # the one source of the figures (the GPU's own, whatever decides)
+        found = {
             "name": name,
             "compute_capability": "%d.%d" % info.cc,
             "sm_count": info.sm_count,
@@ -56,3 +57,15 @@ def gpu() -> dict | None:
         }
     except Exception:
         return None
+    stand_in = env.device_as()  # outside the try: an unknown name is the caller's error, not "no GPU"
+    if stand_in is not None:
+        found["decisions_as"] = stand_in.name
+    return found
+
+
+def path() -> str:
+    """Which of a GPU's paths a run takes: ``"portable"`` when ``DXGEMM_DEVICE_AS`` makes it
+    decide as another GPU (testing the paths GPUs without its fast ones take), else ``"native"``."""
+    from .runtime import env
+
+    return "portable" if env.device_as() is not None else "native"
