@@ -75,6 +75,9 @@ def cmd_info(args: argparse.Namespace) -> int:
           "'tf32' one TF32 pass, 'ieee' SIMT FMA")
     method = f"{float32_method()}; fp32 (SIMT) where the output has a side of at most {SIMT_FLOAT32_MAX_SIDE}"
     print(f"pipeline float32 method (backend='pipeline'): {method}")
+    print("support: what auto runs on each target (derived from the policy), whether the cuBLASDx pipeline "
+          "exists for it, and whether it is measured here or only built (tools/build_targets.py):")
+    print(_info.support_markdown())
     _print_cache(verbose=getattr(args, "verbose", False))
     return 0
 
@@ -164,8 +167,8 @@ def cmd_warmup(args: argparse.Namespace) -> int:
     _standin.activate(cc or (9, 0))  # compiles without a GPU too (default: for an H100); a no-op with one
     if cc is not None and cc not in TARGETS and "pipeline" in kinds:
         print(f"warmup: no pipeline kernels for compute capability {cc[0]}.{cc[1]}: the pipeline is built for "
-              f"{', '.join(f'{a}.{b}' for a, b in TARGETS)} only (sm_90a's wgmma and TMA); building the handwritten "
-              "kernels", flush=True)
+              f"{', '.join(f'{a}.{b}' for a, b in TARGETS)} only (sm_90a's wgmma and TMA; tools/build_pipeline_target.py "
+              "tries one kernel for another target); building the handwritten kernels", flush=True)
         kinds = [k for k in kinds if k != "pipeline"]
         if not kinds:
             return 0
