@@ -273,9 +273,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from . import BACKENDS, available_backends, bench
 
     backends = args.backends.split(",") if args.backends else list(available_backends())
-    unknown = [b for b in backends if b not in BACKENDS]
+    unknown = [b for b in backends if b not in BACKENDS and b != "auto"]
     if unknown:
-        print(f"unknown backend(s) {unknown}; choose from {', '.join(BACKENDS)}", file=sys.stderr)
+        print(f"unknown backend(s) {unknown}; choose from auto, {', '.join(BACKENDS)}", file=sys.stderr)
         return 2
     dtypes = [np.dtype(d) for d in args.dtypes.split(",")]
     peaks = bench.measure_peaks(dtypes)
@@ -323,8 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", type=_parse_shapes, default=_parse_shapes("1024,2048,4096"),
                    help="comma-separated N or MxNxK (default 1024,2048,4096)")
     p.add_argument("--dtypes", default="float32,float64", help="comma-separated: float32, float64 (default both)")
-    p.add_argument("--backends", default=None, help="comma-separated subset of the backends (default: every "
-                                                    "backend that can run here)")
+    p.add_argument("--backends", default=None, help="comma-separated subset of the backends, auto among them "
+                                                    "(default: every backend that can run here)")
     p.add_argument("--reps", type=int, default=10, help="timed calls per point; the median is reported (default 10)")
     p.add_argument("--warmup", type=int, default=2, help="untimed calls before the timed ones (default 2)")
     p.add_argument("--json", help="write the result file here (and a PNG plot beside it)")

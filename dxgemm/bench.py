@@ -191,7 +191,10 @@ def save(path: str, records: list[Record], peaks: dict, extra: dict | None = Non
     new = [asdict(r) for r in records]
     fresh = {_record_key(r) for r in new}
     kept = [r for r in doc.get("records", []) if _record_key(r) not in fresh]
-    doc.update({"gpu": _info.gpu(), "versions": _info.versions(), "peaks": peaks,
+    gpu = _info.gpu()
+    if gpu:
+        gpu.pop("decisions_as", None)  # the file's GPU is the real one; a portable record names its own
+    doc.update({"gpu": gpu, "versions": _info.versions(), "peaks": peaks,
                 "method": "CUDA events per launch, queued behind a spin kernel; median of reps after warm-up",
                 "records": kept + new})
     if extra:
