@@ -44,12 +44,21 @@ def _parse_shapes(text: str) -> list[tuple[int, int, int]]:
 
 def cmd_info(args: argparse.Namespace) -> int:
     from . import _info
+    from .runtime import env
 
+    try:
+        stand_in = env.device_as()
+    except ValueError as e:
+        print(f"info: {e}", file=sys.stderr)
+        return 2
     gpu = _info.gpu()
     if gpu:
         print(f"GPU: {gpu['name']}  compute capability {gpu['compute_capability']}  {gpu['sm_count']} SMs")
     else:
         print("GPU: none found (CPU-only machine; kernels can still run under NUMBA_ENABLE_CUDASIM=1)")
+    if stand_in is not None:
+        print(f"  decisions as on the {stand_in.name} (DXGEMM_DEVICE_AS, for testing): compute capability "
+              f"{stand_in.cc[0]}.{stand_in.cc[1]}, {stand_in.sm_count} SMs; kernels still built for this GPU")
     for name, version in _info.versions().items():
         print(f"  {name:24} {version or '-'}")
     from .pipelines.cache import compiler_mismatch, slower_toolchain, toolchain_versions
@@ -66,6 +75,9 @@ def cmd_info(args: argparse.Namespace) -> int:
           "'tf32' one TF32 pass, 'ieee' SIMT FMA")
     method = f"{float32_method()}; fp32 (SIMT) where the output has a side of at most {SIMT_FLOAT32_MAX_SIDE}"
     print(f"pipeline float32 method (backend='pipeline'): {method}")
+    print("support: what auto runs on each target (derived from the policy), whether the cuBLASDx pipeline "
+          "exists for it, and whether it is measured here or only built (tools/build_targets.py):")
+    print(_info.support_markdown())
     _print_cache(verbose=getattr(args, "verbose", False))
     return 0
 
@@ -155,8 +167,8 @@ def cmd_warmup(args: argparse.Namespace) -> int:
     _standin.activate(cc or (9, 0))  # compiles without a GPU too (default: for an H100); a no-op with one
     if cc is not None and cc not in TARGETS and "pipeline" in kinds:
         print(f"warmup: no pipeline kernels for compute capability {cc[0]}.{cc[1]}: the pipeline is built for "
-              f"{', '.join(f'{a}.{b}' for a, b in TARGETS)} only (sm_90a's wgmma and TMA); building the handwritten "
-              "kernels", flush=True)
+              f"{', '.join(f'{a}.{b}' for a, b in TARGETS)} only (sm_90a's wgmma and TMA; tools/build_pipeline_target.py "
+              "tries one kernel for another target); building the handwritten kernels", flush=True)
         kinds = [k for k in kinds if k != "pipeline"]
         if not kinds:
             return 0
@@ -261,9 +273,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from . import BACKENDS, available_backends, bench
 
     backends = args.backends.split(",") if args.backends else list(available_backends())
-    unknown = [b for b in backends if b not in BACKENDS]
+    unknown = [b for b in backends if b not in BACKENDS and b != "auto"]
     if unknown:
-        print(f"unknown backend(s) {unknown}; choose from {', '.join(BACKENDS)}", file=sys.stderr)
+        print(f"unknown backend(s) {unknown}; choose from auto, {', '.join(BACKENDS)}", file=sys.stderr)
         return 2
     dtypes = [np.dtype(d) for d in args.dtypes.split(",")]
     peaks = bench.measure_peaks(dtypes)
@@ -311,8 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", type=_parse_shapes, default=_parse_shapes("1024,2048,4096"),
                    help="comma-separated N or MxNxK (default 1024,2048,4096)")
     p.add_argument("--dtypes", default="float32,float64", help="comma-separated: float32, float64 (default both)")
-    p.add_argument("--backends", default=None, help="comma-separated subset of the backends (default: every "
-                                                    "backend that can run here)")
+    p.add_argument("--backends", default=None, help="comma-separated subset of the backends, auto among them "
+                                                    "(default: every backend that can run here)")
     p.add_argument("--reps", type=int, default=10, help="timed calls per point; the median is reported (default 10)")
     p.add_argument("--warmup", type=int, default=2, help="untimed calls before the timed ones (default 2)")
     p.add_argument("--json", help="write the result file here (and a PNG plot beside it)")

@@ -143,7 +143,9 @@ def gemm(
         if backend in policy.TF32_BACKENDS and not policy.tf32_rung_fits(info.cc, info.smem_per_block, precision):
             raise ValueError(f"backend={backend!r} needs compute capability 8.0 and "
                              f"{smem_bytes(precision)} bytes of shared memory per block; GPU {device} has "
-                             f"{info.cc[0]}.{info.cc[1]} and {info.smem_per_block}: use backend='auto' or 'warptile'")
+                             f"{info.cc[0]}.{info.cc[1]} and {info.smem_per_block}"
+                             f"{' (the figures DXGEMM_DEVICE_AS names)' if env.device_as() else ''}: "
+                             "use backend='auto' or 'warptile'")
         if backend == "auto":
             backend = policy.choose_backend(dtype, m, n, k, pipeline=_pipeline_reason(device) is None,
                                             aligned=flags == FLAG_VEC_A | FLAG_VEC_B,
@@ -188,7 +190,8 @@ def available_backends(device: int = 0) -> tuple[str, ...]:
     """The members of :data:`BACKENDS` that can run on GPU ``device``: none without a usable CUDA
     driver and GPU (outside Numba's simulator, which runs every rung); ``"pipeline"`` only on an
     sm_90 GPU with cuda.core, outside the simulator; ``"tf32mma"`` where
-    :func:`dxgemm.policy.tf32_rung_fits` (and under the simulator).  Test suites parametrize over this with :data:`BACKEND_DTYPES`."""
+    :func:`dxgemm.policy.tf32_rung_fits` (and under the simulator).  Under ``DXGEMM_DEVICE_AS``
+    both are judged for the GPU it names (:func:`dxgemm.runtime.device.device_info`).  Test suites parametrize over this with :data:`BACKEND_DTYPES`."""
     if not gpu_usable(device):
         return ()
     info = device_info(device)
@@ -201,6 +204,8 @@ def _pipeline_reason(device: int) -> str | None:
 
     ``DXGEMM_AUTO_PIPELINE=0`` keeps ``auto`` on the handwritten rungs (no pipeline compile
     behind the caller's back, e.g. in a test suite); ``backend="pipeline"`` still works.
+    ``DXGEMM_DEVICE_AS`` naming a GPU without the pipeline keeps both off it (testing the
+    path such a GPU takes).
     """
     if not env.auto_pipeline():
         return "DXGEMM_AUTO_PIPELINE=0"

@@ -42,12 +42,13 @@ def gpu() -> dict | None:
 
         if not cuda.is_available():
             return None
-        from .runtime.device import device_info
+        from .runtime import env
+        from .runtime.device import hardware_info
 
         dev = cuda.get_current_device()
         name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
-        info = device_info(dev.id)  # the one source of the figures the host rules use
-        return {
+        info = hardware_info(dev.id)  # the one source of the figures (the GPU's own, whatever decides)
+        found = {
             "name": name,
             "compute_capability": "%d.%d" % info.cc,
             "sm_count": info.sm_count,
@@ -56,3 +57,92 @@ def gpu() -> dict | None:
         }
     except Exception:
         return None
+    stand_in = env.device_as()  # outside the try: an unknown name is the caller's error, not "no GPU"
+    if stand_in is not None:
+        found["decisions_as"] = stand_in.name
+    return found
+
+
+def path() -> str:
+    """Which of a GPU's paths a run takes: ``"portable"`` when ``DXGEMM_DEVICE_AS`` makes it
+    decide as another GPU (testing the paths GPUs without its fast ones take), else ``"native"``."""
+    from .runtime import env
+
+    return "portable" if env.device_as() is not None else "native"
+
+
+MEASURED_ON: dict[tuple[int, int], str] = {(9, 0): "H100, H200"}
+"""Compute capabilities whose GPUs the kernels have run and been timed on (the GPU suite,
+the examples and the benchmarks); every other target of :data:`dxgemm.gpus.DEVICES` is built
+for on a CPU (``tools/build_targets.py``, ``python -m dxgemm warmup --cc``) and not run."""
+
+_SIDES = (64, 128, 300, 1000, 4096, 8192)
+_KS = (40, 512, 4096, 16384)
+
+
+def support() -> list[dict[str, str]]:
+    """One row per compute capability of :data:`dxgemm.gpus.DEVICES`: which backends ``auto``
+    runs for each dtype and float32 precision there, whether the pipeline exists for it, and
+    whether it is measured here or only built.
+
+    Derived, never restated: the backends are :func:`dxgemm.policy.choose_backend`'s answers
+    over a grid of shapes, operand alignments and epilogue weights for the target's smallest
+    GPU (:func:`dxgemm.gpus.target_device`), with the pipeline allowed where
+    :data:`dxgemm.pipelines.config.TARGETS` has the compute capability; float64
+    ``warptile``'s tiles are those :func:`dxgemm.policy.tile_fits`."""
+    import itertools
+    import math
+
+    import numpy as np
+
+    from . import policy
+    from .gpus import DEVICES, target_device
+    from .kernels.warptile import TILE_CONFIGS
+    from .pipelines.config import TARGETS, TARGET_NOTES
+
+    order = ("warptile", "tf32mma", "pipeline")
+    rows = []
+    for cc in sorted({d.cc for d in DEVICES.values()}):
+        device = target_device(cc)
+        pipeline = cc in TARGETS
+
+        def runs(dtype: str, precision: str | None) -> str:
+            seen = set()
+            for m, n, k, aligned, (tr, mk) in itertools.product(_SIDES, _SIDES, _KS, (True, False),
+                                                               ((False, math.inf), (True, 512))):
+                seen.add(policy.choose_backend(np.dtype(dtype), m, n, k, pipeline=pipeline, aligned=aligned,
+                                               transcendental=tr, medium_min_k=mk, device=device,
+                                               precision=precision))
+            return ", ".join(b for b in order if b in seen)
+
+        every = ["large", *TILE_CONFIGS["float64"]]
+        tiles = [t for t in every if policy.tile_fits(device, "float64", t)]
+        missing = [t for t in ("large", "medium", "small") if t not in tiles]
+        note = "" if not missing else f" ({tiles[0]} tile only)" if len(tiles) == 1 else f" (no {'/'.join(missing)} tile)"
+        float64 = runs("float64", None).replace("warptile", "warptile" + note)
+        names = ", ".join(k for k, d in DEVICES.items() if d.cc == cc)
+        if pipeline:
+            pipe = f"yes (sm_{cc[0]}{cc[1]}a)"
+        else:
+            pipe = TARGET_NOTES.get(cc, f"no: built for {', '.join(f'{a}.{b}' for a, b in TARGETS)} only")
+        rows.append({
+            "cc": f"{cc[0]}.{cc[1]}",
+            "gpus": names,
+            "float64": float64,
+            "float32": " / ".join(runs("float32", p) for p in ("tf32x3", "tf32", "ieee")),
+            "pipeline": pipe,
+            "status": f"measured ({MEASURED_ON[cc]})" if cc in MEASURED_ON else "built, not run",
+        })
+    return rows
+
+
+SUPPORT_HEADER = ("compute capability", "GPUs", "float64 (auto)", "float32 (auto): tf32x3 / tf32 / ieee",
+                  "cuBLASDx pipeline", "here")
+
+
+def support_markdown() -> str:
+    """:func:`support` as a Markdown table (the README's, ``python -m dxgemm info``'s)."""
+    lines = ["| " + " | ".join(SUPPORT_HEADER) + " |", "| " + " | ".join("---" for _ in SUPPORT_HEADER) + " |"]
+    for row in support():
+        lines.append("| " + " | ".join(row.values()) + " |")
+    return "\n".join(lines)

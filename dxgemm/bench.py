@@ -50,6 +50,8 @@ class Record:
     baseline_tflops: float
     ratio: float
     max_error_ratio: float
+    path: str = "native"  # "portable": decided as DXGEMM_DEVICE_AS's GPU (dxgemm._info.path)
+    device_as: str | None = None  # that GPU's name
 
 
 def chain_from_text(text: str, n: int, rng: Any) -> Any:
@@ -141,6 +143,8 @@ def run(sizes: list[tuple[int, int, int]], dtypes: list[np.dtype], backends: lis
     steps = [(s, d) for d in dtypes for s in sizes]
     bar = tqdm(total=len(steps) * (len(backends) + 1), disable=not progress, unit="run", desc="bench")
     rng = cupy.random.default_rng(1234)
+    path = _info.path()
+    device_as = (_info.gpu() or {}).get("decisions_as")
     for (m, n, k), dtype in steps:
         a = rng.standard_normal((m, k), dtype=np.float64).astype(dtype)
         b = rng.standard_normal((k, n), dtype=np.float64).astype(dtype)
@@ -156,7 +160,7 @@ def run(sizes: list[tuple[int, int, int]], dtypes: list[np.dtype], backends: lis
             ms = time_ms(lambda: gemm(a, b, d, backend=backend), warmup=warmup, reps=reps)
             err = check(d, a64, b64, np.dtype(dtype))
             records.append(Record(backend, np.dtype(dtype).name, m, n, k, "none", ms, flop / ms / 1e9,
-                                  "cublas", base_ms, flop / base_ms / 1e9, base_ms / ms, err))
+                                  "cublas", base_ms, flop / base_ms / 1e9, base_ms / ms, err, path, device_as))
             bar.update()
     bar.close()
     return records
@@ -187,7 +191,10 @@ def save(path: str, records: list[Record], peaks: dict, extra: dict | None = Non
     new = [asdict(r) for r in records]
     fresh = {_record_key(r) for r in new}
     kept = [r for r in doc.get("records", []) if _record_key(r) not in fresh]
-    doc.update({"gpu": _info.gpu(), "versions": _info.versions(), "peaks": peaks,
+    gpu = _info.gpu()
+    if gpu:
+        gpu.pop("decisions_as", None)  # the file's GPU is the real one; a portable record names its own
+    doc.update({"gpu": gpu, "versions": _info.versions(), "peaks": peaks,
                 "method": "CUDA events per launch, queued behind a spin kernel; median of reps after warm-up",
                 "records": kept + new})
     if extra:
@@ -199,14 +206,19 @@ def save(path: str, records: list[Record], peaks: dict, extra: dict | None = Non
 
 
 def _record_key(r: dict) -> tuple:
-    return (r["backend"], r["dtype"], r["m"], r["n"], r["k"], r["epilogue"], r.get("suite"))
+    """What a record measured: a ``"portable"`` run (``DXGEMM_DEVICE_AS``) keeps its own records
+    beside the native ones (records written before the field count as native)."""
+    return (r["backend"], r["dtype"], r["m"], r["n"], r["k"], r["epilogue"], r.get("suite"),
+            r.get("path", "native"), r.get("device_as"))
 
 
 def ladder_records(doc: dict) -> list[dict]:
     """The records :func:`plot` draws: GEMMs without an epilogue at power-of-two squares.  A
     result file also holds odd squares (1000^3, 4097^3) and other suites' records (fusion,
-    accuracy), which on one line per backend would read as jumps."""
+    accuracy) and runs on another GPU's path (``path: "portable"``), which on one line per
+    backend would read as jumps."""
     return [r for r in doc["records"] if r.get("suite") is None and r.get("epilogue") == "none"
+            and r.get("path", "native") == "native"
             and r["m"] == r["n"] == r["k"] and r["m"] & (r["m"] - 1) == 0]
 
 

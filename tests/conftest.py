@@ -43,6 +43,46 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def _forced_backends(params: dict) -> set[str]:
+    """The backends a parametrized test forces: a ``backend`` parameter, or ``backend=`` in a
+    keyword dict among its parameters (alone or inside a case tuple)."""
+    found = set()
+    for name, value in params.items():
+        if name == "backend" and isinstance(value, str):
+            found.add(value)
+        for item in value if isinstance(value, tuple) else (value,):
+            if isinstance(item, dict) and isinstance(item.get("backend"), str):
+                found.add(item["backend"])
+    return found - {"auto"}
+
+
+@pytest.fixture(autouse=True)
+def backend_runs_here(request):
+    """A GPU test that forces a backend this GPU cannot run is skipped, saying why, when
+    ``DXGEMM_DEVICE_AS`` makes it decide as a GPU without it (the suite run as on another GPU)
+    or the GPU is not an sm_90 one; on an sm_90 GPU as itself every backend must run (the
+    tests fail there instead)."""
+    callspec = getattr(request.node, "callspec", None)
+    if not _gpu_run(request.config) or callspec is None:
+        return
+    forced = _forced_backends(callspec.params)
+    if not forced:
+        return
+    import dxgemm
+    from dxgemm.runtime import env
+    from dxgemm.runtime.device import device_cc
+
+    missing = sorted(b for b in forced if b in dxgemm.BACKENDS and b not in dxgemm.available_backends(0))
+    if not missing:
+        return
+    stand_in = env.device_as()
+    if stand_in is not None:
+        pytest.skip(f"{', '.join(missing)}: not on a {stand_in.name} (DXGEMM_DEVICE_AS={os.environ['DXGEMM_DEVICE_AS']})")
+    cc = device_cc(0)
+    if cc != (9, 0):
+        pytest.skip(f"{', '.join(missing)}: not on this GPU (compute capability {cc[0]}.{cc[1]})")
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(20261122)

@@ -60,9 +60,31 @@ def test_ladder_records_skip_other_suites_and_odd_shapes():
                _record("warptile", "float64", 2048, 1.0) | {"epilogue": "bias|gelu"},
                _record("pipeline", "float64", 4096, 1.0, suite="fusion"),
                _record("warptile", "float64", 4096, 1.0) | {"n": 64},
+               _record("warptile", "float32", 4096, 1.0, path="portable", device_as="L40S"),
                {"suite": "accuracy", "dtype": "float32", "backend": "auto", "m": 256, "n": 256, "k": 256}]
     assert bench.ladder_records({"records": kept + dropped}) == kept
     assert {r["m"] for r in bench.ladder_records(_doc())} == {1024, 2048, 4096}
+
+
+def test_portable_records_kept_beside_native(tmp_path, monkeypatch):
+    """A run under DXGEMM_DEVICE_AS is recorded as path 'portable' and replaces only its own
+    earlier records, never the native ones of the same backend and shape."""
+    from dxgemm import _info
+
+    monkeypatch.delenv("DXGEMM_DEVICE_AS", raising=False)
+    assert _info.path() == "native"
+    monkeypatch.setenv("DXGEMM_DEVICE_AS", "l40s")
+    assert _info.path() == "portable"
+    path = tmp_path / "r.json"
+    native = bench.Record("auto", "float32", 4096, 4096, 4096, "none", 1.0, 137.0, "cublas", 1.0, 50.0, 1.0, 0.1)
+    old = bench.Record("auto", "float32", 4096, 4096, 4096, "none", 2.0, 68.0, "cublas", 1.0, 50.0, 0.5, 0.1,
+                       "portable", "L40S")
+    bench.save(str(path), [native, old], {})
+    new = bench.Record("auto", "float32", 4096, 4096, 4096, "none", 3.0, 45.0, "cublas", 1.0, 50.0, 0.3, 0.1,
+                       "portable", "L40S")
+    bench.save(str(path), [new], {})
+    records = json.loads(path.read_text())["records"]
+    assert sorted((r["path"], r["ms"]) for r in records) == [("native", 1.0), ("portable", 3.0)]
 
 
 def _drawn_labels(monkeypatch, doc, **kwargs) -> list[str]:

@@ -45,7 +45,7 @@ class FakeArray:
 @pytest.fixture(autouse=True)
 def fake_cupy(monkeypatch):
     monkeypatch.setattr(_arrays, "cupy_ndarray_type", lambda: FakeArray)
-    for name in ("DXGEMM_AUTO_PIPELINE", "DXGEMM_CACHE_DIR", "XDG_CACHE_HOME"):
+    for name in ("DXGEMM_AUTO_PIPELINE", "DXGEMM_CACHE_DIR", "XDG_CACHE_HOME", "DXGEMM_DEVICE_AS"):
         monkeypatch.delenv(name, raising=False)
     _calls.clear()
     yield
@@ -93,6 +93,9 @@ def test_signature_follows_the_steering_state(monkeypatch, tmp_path):
     monkeypatch.setenv("DXGEMM_AUTO_PIPELINE", "0")
     assert sig(a, b) != base
     monkeypatch.delenv("DXGEMM_AUTO_PIPELINE")
+    monkeypatch.setenv("DXGEMM_DEVICE_AS", "L40S")  # another GPU's decisions: not the kept call
+    assert sig(a, b) != base
+    monkeypatch.delenv("DXGEMM_DEVICE_AS")
     with use_split_k(2):
         assert sig(a, b) != base
     with config.use_config("small"):

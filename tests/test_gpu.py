@@ -149,8 +149,13 @@ def _check_chosen_float64_tile(cp, shape, tile, alpha, beta):
     from dxgemm.policy import choose_tile
     from dxgemm.runtime.device import device_info
 
+    from dxgemm.runtime import env
+
     m, n, k = shape
-    assert choose_tile("warptile", np.float64, m, n, k, device_info()) == tile
+    chosen = choose_tile("warptile", np.float64, m, n, k, device_info())
+    if chosen != tile and env.device_as() is not None:  # another GPU's figures choose another tile
+        pytest.skip(f"the {env.device_as().name}'s figures (DXGEMM_DEVICE_AS) choose {chosen!r}, not {tile!r}")
+    assert chosen == tile
     a, b = _operands(cp, m, n, k, np.float64, seed=k)
     c0 = cp.random.default_rng(m).standard_normal((m, n))
     for order in ("C", "F"):
@@ -167,9 +172,12 @@ def test_warptile_split_k_repeat_calls(cp, order):
     one buffer kept for the stream (``dxgemm.runtime.splitk.workspace``)."""
     from dxgemm import epilogues
     from dxgemm.runtime import calls as _calls
-    from dxgemm.policy import choose_split_k, choose_tile
+    from dxgemm.policy import choose_split_k, choose_tile, tile_fits
     from dxgemm.runtime.device import device_info
     from dxgemm.runtime import splitk as _splitk
+
+    if not tile_fits(device_info(), np.float64, "split"):  # 99 KiB a block (an Ada GPU, or DXGEMM_DEVICE_AS=L40S)
+        pytest.skip("float64 warptile's split-K tile does not fit this GPU's shared memory: no call splits")
 
     stream = cp.cuda.Stream(non_blocking=True)
     _calls.clear()

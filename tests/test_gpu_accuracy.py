@@ -109,8 +109,10 @@ def test_tf32(cp, kind, k, backend):
     d = _run(cp, a_d, b_d, precision="tf32", backend=backend)
     err = testing.relative_error(d, a, b)
     assert err <= _tf32_bound(k), f"TF32 error {err:.3g} exceeds {_tf32_bound(k):.3g} at K = {k}"
-    # and it is TF32, not silently float32: some error of TF32's size on random data
-    if kind == "normal" and k >= 257:
+    # and it is TF32, not silently float32: some error of TF32's size on random data, wherever a
+    # TF32 path runs (auto runs IEEE warptile on a GPU without one: an L40S, or DXGEMM_DEVICE_AS=L40S)
+    tf32_here = backend == "pipeline" or "tf32mma" in dxgemm.available_backends(0)
+    if kind == "normal" and k >= 257 and tf32_here:
         assert err > 2.0**-20
 
 

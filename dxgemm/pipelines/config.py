@@ -317,6 +317,14 @@ def parse_config(text: "str | PipelineConfig", dtype: Any, m: int | None = None,
 TARGETS: tuple[tuple[int, int], ...] = ((9, 0),)
 """The compute capabilities the pipeline's kernels are built for (sm_90a: wgmma and TMA)."""
 
+TARGET_NOTES: dict[tuple[int, int], str] = {
+    (10, 0): "no: a test kernel builds for sm_100a (mma.sync, not UTCMMA); none run",
+}
+"""Where the pipeline stands on a compute capability outside :data:`TARGETS`, where more is
+known than "not built for it" (``tools/build_pipeline_target.py`` builds one kernel for any
+target: on sm_100a nvmath-python 1.0 / libmathdx 0.3.2 build it, with mma.sync where sm_90a
+has wgmma).  Enabling a target needs a run on such a GPU."""
+
 MAX_SPLIT_K = 8
 """The most K slices :func:`dxgemm.policy.pipeline_split_k` chooses or accepts."""
 

@@ -119,6 +119,53 @@ def kernel_param_sizes(cubin: bytes, entry: str) -> list[int]:
     return [params[i] for i in sorted(params)]
 
 
+def kernel_registers(cubin: bytes) -> dict[str, int]:
+    """Registers per thread of each function in a cubin, by name: the ``.nv.info`` section's
+    ``EIATTR_REGCOUNT`` (0x2f), the figure ``ptxas -v`` prints as "Used N registers"."""
+    return _per_function(cubin, 0x2F)
+
+
+def kernel_frame_bytes(cubin: bytes) -> dict[str, int]:
+    """Local memory (stack frame) bytes per thread of each function, by name: ``EIATTR_FRAME_SIZE``
+    (0x11); spilled registers live there, so a pipeline kernel keeping its accumulator in
+    registers has a small one."""
+    return _per_function(cubin, 0x11)
+
+
+def _per_function(cubin: bytes, attribute: int) -> dict[str, int]:
+    """``.nv.info``'s per-function attribute ``attribute``: payload (symbol index u32, value u32)."""
+    info = _elf_sections(cubin).get(".nv.info", b"")
+    names = _symbol_names(cubin)
+    found: dict[str, int] = {}
+    pos = 0
+    while pos + 4 <= len(info):
+        fmt, attr, value = struct.unpack_from("<BBH", info, pos)
+        pos += 4
+        if fmt == 0x04:  # EIFMT_SVAL: value is the payload size
+            if attr == attribute and value >= 8:
+                symbol, count = struct.unpack_from("<II", info, pos)
+                found[names.get(symbol, f"symbol {symbol}")] = count
+            pos += value
+    return found
+
+
+def _symbol_names(cubin: bytes) -> dict[int, str]:
+    """Symbol table index -> name (ELF64)."""
+    shoff, = struct.unpack_from("<Q", cubin, 0x28)
+    shentsize, shnum, _shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
+    names: dict[int, str] = {}
+    for sh in sections:
+        if sh[1] != 2:  # SHT_SYMTAB
+            continue
+        str_off = sections[sh[6]][4]
+        for j in range(sh[5] // sh[9]):
+            st_name = struct.unpack_from("<I", cubin, sh[4] + j * sh[9])[0]
+            end = cubin.index(b"\0", str_off + st_name)
+            names[j] = cubin[str_off + st_name:end].decode()
+    return names
+
+
 def _check_param_sizes(cubin: bytes, entry: str, kinds: list[str]) -> None:
     """Refuse to cache a kernel whose compiled parameters differ from the recorded layout."""
 

@@ -17,6 +17,13 @@ variable                    default                                      effect
                                                                          driver on a machine without a GPU
 ``NUMBA_ENABLE_CUDASIM``    unset                                        Numba's own: ``1`` runs every kernel on
                                                                          Numba's CUDA simulator (CPU, slow)
+``DXGEMM_DEVICE_AS``        unset                                        for testing: a GPU of
+                                                                         :data:`dxgemm.gpus.DEVICES` (e.g. ``L40S``,
+                                                                         ``B200``) whose figures every decision
+                                                                         uses instead of the real GPU's (backend,
+                                                                         tile, split, pipeline availability);
+                                                                         kernels are still built for and run on
+                                                                         the real GPU
 ==========================  ===========================================  ==========================================
 
 Each is read when it is used (a test or a script may set it between calls), never at import.
@@ -27,12 +34,16 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-__all__ = ["cache_dir", "auto_pipeline", "compile_workers", "c_compiler", "simulator_requested", "steering_state",
-           "VARIABLES"]
+if TYPE_CHECKING:
+    from ..gpus import DeviceInfo
+
+__all__ = ["cache_dir", "auto_pipeline", "compile_workers", "c_compiler", "simulator_requested", "device_as",
+           "steering_state", "VARIABLES"]
 
 VARIABLES = ("DXGEMM_CACHE_DIR", "XDG_CACHE_HOME", "DXGEMM_AUTO_PIPELINE", "DXGEMM_COMPILE_WORKERS", "CC",
-             "NUMBA_ENABLE_CUDASIM")
+             "NUMBA_ENABLE_CUDASIM", "DXGEMM_DEVICE_AS")
 """Every variable the table above lists."""
 
 
@@ -83,8 +94,34 @@ def simulator_requested() -> bool:
     return os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
 
+def device_as() -> "DeviceInfo | None":
+    """The :data:`dxgemm.gpus.DEVICES` record ``DXGEMM_DEVICE_AS`` names (None when unset or
+    empty): the GPU whose figures the decisions use, to test on one GPU the paths another
+    takes (an H100 choosing as an L40S, without the sm_90a pipeline).  Matched by record key
+    or product name, ignoring case, spaces, ``-`` and ``_``; ValueError listing the records
+    for any other name."""
+    text = os.environ.get("DXGEMM_DEVICE_AS", "").strip()
+    return _device_record(text) if text else None
+
+
+def _squeeze(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch not in " -_")
+
+
+@functools.lru_cache(maxsize=None)
+def _device_record(text: str) -> "DeviceInfo":
+    from ..gpus import DEVICES
+
+    for key, record in DEVICES.items():
+        if _squeeze(text) in (_squeeze(key), _squeeze(record.name)):
+            return record
+    raise ValueError(f"DXGEMM_DEVICE_AS={text!r} names no GPU dxgemm knows; set it to one of "
+                     f"{', '.join(sorted(DEVICES))} (dxgemm.gpus.DEVICES), or unset it to decide for the real GPU")
+
+
 def steering_state() -> tuple:
     """The variables that change a call's decisions, as a hashable value (the repeat-call
     memo, :mod:`.calls`, keys on it)."""
     env = os.environ
-    return (env.get("DXGEMM_AUTO_PIPELINE"), env.get("DXGEMM_CACHE_DIR"), env.get("XDG_CACHE_HOME"))
+    return (env.get("DXGEMM_AUTO_PIPELINE"), env.get("DXGEMM_CACHE_DIR"), env.get("XDG_CACHE_HOME"),
+            env.get("DXGEMM_DEVICE_AS"))

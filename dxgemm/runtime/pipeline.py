@@ -14,7 +14,7 @@ that are not tile multiples, short K and misaligned operands are handled by the 
 (:mod:`dxgemm.pipelines._launch`).  It cannot run when
 
 * the device is not compute capability 9.0 (the cubins are ``sm_90a``: wgmma-era SASS
-  that no other GPU loads),
+  that no other GPU loads), or ``DXGEMM_DEVICE_AS`` makes it decide as a GPU that is not,
 * Numba's CUDA simulator is active, or cuda.core is missing,
 * the kernel is not in the cache and nvmath-python (with libmathdx) is not installed to
   compile it.
@@ -36,6 +36,7 @@ from ..pipelines.config import TARGETS, PipelineConfig, forced_config, parse_con
 from ..pipelines.loader import PipelineUnavailable
 from ..pipelines.tf32x3 import ARRANGEMENT, kernel_variant
 from ..pipelines.tf32x3 import run as run_tf32x3
+from . import env
 from .device import device_cc, device_info
 from .launch import matrix_of
 from .tuned import lookup
@@ -106,8 +107,16 @@ def availability(device: int) -> str | None:
     except Exception as e:  # no driver, no such device
         return f"GPU {device} cannot be queried ({e})"
     if tuple(cc) not in TARGETS:
-        return f"its kernels are built for compute capability 9.0 (H100/H200); GPU {device} is {cc[0]}.{cc[1]}"
+        return f"its kernels are built for compute capability {_targets()} (H100/H200); GPU {device} is {cc[0]}.{cc[1]}"
+    stand_in = env.device_as()  # decisions as on another GPU (testing): the pipeline only if it has one
+    if stand_in is not None and tuple(stand_in.cc) not in TARGETS:
+        return (f"DXGEMM_DEVICE_AS makes GPU {device} decide as a {stand_in.name} (compute capability "
+                f"{stand_in.cc[0]}.{stand_in.cc[1]}); the pipeline's kernels are built for {_targets()} only")
     return None
+
+
+def _targets() -> str:
+    return ", ".join(f"{a}.{b}" for a, b in TARGETS)
 
 
 class PipelineCall:
