@@ -87,21 +87,36 @@ def test_signature_separates_what_changes_the_kernel_or_its_checks():
     assert sig(a, b, epilogue=E.bias(v1)) == sig(a, b, epilogue=E.bias(FakeArray((48,), 9 << 20)))
 
 
-def test_signature_follows_the_steering_state(monkeypatch, tmp_path):
+def test_lookup_follows_the_steering_state(monkeypatch, tmp_path):
+    """A kept pipeline call is served only while the state that steered it holds (variables,
+    forced configuration or split, the autotune table); ``auto``'s choice of a handwritten kernel
+    only while ``auto`` may (or may not) pick the pipeline as before; an explicit rung never
+    depends on it.  A changed state sends the call the full way."""
     a, b = FakeArray((64, 32), 1 << 20), FakeArray((32, 48), 2 << 20)
-    base = sig(a, b)
+    key, _, _ = _remembered(c_given=False, beta=0.0, a=a, b=b)
+    assert _calls.lookup(key) is not None
     monkeypatch.setenv("DXGEMM_AUTO_PIPELINE", "0")
-    assert sig(a, b) != base
+    assert _calls.lookup(key) is None
     monkeypatch.delenv("DXGEMM_AUTO_PIPELINE")
+    assert _calls.lookup(key) is not None
     with use_split_k(2):
-        assert sig(a, b) != base
+        assert _calls.lookup(key) is None
     with config.use_config("small"):
-        assert sig(a, b) != base
-    assert sig(a, b) == base
+        assert _calls.lookup(key) is None
     monkeypatch.setenv("DXGEMM_CACHE_DIR", str(tmp_path))
-    before = sig(a, b)
+    assert _calls.lookup(key) is None  # another cache folder: another autotune table
+    key, _, _ = _remembered(c_given=False, beta=0.0, a=a, b=b)
+    assert _calls.lookup(key) is not None
     (tmp_path / "autotune.json").write_text("{}")  # a tuning decision written (here or by another process)
-    assert sig(a, b) != before
+    assert _calls.lookup(key) is None
+    assert sig(a, b) == sig(a, b)  # the signature itself holds none of it
+
+    auto, _, _ = _remembered(c_given=False, beta=0.0, a=a, b=b, backend="auto", pipeline=False)
+    rung, _, _ = _remembered(c_given=False, beta=0.0, a=a, b=b, backend="warptile", pipeline=False)
+    with use_split_k(2), config.use_config("small"):
+        assert _calls.lookup(auto) is not None and _calls.lookup(rung) is not None
+    monkeypatch.setenv("DXGEMM_AUTO_PIPELINE", "0")
+    assert _calls.lookup(auto) is None and _calls.lookup(rung) is not None
 
 
 SHIFT = 1.0
@@ -151,9 +166,10 @@ class RecordingCall:
         self.calls.append((a, b, d, m, n, k, list(epi), stream))
 
 
-def _remembered(c_given=True, beta=1.0, bound=None):
+def _remembered(c_given=True, beta=1.0, bound=None, a=None, b=None, backend="pipeline", pipeline=True):
     m, n, k = 64, 48, 32
-    a, b = FakeArray((m, k), 1 << 20), FakeArray((k, n), 2 << 20, order="F")
+    a = FakeArray((m, k), 1 << 20) if a is None else a
+    b = FakeArray((k, n), 2 << 20, order="F") if b is None else b
     c = FakeArray((m, n), 3 << 20)
     call = RecordingCall()
     op_a, op_b, op_d = _operand(a, "a"), _operand(b, "b"), _operand(c, "c")
@@ -162,8 +178,8 @@ def _remembered(c_given=True, beta=1.0, bound=None):
     if bound is None:
         head = (np.float32(2.0), np.float32(beta), d_flat, np.int64(n)) if beta != 0 else (np.float32(2.0),)
         bound = BoundEpilogue(("chain",), (head, (np.float32(0.5),)), lambda: None)
-    key = sig(a, b, c if c_given else None, 2.0, beta)
-    _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, 2.0, beta, c_given)
+    key = sig(a, b, c if c_given else None, 2.0, beta, backend=backend)
+    _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, 2.0, beta, c_given, pipeline=pipeline)
     return key, call, (a, b, c)
 
 
