@@ -145,9 +145,15 @@ class Epilogue(abc.ABC):
         """
         parts = []
         for name, value in vars(self).items():
-            atom = signature_atom(value)
-            if atom is None:
-                return None
+            kind = type(value)  # the common atoms inline: this runs for every stage of every call
+            if kind is float:
+                atom = (kind, value.hex())
+            elif kind is int or kind is str or kind is bool or value is None:
+                atom = (kind, value)
+            else:
+                atom = signature_atom(value)
+                if atom is None:
+                    return None
             parts.append((name, atom))
         return (type(self), tuple(parts))
 
@@ -252,9 +258,14 @@ def signature_atom(value: Any) -> Hashable | None:
         items = value.items() if kind is dict else enumerate(value)
         parts = tuple((k, signature_atom(v)) for k, v in items)
         return None if any(p[1] is None for p in parts) else (kind, parts)
-    from .._arrays import array_signature
+    if not _array_signature:
+        from .._arrays import array_signature
 
-    return array_signature(value)
+        _array_signature.append(array_signature)
+    return _array_signature[0](value)
+
+
+_array_signature: list = []  # dxgemm._arrays.array_signature, imported on first use
 
 
 def _span_of(operand: Any) -> Span:

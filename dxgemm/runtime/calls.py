@@ -169,7 +169,7 @@ class _KeptCall:
             if pd < end_b and pb < end_d and end_b > pb:
                 raise ValueError("c overlaps b in memory; the output must not share memory with an input")
         if self.reads or self.writes:
-            check_spans([Span("a", pa, end_a), Span("b", pb, end_b)], Span("c", pd, end_d), self.reads, self.writes)
+            self._check_races(pa, end_a, pb, end_b, pd, end_d)
         scalar = self.scalar
         if self.with_c:  # alpha, beta, C's flat view (Matrix.vector_slots) and leading dimension
             (size, itemsize), shape_stride, ld = self.c_slots
@@ -179,6 +179,21 @@ class _KeptCall:
         with on_device(self.device):  # launch on the arrays' GPU (the signature holds it), whichever is current
             self.fast(pa, pb, pd, head, handle)
         return out
+
+    def _check_races(self, pa: int, end_a: int, pb: int, end_b: int, pd: int, end_d: int) -> None:
+        """:func:`~dxgemm.epilogues._base.check_spans` for new addresses of A, B and D: the
+        epilogue's own arrays are part of the signature (by address), so what they do to each
+        other was checked when the call was first made; what remains is each write against A, B
+        and D, and each read against D, in check_spans' order and with its messages."""
+        operands = (("a", pa, end_a), ("b", pb, end_b))
+        for w in self.writes:
+            for name, lo, hi in operands + (("c", pd, end_d),):
+                if w.lo < hi and lo < w.hi and w.hi > w.lo and hi > lo:
+                    check_spans([Span(*operands[0]), Span(*operands[1])], Span("c", pd, end_d), self.reads,
+                                self.writes)  # raises, naming the first overlap as on the full path
+        for r in self.reads:
+            if r.lo < end_d and pd < r.hi and r.hi > r.lo and end_d > pd:
+                check_spans([Span(*operands[0]), Span(*operands[1])], Span("c", pd, end_d), self.reads, self.writes)
 
     def _run_views(self, a: Any, b: Any, c: Any, alpha: Any, beta: Any, stream: Any) -> Any:
         """The repeat call of a launcher that takes Matrix views (the pipeline's)."""
