@@ -85,10 +85,10 @@ def gemm(
             output overlapping an input, an unknown backend, ``beta != 0`` without ``c``, a
             precision the dtype or the backend does not compute.
     """
-    key = _calls.signature(a, b, c, alpha, beta, epilogue, backend, precision)
+    key, addresses = _calls.probe(a, b, c, alpha, beta, epilogue, backend, precision)
     repeat = _calls.lookup(key)
     if repeat is not None:  # same signature as an earlier call: its decisions hold
-        return repeat.run(a, b, c, alpha, beta, stream)
+        return repeat.run(a, b, c, alpha, beta, stream, addresses)
     op_a = as_operand(a, "a")
     op_b = as_operand(b, "b")
     if op_a.dtype != op_b.dtype:
@@ -162,7 +162,8 @@ def gemm(
                 backend = "warptile"
             if call is not None:
                 call(mat_a, mat_b, mat_d, m, n, k, bound.args, handle)
-                _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta, c is not None)
+                _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta, c is not None,
+                                addresses=addresses)
                 return out
         if backend in policy.TF32_BACKENDS:
             tile = precision  # tf32mma's tile configurations are its two modes
@@ -182,7 +183,7 @@ def gemm(
             call = rung_call(backend, spec, bound, device)
         call(matrix_of(op_a), matrix_of(op_b), matrix_of(op_d), m, n, k, flat_values(bound.args), handle)
         _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta, c is not None,
-                        pipeline=False)
+                        pipeline=False, addresses=addresses)
         return out
 
 

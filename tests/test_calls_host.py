@@ -83,8 +83,17 @@ def test_signature_separates_what_changes_the_kernel_or_its_checks():
     assert sig(a, b, epilogue=E.gelu()) != sig(a, b, epilogue=E.gelu("tanh"))
     assert sig(a, b, epilogue=E.relu() | E.tanh()) != sig(a, b, epilogue=E.tanh() | E.relu())
     v1, v2 = FakeArray((48,), 9 << 20), FakeArray((48,), 10 << 20)
-    assert sig(a, b, epilogue=E.bias(v1)) != sig(a, b, epilogue=E.bias(v2))  # an epilogue array by address
-    assert sig(a, b, epilogue=E.bias(v1)) == sig(a, b, epilogue=E.bias(FakeArray((48,), 9 << 20)))
+    # an epilogue array by structure: its address goes into the kept arguments (probe's list)
+    assert sig(a, b, epilogue=E.bias(v1)) == sig(a, b, epilogue=E.bias(v2))
+    assert _calls.probe(a, b, None, 1.0, 0.0, E.bias(v2), "pipeline")[1] == [10 << 20]
+    assert sig(a, b, epilogue=E.bias(v1)) != sig(a, b, epilogue=E.bias(FakeArray((48,), 9 << 20, np.float64)))
+    assert sig(a, b, epilogue=E.bias(v1)) != sig(a, b, epilogue=E.bias(FakeArray((1, 48), 9 << 20)))
+    assert sig(a, b, epilogue=E.bias(FakeArray((48,), 9 << 20 | 8))) != sig(a, b, epilogue=E.bias(v1))  # alignment
+    # which arrays share an address is part of it
+    w1, w2 = FakeArray((64, 48), 20 << 20), FakeArray((64, 48), 21 << 20)
+    apart = sig(a, b, epilogue=E.bias(v1) | E.store(w1) | E.store(w2))
+    assert apart == sig(a, b, epilogue=E.bias(v2) | E.store(w2) | E.store(w1))
+    assert apart != sig(a, b, epilogue=E.bias(v1) | E.store(w1) | E.store(w1))
 
 
 def test_lookup_follows_the_steering_state(monkeypatch, tmp_path):
@@ -137,7 +146,8 @@ def test_custom_signature_follows_the_function_values_and_arrays(monkeypatch):
 
     base = sig(a, b, epilogue=E.custom(shifted, w1))
     assert base is not None and base == sig(a, b, epilogue=E.custom(shifted, FakeArray((64, 48), 9 << 20)))
-    assert sig(a, b, epilogue=E.custom(shifted, w2)) != base  # another array
+    assert sig(a, b, epilogue=E.custom(shifted, w2)) == base  # another array of the same structure
+    assert sig(a, b, epilogue=E.custom(shifted, FakeArray((64, 48), 9 << 20, order="F"))) != base
     assert sig(a, b, epilogue=E.custom(scaled_by(2.0), w1)) != sig(a, b, epilogue=E.custom(scaled_by(3.0), w1))
     monkeypatch.setitem(globals(), "SHIFT", 2.0)
     assert sig(a, b, epilogue=E.custom(shifted, w1)) != base  # a global it reads changed

@@ -86,8 +86,9 @@ def test_repeat_call_is_served_from_the_kept_call_and_stays_correct(full_path, r
 
 
 def test_what_changes_the_kernel_or_its_launch_takes_the_full_path(full_path, rng):
-    """Shape, strides (layout), dtype, epilogue structure and values, another epilogue array,
-    beta becoming zero or C going away, another backend or precision: each a full call once, then short."""
+    """Shape, strides (layout), dtype, epilogue structure and values, which epilogue arrays
+    alias, beta becoming zero or C going away, another backend or precision: each a full call
+    once, then short."""
     dtype = np.float32
     (a, b, c), (da, db, dc) = _operands(rng, dtype)
     v = cuda.to_device(rng.uniform(-1.0, 1.0, N).astype(dtype))
@@ -120,7 +121,8 @@ def test_what_changes_the_kernel_or_its_launch_takes_the_full_path(full_path, rn
         lambda: call(epilogue="none"),
         lambda: call(epilogue="leaky"),
         lambda: call(epilogue="leaky2"),  # a value compiled into the arguments of a pointwise stage
-        lambda: call(epilogue=E.bias(other_v) | E.gelu()),  # another bias array: bound afresh
+        lambda: call(epilogue=E.bias(v) | E.bias(v) | E.gelu()),  # two stages reading one array
+        lambda: call(epilogue=E.bias(v) | E.bias(other_v) | E.gelu()),  # ... or two arrays
         lambda: call(beta=0.0),  # no read of C
         lambda: call(dc=None, beta=0.0),
         lambda: call(backend="coalesced"),
@@ -150,10 +152,45 @@ def test_repeat_calls_still_refuse_bad_input(full_path, rng):
     target = poisoned((M, N), dtype)
     dxgemm.gemm(da, db, dc, beta=1.0, epilogue=E.store(target) | E.relu(), backend=BACKEND)
     calls_so_far = len(full_path)
+    assert _calls.lookup(_calls.signature(da, db, target, 1.0, 1.0, E.store(target) | E.relu(), BACKEND)) is not None
     with pytest.raises(ValueError, match="store target overlaps c"):
         dxgemm.gemm(da, db, target, beta=1.0, epilogue=E.store(target) | E.relu(), backend=BACKEND)
+    v = cuda.to_device(rng.uniform(-1.0, 1.0, N).astype(dtype))
+    dxgemm.gemm(da, db, dc, beta=1.0, epilogue=E.bias(v), backend=BACKEND)
+    calls_so_far = len(full_path)
+    assert _calls.lookup(_calls.signature(da, db, dc, 1.0, 1.0, E.bias(dc[0, :]), BACKEND)) is not None
+    with pytest.raises(ValueError, match="bias overlaps the output c"):  # a bias read from D, short path
+        dxgemm.gemm(da, db, dc, beta=1.0, epilogue=E.bias(dc[0, :]), backend=BACKEND)
     with pytest.raises(ValueError, match="beta=1.0 scales c, but no c was given"):
         dxgemm.gemm(da, db, beta=1.0, backend=BACKEND)
     with pytest.raises(ValueError, match="inner dimensions differ"):
         dxgemm.gemm(da, dc, backend=BACKEND)
     assert len(full_path) == calls_so_far
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_epilogue_arrays_at_new_addresses_take_the_short_path(full_path, rng, dtype):
+    """A new bias vector and a new store target each call (a training step's saved
+    pre-activation): the same signature, their new addresses patched into the kept
+    arguments, the results and the stored values right; a store target that overlaps C is
+    refused on the short path as on the full one."""
+    def chain(v, target):
+        return E.bias(v) | E.store(target) | E.gelu()
+
+    for step in range(3):
+        (a, b, c), (da, db, dc) = _operands(rng, dtype)
+        v = cuda.to_device(rng.uniform(-1.0, 1.0, N).astype(dtype))
+        target = poisoned((M, N), dtype)
+        alpha, beta = [(1.0, 0.5), (-0.5, 2.0), (2.0, -1.0)][step]
+        c64 = c.astype(np.float64)
+        dxgemm.gemm(da, db, dc, alpha=alpha, beta=beta, epilogue=chain(v, target), backend=BACKEND)
+        assert len(full_path) == 1, f"step {step} took the full path"
+        assert_close(dc.copy_to_host(), chain(v, target), a.astype(np.float64), b.astype(np.float64),
+                     np.dtype(dtype), alpha=alpha, beta=beta, c=c64)  # checks the store target too
+    assert _calls.lookup(_calls.signature(da, db, dc, 1.0, 1.0, chain(v, dc), BACKEND)) is not None
+    with pytest.raises(ValueError, match="store target overlaps c"):
+        dxgemm.gemm(da, db, dc, alpha=1.0, beta=1.0, epilogue=chain(v, dc), backend=BACKEND)
+    with pytest.raises(ValueError, match="store target overlaps"):  # the target overlaps the bias it reads
+        over = cuda.to_device(np.zeros((M, N), dtype))
+        dxgemm.gemm(da, db, dc, beta=1.0, epilogue=E.bias(over[0, :]) | E.store(over) | E.gelu(), backend=BACKEND)
+    assert len(full_path) == 1

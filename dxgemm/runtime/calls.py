@@ -51,9 +51,9 @@ from .._streams import stream_handle
 from ..epilogues._base import Epilogue, Span, check_spans
 from ..pipelines import config
 from . import env, tuned
-from .launch import Matrix, flat_values, matrix_of
+from .launch import Matrix, data_slots, flat_values, matrix_of
 
-__all__ = ["signature", "lookup", "remember", "clear"]
+__all__ = ["signature", "probe", "lookup", "remember", "clear"]
 
 _MAX_ENTRIES = 512
 _entries: dict[tuple, "_KeptCall"] = {}
@@ -75,32 +75,54 @@ def _auto_state() -> tuple:
 def signature(a: Any, b: Any, c: Any, alpha: Any, beta: Any, epilogue: Any, backend: str,
               precision: str | None = None) -> tuple | None:
     """The call's signature (module docstring), or None when the call must be validated in full."""
+    return probe(a, b, c, alpha, beta, epilogue, backend, precision)[0]
+
+
+def probe(a: Any, b: Any, c: Any, alpha: Any, beta: Any, epilogue: Any, backend: str,
+          precision: str | None = None) -> tuple[tuple | None, list]:
+    """``(signature, epilogue addresses)``: the addresses of the epilogue's arrays, in the order
+    the signature indexes them (:meth:`~dxgemm.epilogues.Epilogue.call_signature`)."""
+    addresses: list = []
     sig_a = matrix_signature(a)
     if sig_a is None:
-        return None
+        return None, addresses
     sig_b = matrix_signature(b)
     if sig_b is None:
-        return None
+        return None, addresses
     sig_c = None
     if c is not None:
         sig_c = matrix_signature(c)
         if sig_c is None:
-            return None
+            return None, addresses
     kind_alpha, kind_beta = type(alpha), type(beta)
     if (kind_alpha is not float and kind_alpha is not int) or (kind_beta is not float and kind_beta is not int):
-        return None
+        return None, addresses
     epi: tuple = ()
     if epilogue is not None:
         if not isinstance(epilogue, Epilogue):
-            return None
+            return None, addresses
         parts = []
         for stage in epilogue.stages:
-            part = stage.call_signature()
+            part = stage.call_signature(addresses) if _takes_addresses(type(stage)) else stage.call_signature()
             if part is None:
-                return None
+                return None, addresses
             parts.append(part)
         epi = tuple(parts)
-    return (sig_a, sig_b, sig_c, kind_alpha, kind_beta, beta == 0, epi, backend, precision)
+    return (sig_a, sig_b, sig_c, kind_alpha, kind_beta, beta == 0, epi, backend, precision), addresses
+
+
+_addressable: dict[type, bool] = {}
+
+
+def _takes_addresses(kind: type) -> bool:
+    """Whether a stage class's ``call_signature`` takes ``addresses`` (one written before it did
+    keys its arrays by address, which stays correct)."""
+    known = _addressable.get(kind)
+    if known is None:
+        import inspect
+
+        known = _addressable[kind] = "addresses" in inspect.signature(kind.call_signature).parameters
+    return known
 
 
 def lookup(key: tuple | None) -> "_KeptCall | None":
@@ -135,7 +157,8 @@ class _KeptCall:
     """
 
     __slots__ = ("call", "m", "n", "k", "scalar", "a", "b", "d", "with_c", "tail", "reads", "writes", "new_output",
-                 "library", "fast", "bytes_a", "bytes_b", "bytes_d", "c_slots", "device", "steering", "steered_by")
+                 "library", "fast", "bytes_a", "bytes_b", "bytes_d", "c_slots", "device", "steering", "steered_by",
+                 "moved", "span_of")
 
     def __init__(self, call: Any, m: int, n: int, k: int, scalar: type, a: Any, b: Any, d: Any, with_c: bool,
                  tail: list, reads: tuple, writes: tuple, new_output: Any, library: str = "cupy", device: int = 0):
@@ -148,6 +171,8 @@ class _KeptCall:
         self.c_slots = d_view.vector_slots()[2:4], d_view.vector_slots()[5:], np.int64(d_view.ld)
         self.steering: Callable[[], tuple] | None = None
         self.steered_by: tuple = ()
+        self.moved: tuple = ()  # (epilogue slot, address index) of every epilogue array's address
+        self.span_of: tuple = ()  # per read, then per write: a fixed Span, or (name, address index, lo, hi)
 
     def head(self, alpha: Any, beta: Any, d: Any) -> list:
         """The alpha/beta stage's flattened kernel arguments (``AlphaBeta.bind``'s, in slots)."""
@@ -156,9 +181,19 @@ class _KeptCall:
             return [scalar(alpha), scalar(beta), *d.vector_slots(), np.int64(d.ld)]
         return [scalar(alpha)]
 
-    def run(self, a: Any, b: Any, c: Any, alpha: Any, beta: Any, stream: Any) -> Any:
+    def spans(self, addresses: list) -> tuple[list, list]:
+        """The epilogue's read and write spans at this call's ``addresses``."""
+        out = []
+        for span in self.span_of:
+            if type(span) is tuple:
+                name, index, lo, hi = span
+                span = Span(name, addresses[index] + lo, addresses[index] + hi)
+            out.append(span)
+        return out[:len(self.reads)], out[len(self.reads):]
+
+    def run(self, a: Any, b: Any, c: Any, alpha: Any, beta: Any, stream: Any, addresses: list = ()) -> Any:
         if self.fast is None:
-            return self._run_views(a, b, c, alpha, beta, stream)
+            return self._run_views(a, b, c, alpha, beta, stream, addresses)
         handle = stream_handle(stream, self.library)
         out = c if c is not None else self.new_output()
         pa, pb, pd = data_pointer(a), data_pointer(b), data_pointer(out)
@@ -168,7 +203,21 @@ class _KeptCall:
                 raise ValueError("c overlaps a in memory; the output must not share memory with an input")
             if pd < end_b and pb < end_d and end_b > pb:
                 raise ValueError("c overlaps b in memory; the output must not share memory with an input")
-        if self.reads or self.writes:
+        if self.span_of:  # epilogue arrays indexed by address: their spans follow this call's addresses
+            if self.writes:
+                reads, writes = self.spans(addresses)
+                check_spans([Span("a", pa, end_a), Span("b", pb, end_b)], Span("c", pd, end_d), reads, writes)
+            else:  # reads only: each against D (reads never race with each other or with A and B)
+                for span in self.span_of:
+                    if type(span) is tuple:
+                        base = addresses[span[1]]
+                        lo, hi = base + span[2], base + span[3]
+                    else:
+                        lo, hi = span.lo, span.hi
+                    if lo < end_d and pd < hi and hi > lo and end_d > pd:
+                        check_spans([Span("a", pa, end_a), Span("b", pb, end_b)], Span("c", pd, end_d),
+                                    self.spans(addresses)[0], [])  # raises, with check_spans' message
+        elif self.reads or self.writes:
             self._check_races(pa, end_a, pb, end_b, pd, end_d)
         scalar = self.scalar
         if self.with_c:  # alpha, beta, C's flat view (Matrix.vector_slots) and leading dimension
@@ -176,15 +225,17 @@ class _KeptCall:
             head = [scalar(alpha), scalar(beta), 0, 0, size, itemsize, pd, *shape_stride, ld]
         else:
             head = [scalar(alpha)]
+        patches = [(slot, addresses[index]) for slot, index in self.moved] if self.moved else ()
         with on_device(self.device):  # launch on the arrays' GPU (the signature holds it), whichever is current
-            self.fast(pa, pb, pd, head, handle)
+            self.fast(pa, pb, pd, head, handle, patches)
         return out
 
     def _check_races(self, pa: int, end_a: int, pb: int, end_b: int, pd: int, end_d: int) -> None:
-        """:func:`~dxgemm.epilogues._base.check_spans` for new addresses of A, B and D: the
-        epilogue's own arrays are part of the signature (by address), so what they do to each
-        other was checked when the call was first made; what remains is each write against A, B
-        and D, and each read against D, in check_spans' order and with its messages."""
+        """:func:`~dxgemm.epilogues._base.check_spans` for new addresses of A, B and D when the
+        epilogue's own arrays are keyed by address (a stage whose ``call_signature`` takes no
+        ``addresses``): what they do to each other was checked when the call was first made;
+        what remains is each write against A, B and D, and each read against D, in
+        check_spans' order and with its messages."""
         operands = (("a", pa, end_a), ("b", pb, end_b))
         for w in self.writes:
             for name, lo, hi in operands + (("c", pd, end_d),):
@@ -195,8 +246,9 @@ class _KeptCall:
             if r.lo < end_d and pd < r.hi and r.hi > r.lo and end_d > pd:
                 check_spans([Span(*operands[0]), Span(*operands[1])], Span("c", pd, end_d), self.reads, self.writes)
 
-    def _run_views(self, a: Any, b: Any, c: Any, alpha: Any, beta: Any, stream: Any) -> Any:
-        """The repeat call of a launcher that takes Matrix views (the pipeline's)."""
+    def _run_views(self, a: Any, b: Any, c: Any, alpha: Any, beta: Any, stream: Any, addresses: list = ()) -> Any:
+        """The repeat call of a launcher that takes Matrix views (the pipeline's), or of one whose
+        epilogue arrays may have moved."""
         handle = stream_handle(stream, self.library)
         out = c if c is not None else self.new_output()
         mat_a = Matrix(data_pointer(a), *self.a)
@@ -204,10 +256,15 @@ class _KeptCall:
         mat_d = Matrix(data_pointer(out), *self.d)
         if c is not None:
             check_output_overlap(mat_d, (("a", mat_a), ("b", mat_b)))
-        if self.reads or self.writes:
-            check_spans([_span("a", mat_a), _span("b", mat_b)], _span("c", mat_d), self.reads, self.writes)
+        reads, writes = self.spans(addresses) if self.span_of else (self.reads, self.writes)
+        if reads or writes:
+            check_spans([_span("a", mat_a), _span("b", mat_b)], _span("c", mat_d), reads, writes)
+        head = self.head(alpha, beta, mat_d)
+        epi = head + self.tail
+        for slot, index in self.moved:
+            epi[slot] = addresses[index]
         with on_device(self.device):  # launch on the arrays' GPU (the signature holds it), whichever is current
-            self.call(mat_a, mat_b, mat_d, self.m, self.n, self.k, self.head(alpha, beta, mat_d) + self.tail, handle)
+            self.call(mat_a, mat_b, mat_d, self.m, self.n, self.k, epi, handle)
         return out
 
 
@@ -229,13 +286,17 @@ def _output_factory(library: str, device_id: int, shape: tuple[int, int], dtype:
 
 
 def remember(key: tuple | None, call: Any, op_a: Any, op_b: Any, op_d: Any, originals: tuple, m: int, n: int,
-             k: int, bound: Any, alpha: Any, beta: Any, c_given: bool, *, pipeline: bool = True) -> None:
+             k: int, bound: Any, alpha: Any, beta: Any, c_given: bool, *, pipeline: bool = True,
+             addresses: list = ()) -> None:
     """Keep a successful call's decisions under ``key`` (from :func:`signature`); ``call`` launches it.
 
     ``originals``: the caller's A and B; a call whose inputs had to be copied (no unit
     stride) is not kept, since a repeat would have to copy too.  The recorded arguments
     are checked against the ones this call launched with, and nothing is kept if the
-    repeat path would build different ones.  ``pipeline``: whether the decisions may depend on
+    repeat path would build different ones.  ``addresses``: the epilogue arrays' addresses
+    (:func:`probe`), which the signature holds by index only: each must be found where the
+    arguments and spans hold it (a kernel argument's data pointer, a span around it), or the
+    call is not kept.  ``pipeline``: whether the decisions may depend on
     the pipeline's steering state (:func:`lookup`); False for a handwritten kernel, which then
     depends only on ``auto``'s pipeline switch when ``auto`` chose it.
     """
@@ -255,6 +316,11 @@ def remember(key: tuple | None, call: Any, op_a: Any, op_b: Any, op_d: Any, orig
     head = flat_values((bound.args[0],))
     if entry.head(alpha, beta, mat_d) != head:
         return
+    if addresses:
+        placed = _place(addresses, bound, len(head))
+        if placed is None:
+            return
+        entry.moved, entry.span_of = placed
     if hasattr(call, "repeat"):
         entry.fast = call.repeat(mat_a, mat_b, mat_d, m, n, k, head + entry.tail)
     if pipeline:
@@ -271,3 +337,27 @@ def remember(key: tuple | None, call: Any, op_a: Any, op_b: Any, op_d: Any, orig
 def _device_of(op: Any) -> int:
     """The GPU of a remembered call's operands (0 under the simulator)."""
     return op.obj.device.id if op.library == "cupy" else 0
+
+
+def _place(addresses: list, bound: Any, head: int) -> tuple[tuple, tuple] | None:
+    """Where each epilogue array's address sits: ``(moved, span_of)`` for :class:`_KeptCall`, or
+    None when that cannot be told for sure (a span holding two of the addresses; a kernel
+    argument pointing inside an array but not at its start), and the call is not kept."""
+    spans = list(bound.reads) + list(bound.writes)
+    span_of: list = []
+    for span in spans:
+        inside = {p for p in addresses if span.lo <= p < span.hi or p == span.lo}
+        if len(inside) > 1:
+            return None
+        if not inside:  # an array keyed by its address (a stage written before addresses were indexed)
+            span_of.append(span)
+            continue
+        p = inside.pop()
+        span_of.append((span.name, addresses.index(p), span.lo - p, span.hi - p))
+    moved = []
+    for slot, ptr in data_slots(tuple(bound.args[1:])):
+        if ptr in addresses:
+            moved.append((head + slot, addresses.index(ptr)))
+        elif any(type(s) is tuple and spans[i].lo <= ptr < spans[i].hi for i, s in enumerate(span_of)):
+            return None
+    return tuple(moved), tuple(span_of)

@@ -27,7 +27,7 @@ from ..kernels import FLAG_VEC_A, FLAG_VEC_B, vector_flags
 from ..kernels._device import SIMULATOR
 
 __all__ = ["Matrix", "PackedLaunch", "KernelCall", "KeptBuffers", "KIND_SIZES", "param_layout", "flat_values",
-           "flatten", "check_params", "cu_stream", "core_stream", "numba_type_text", "launch_layout", "matrix_of",
+           "flatten", "data_slots", "check_params", "cu_stream", "core_stream", "numba_type_text", "launch_layout", "matrix_of",
            "aligned_ld"]
 
 _KINDS = {  # a kernel parameter kind (:func:`param_layout`): its numpy type and struct code
@@ -116,6 +116,24 @@ def flat_values(value: Any, out: list | None = None) -> list:
     else:
         out.append(value)
     return out
+
+
+def data_slots(value: Any) -> list[tuple[int, int]]:
+    """``(index, address)`` of every array's data pointer in :func:`flat_values` of ``value``."""
+    found: list[tuple[int, int]] = []
+
+    def visit(item: Any, at: int) -> int:
+        if type(item) is tuple:
+            for member in item:
+                at = visit(member, at)
+            return at
+        slots = flat_values(item)
+        if hasattr(item, "__cuda_array_interface__") or (SIMULATOR and hasattr(item, "_ary")):  # flat_values' arrays
+            found.append((at + 4, int(slots[4])))
+        return at + len(slots)
+
+    visit(value, 0)
+    return found
 
 
 def flatten(values: Sequence[Any], kinds: Sequence[str]) -> list:
@@ -424,14 +442,19 @@ class RepeatLaunch:
         self.width = 16 // a.itemsize
         self.a_ld_ok, self.b_ld_ok = a.ld % self.width == 0, b.ld % self.width == 0
 
-    def __call__(self, a_ptr: int, b_ptr: int, d_ptr: int, head: list | None, stream: int) -> None:
-        """Launch with these addresses; ``head`` (None: as recorded) replaces the first epilogue slots."""
+    def __call__(self, a_ptr: int, b_ptr: int, d_ptr: int, head: list | None, stream: int,
+                 patches: Sequence[tuple[int, int]] = ()) -> None:
+        """Launch with these addresses; ``head`` (None: as recorded) replaces the first epilogue
+        slots, and each ``(index, value)`` of ``patches`` the epilogue slot at that index
+        (an epilogue array's new address)."""
         values = self.values.copy()
         values[4], values[11], values[18] = a_ptr, b_ptr, d_ptr
         values[27] = ((FLAG_VEC_A if self.a_ld_ok and a_ptr % 16 == 0 else 0)
                       | (FLAG_VEC_B if self.b_ld_ok and b_ptr % 16 == 0 else 0))
         if head is not None:
             values[28:28 + len(head)] = head
+        for index, value in patches:
+            values[28 + index] = value
         call = self.call
         with call._lock:
             call.launch.launch_checked(call._cu_stream(stream), self.dims, call.smem, values)

@@ -97,12 +97,13 @@ class SplitRepeat:
         self.part = split.part.repeat(a, b, stacked, m, n, k, split.plain_args)
         self.reduce = split.reduce.repeat(stacked, stride_view, d, m, n, split.slices, epi_args)
 
-    def __call__(self, a_ptr: int, b_ptr: int, d_ptr: int, head: list | None, stream: int) -> None:
+    def __call__(self, a_ptr: int, b_ptr: int, d_ptr: int, head: list | None, stream: int,
+                 patches: Any = ()) -> None:
         split = self.split
         core = split._core_device
         w = workspace(split.device, core, stream, core_stream(core, stream), self.nbytes)
         self.part(a_ptr, b_ptr, w, None, stream)
-        self.reduce(w, w, d_ptr, head, stream)
+        self.reduce(w, w, d_ptr, head, stream, patches)
 
 
 class SplitKCall:
@@ -301,9 +302,12 @@ class SimulatedRepeat:
     def __init__(self, call: SimulatedCall, a: Matrix, b: Matrix, d: Matrix, m: int, n: int, k: int, epi_args: list):
         self.call, self.a, self.b, self.d, self.mnk, self.epi = call, a, b, d, (m, n, k), list(epi_args)
 
-    def __call__(self, a_ptr: int, b_ptr: int, d_ptr: int, head: list | None, stream: int) -> None:
+    def __call__(self, a_ptr: int, b_ptr: int, d_ptr: int, head: list | None, stream: int,
+                 patches: Any = ()) -> None:
         epi = list(self.epi)
         if head is not None:
             epi[:len(head)] = head
+        for index, value in patches:
+            epi[index] = value
         self.call(dataclasses.replace(self.a, ptr=a_ptr), dataclasses.replace(self.b, ptr=b_ptr),
                   dataclasses.replace(self.d, ptr=d_ptr), *self.mnk, epi, stream)
