@@ -423,3 +423,42 @@ def test_straight_line_custom_functions():
     assert not any(straight_line(fn) for fn in heavy)
     w, v = np.ones((3, 3)), np.ones(3)
     assert [E.custom(scaled, w, v).transcendental, E.custom(loop, v).transcendental] == [False, True]
+
+
+def test_epilogue_addresses_are_located_or_the_call_is_not_kept():
+    """An epilogue array enters the signature by structure only, so remember() must find its
+    address in the kept arguments (an array argument's data pointer) and spans; an argument
+    pointing inside the array but not at its start, or a span holding two of the addresses,
+    cannot be moved safely: that call is not kept."""
+    m, n, k = 64, 48, 32
+    a, b, c = FakeArray((m, k), 1 << 20), FakeArray((k, n), 2 << 20), FakeArray((m, n), 3 << 20)
+    op_a, op_b, op_d = _operand(a, "a"), _operand(b, "b"), _operand(c, "c")
+    v = 9 << 20
+
+    def view(ptr):
+        return SimpleNamespace(__cuda_array_interface__={"shape": (n,), "typestr": "<f4", "data": (ptr, False),
+                                                         "strides": None, "version": 3})
+
+    def kept(arg_ptr, spans, addresses):
+        _calls.clear()
+        bound = BoundEpilogue(("chain",), ((np.float32(2.0),), (view(arg_ptr),)), lambda: None, spans)
+        key = sig(a, b, c, 2.0, 0.0)
+        _calls.remember(key, RecordingCall(), op_a, op_b, op_d, (a, b), m, n, k, bound, 2.0, 0.0, True,
+                        addresses=addresses)
+        return _calls.lookup(key)
+
+    entry = kept(v, (Span("bias", v, v + 4 * n),), [v])
+    assert entry is not None and entry.moved == ((1 + 4, 0),)  # after alpha: the view's data slot
+    assert entry.span_of == (("bias", 0, 0, 4 * n),)
+    assert kept(v + 64, (Span("bias", v, v + 4 * n),), [v]) is None  # points inside the array
+    assert kept(v, (Span("both", v, v + 8 * n),), [v, v + 4 * n]) is None  # one span, two arrays
+    # the repeat call moves the argument and the span with the new address
+    call = RecordingCall()
+    bound = BoundEpilogue(("chain",), ((np.float32(2.0),), (view(v),)), lambda: None, (Span("bias", v, v + 4 * n),))
+    key = sig(a, b, c, 2.0, 0.0)
+    _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, 2.0, 0.0, True, addresses=[v])
+    entry = _calls.lookup(key)
+    entry.run(a, b, c, 1.0, 0.0, 0, [v + (1 << 20)])
+    assert call.calls[-1][6][5] == v + (1 << 20)
+    with pytest.raises(ValueError, match="bias overlaps the output c"):
+        entry.run(a, b, c, 1.0, 0.0, 0, [c.data.ptr + 8])
