@@ -60,18 +60,17 @@ def matrix_signature(obj: Any) -> tuple | None:
     """What validating ``obj`` as a matrix depends on besides its address, for a CuPy array
     (or, under Numba's simulator, a simulated device array).
 
-    ``(type, shape, strides, dtype, device, 16-byte aligned)``, read from attributes (no
+    ``(type, shape, strides, dtype, device)``, read from attributes (no
     ``__cuda_array_interface__`` dict): the layout, leading dimension, dtype and device
-    checks of :func:`as_operand` follow from it, and the alignment is what ``auto``'s
-    backend rule reads from the address.  None for every other type (those calls are
-    validated in full).
+    checks of :func:`as_operand` follow from it.  None for every other type (those calls
+    are validated in full).
     """
     kind = type(obj)
     if kind is cupy_ndarray_type():
-        return (kind, obj.shape, obj.strides, obj.dtype, obj.device.id, obj.data.ptr % 16 == 0)
+        return (kind, obj.shape, obj.strides, obj.dtype, obj.device.id)
     if SIMULATOR and kind is _simulated_array_type():
         host = obj._ary
-        return (kind, host.shape, host.strides, host.dtype, 0, host.ctypes.data % 16 == 0)
+        return (kind, host.shape, host.strides, host.dtype, 0)
     return None
 
 

@@ -12,8 +12,8 @@ own ``matmul`` does (16-28 microseconds of CPU time on the H100 host).
 What is kept
 ------------
 After a call succeeds, :func:`remember` stores what it decided under the call's
-*signature* (:func:`signature`): the array type, shape, strides, dtype, device and 16-byte
-alignment of A, B and C (``auto``'s backend rule reads the alignment), the Python types of
+*signature* (:func:`signature`): the array type, shape, strides, dtype and device of A, B
+and C, the 16-byte alignment of A and B (``auto``'s backend rule reads it), the Python types of
 alpha and beta and whether beta is zero, each epilogue stage's
 :meth:`~dxgemm.epilogues.Epilogue.call_signature`, the backend and precision asked for.
 Addresses are not part of it.  The state that steers the decisions besides the arguments
@@ -108,7 +108,9 @@ def probe(a: Any, b: Any, c: Any, alpha: Any, beta: Any, epilogue: Any, backend:
                 return None, addresses
             parts.append(part)
         epi = tuple(parts)
-    return (sig_a, sig_b, sig_c, kind_alpha, kind_beta, beta == 0, epi, backend, precision), addresses
+    # A's and B's 16-byte alignment: auto's backend rule reads it (the kernels take it per call)
+    aligned = (data_pointer(a) % 16 == 0, data_pointer(b) % 16 == 0)
+    return (sig_a, sig_b, sig_c, kind_alpha, kind_beta, beta == 0, epi, backend, precision, aligned), addresses
 
 
 _addressable: dict[type, bool] = {}
