@@ -258,8 +258,6 @@ def signature_atom(value: Any, addresses: list | None = None) -> Hashable | None
         return (kind, value.hex())  # exact: -0.0 and 0.0 differ, NaN equals NaN
     if kind in _PLAIN_TYPES:
         return (kind, value)
-    if isinstance(value, np.generic):
-        return (kind, value.tobytes())
     if kind is tuple or kind is dict:
         parts = []
         for key, member in (value.items() if kind is dict else enumerate(value)):
@@ -274,6 +272,8 @@ def signature_atom(value: Any, addresses: list | None = None) -> Hashable | None
                     return None
             parts.append((key, atom))
         return (kind, tuple(parts))
+    if isinstance(value, np.generic):
+        return (kind, value.tobytes())
     if not _array_signature:
         from .._arrays import array_signature
 
@@ -282,9 +282,9 @@ def signature_atom(value: Any, addresses: list | None = None) -> Hashable | None
     if sig is None or addresses is None:
         return sig
     ptr = sig[-1]
-    try:
+    if ptr in addresses:
         index = addresses.index(ptr)
-    except ValueError:
+    else:
         index = len(addresses)
         addresses.append(ptr)
     return sig[:-1] + ("@", index)

@@ -99,7 +99,7 @@ def probe(a: Any, b: Any, c: Any, alpha: Any, beta: Any, epilogue: Any, backend:
         return None, addresses
     epi: tuple = ()
     if epilogue is not None:
-        if not isinstance(epilogue, Epilogue):
+        if not _is_epilogue(type(epilogue)):
             return None, addresses
         parts = []
         for stage in epilogue.stages:
@@ -111,6 +111,17 @@ def probe(a: Any, b: Any, c: Any, alpha: Any, beta: Any, epilogue: Any, backend:
     # A's and B's 16-byte alignment: auto's backend rule reads it (the kernels take it per call)
     aligned = (data_pointer(a) % 16 == 0, data_pointer(b) % 16 == 0)
     return (sig_a, sig_b, sig_c, kind_alpha, kind_beta, beta == 0, epi, backend, precision, aligned), addresses
+
+
+_epilogue_types: dict[type, bool] = {}
+
+
+def _is_epilogue(kind: type) -> bool:
+    """``issubclass(kind, Epilogue)``, remembered per class (an ABC's check is slow for every call)."""
+    known = _epilogue_types.get(kind)
+    if known is None:
+        known = _epilogue_types[kind] = issubclass(kind, Epilogue)
+    return known
 
 
 _addressable: dict[type, bool] = {}
