@@ -205,6 +205,8 @@ class _KeptCall:
         return out[:len(self.reads)], out[len(self.reads):]
 
     def run(self, a: Any, b: Any, c: Any, alpha: Any, beta: Any, stream: Any, addresses: list = ()) -> Any:
+        """The repeat call: ``addresses`` are this call's epilogue array addresses (:func:`probe`).
+        Reads the three data pointers, re-checks what depends on addresses, launches; returns D."""
         if self.fast is None:
             return self._run_views(a, b, c, alpha, beta, stream, addresses)
         handle = stream_handle(stream, self.library)
