@@ -23,7 +23,7 @@ from dxgemm.runtime import calls as _calls
 
 from ._sim import device_matrix, poisoned
 
-M, N, K = 20, 12, 24
+M, N, K = 12, 10, 16
 BACKEND = "naive"  # the cheapest rung under the simulator: the path around it is what is tested
 
 
