@@ -32,28 +32,59 @@ ACCEPTED = (
 )
 
 
+_cupy_ndarray: list = []
+
+
 def cupy_ndarray_type() -> type | None:
-    """``cupy.ndarray`` when CuPy has been imported (by anyone), else None; imports nothing."""
-    cupy = sys.modules.get("cupy")
-    return getattr(cupy, "ndarray", None)
+    """``cupy.ndarray`` when CuPy has been imported (by anyone), else None; imports nothing.
+
+    Found once: a repeat call asks for it for every array it reads."""
+    if _cupy_ndarray:
+        return _cupy_ndarray[0]
+    kind = getattr(sys.modules.get("cupy"), "ndarray", None)
+    if kind is not None:
+        _cupy_ndarray.append(kind)
+    return kind
+
+
+def _simulated_array_type() -> type | None:
+    """Numba's simulated device array type under the simulator (None elsewhere)."""
+    if not SIMULATOR:
+        return None
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    return FakeCUDAArray
 
 
 def matrix_signature(obj: Any) -> tuple | None:
-    """What validating ``obj`` as a matrix depends on besides its address, for a CuPy array.
+    """What validating ``obj`` as a matrix depends on besides its address, for a CuPy array
+    (or, under Numba's simulator, a simulated device array).
 
-    ``(shape, strides, dtype, device)``, read from attributes (no ``__cuda_array_interface__``
-    dict): the layout, leading dimension, dtype and device checks of :func:`as_operand`
-    follow from it.  None for every other type (those calls are validated in full).
+    ``(type, shape, strides, dtype, device)``, read from attributes (no
+    ``__cuda_array_interface__`` dict): the layout, leading dimension, dtype and device
+    checks of :func:`as_operand` follow from it.  None for every other type (those calls
+    are validated in full).
     """
-    if type(obj) is not cupy_ndarray_type():
-        return None
-    return (obj.shape, obj.strides, obj.dtype, obj.device.id)
+    kind = type(obj)
+    if kind is cupy_ndarray_type():
+        return (kind, obj.shape, obj.strides, obj.dtype, obj.device.id)
+    if SIMULATOR and kind is _simulated_array_type():
+        host = obj._ary
+        return (kind, host.shape, host.strides, host.dtype, 0)
+    return None
+
+
+def data_pointer(obj: Any) -> int:
+    """The device address of an array :func:`matrix_signature` describes."""
+    if SIMULATOR and type(obj) is _simulated_array_type():
+        return obj._ary.ctypes.data
+    return obj.data.ptr
 
 
 def array_signature(obj: Any) -> tuple | None:
     """:func:`matrix_signature` plus the address: an epilogue array bound by its location."""
     sig = matrix_signature(obj)
-    return None if sig is None else sig + (obj.data.ptr,)
+    return None if sig is None else sig + (data_pointer(obj),)
 
 
 def _library_of(obj: Any) -> str:

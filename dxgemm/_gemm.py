@@ -25,7 +25,7 @@ from .runtime import pipeline as _pipeline
 from .runtime.device import device_info, gpu_usable
 from .runtime.launch import flat_values, matrix_of
 from .runtime.rungs import rung_call
-from .runtime.splitk import launch_simulated, rung_split
+from .runtime.splitk import SimulatedCall, launch_simulated, rung_split
 
 BACKENDS: tuple[str, ...] = RUNGS + ("tf32mma", "pipeline")
 """Names ``backend=`` accepts besides ``"auto"``: the handwritten rungs, slowest first, then
@@ -85,10 +85,10 @@ def gemm(
             output overlapping an input, an unknown backend, ``beta != 0`` without ``c``, a
             precision the dtype or the backend does not compute.
     """
-    key = _calls.signature(a, b, c, alpha, beta, epilogue, backend, precision)
+    key, addresses = _calls.probe(a, b, c, alpha, beta, epilogue, backend, precision)
     repeat = _calls.lookup(key)
     if repeat is not None:  # same signature as an earlier call: its decisions hold
-        return repeat.run(a, b, c, alpha, beta, stream)
+        return repeat.run(a, b, c, alpha, beta, stream, addresses)
     op_a = as_operand(a, "a")
     op_b = as_operand(b, "b")
     if op_a.dtype != op_b.dtype:
@@ -165,7 +165,8 @@ def gemm(
                 backend = "warptile"
             if call is not None:
                 call(mat_a, mat_b, mat_d, m, n, k, bound.args, handle)
-                _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta, c is not None)
+                _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta, c is not None,
+                                addresses=addresses)
                 return out
         if backend in policy.TF32_BACKENDS:
             tile = precision  # tf32mma's tile configurations are its two modes
@@ -173,16 +174,19 @@ def gemm(
             tile = policy.choose_tile(backend, dtype, m, n, k, info, traits.medium_tile_min_k)
         slices = policy.choose_split_k(backend, dtype, m, n, k, tile, info)
         spec = KernelSpec(dtype, op_a.layout, op_b.layout, op_d.layout, bound.key, None, tile=tile)
-        if SIMULATOR:  # nothing is compiled: Numba's simulated launch
+        if SIMULATOR and slices > 1:  # nothing is compiled: Numba's simulated launches, not kept
             launch_simulated(backend, spec, op_a, op_b, op_d, m, n, k, flags, bound, slices,
                              policy.split_part_tile(backend, tile, n))
             return out
-        if slices > 1:
+        if SIMULATOR:  # Numba's simulated launch from addresses, as the packed launch on a GPU
+            call = SimulatedCall(backend, spec, bound)
+        elif slices > 1:
             call = rung_split(backend, spec, bound, device, slices, policy.split_part_tile(backend, tile, n))
         else:
             call = rung_call(backend, spec, bound, device)
         call(matrix_of(op_a), matrix_of(op_b), matrix_of(op_d), m, n, k, flat_values(bound.args), handle)
-        _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta, c is not None)
+        _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta, c is not None,
+                        pipeline=False, addresses=addresses)
         return out
 
 

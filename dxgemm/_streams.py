@@ -17,15 +17,10 @@ from .kernels._device import SIMULATOR
 def stream_handle(stream: Any, library: str) -> int:
     """The raw ``CUstream`` handle (an int) that ``stream`` names; see the module docstring."""
     if stream is None:
-        if library == "cupy":
-            import cupy
-
-            return int(cupy.cuda.get_current_stream().ptr)
-        if library == "torch":
-            import torch
-
-            return int(torch.cuda.current_stream().cuda_stream)
-        return 0
+        current = _current.get(library)
+        if current is None:
+            current = _current[library] = _current_stream(library)
+        return current()
     if isinstance(stream, bool):
         raise TypeError("stream must be a CUDA stream object or an integer handle, not a bool")
     if isinstance(stream, int):
@@ -44,6 +39,25 @@ def stream_handle(stream: Any, library: str) -> int:
         f"stream of type {type(stream).__name__} is not understood; pass a CuPy, PyTorch, Numba or "
         "cuda.core stream, or a raw stream handle (int)"
     )
+
+
+_current: dict = {}
+
+
+def _current_stream(library: str):
+    """A function returning the current stream's handle for ``library``'s arrays (made once per
+    library: a call asks for it every time)."""
+    if library == "cupy":
+        import cupy
+
+        get = cupy.cuda.get_current_stream
+        return lambda: int(get().ptr)
+    if library == "torch":
+        import torch
+
+        current = torch.cuda.current_stream
+        return lambda: int(current().cuda_stream)
+    return lambda: 0
 
 
 def numba_stream(handle: int):

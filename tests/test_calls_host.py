@@ -83,28 +83,53 @@ def test_signature_separates_what_changes_the_kernel_or_its_checks():
     assert sig(a, b, epilogue=E.gelu()) != sig(a, b, epilogue=E.gelu("tanh"))
     assert sig(a, b, epilogue=E.relu() | E.tanh()) != sig(a, b, epilogue=E.tanh() | E.relu())
     v1, v2 = FakeArray((48,), 9 << 20), FakeArray((48,), 10 << 20)
-    assert sig(a, b, epilogue=E.bias(v1)) != sig(a, b, epilogue=E.bias(v2))  # an epilogue array by address
-    assert sig(a, b, epilogue=E.bias(v1)) == sig(a, b, epilogue=E.bias(FakeArray((48,), 9 << 20)))
+    # an epilogue array by structure: its address goes into the kept arguments (probe's list)
+    assert sig(a, b, epilogue=E.bias(v1)) == sig(a, b, epilogue=E.bias(v2))
+    assert _calls.probe(a, b, None, 1.0, 0.0, E.bias(v2), "pipeline")[1] == [10 << 20]
+    assert sig(a, b, epilogue=E.bias(v1)) != sig(a, b, epilogue=E.bias(FakeArray((48,), 9 << 20, np.float64)))
+    assert sig(a, b, epilogue=E.bias(v1)) != sig(a, b, epilogue=E.bias(FakeArray((1, 48), 9 << 20)))
+    assert sig(FakeArray((64, 32), 1 << 20 | 8), b) != base  # A's alignment: auto's rule reads it
+    # which arrays share an address is part of it
+    w1, w2 = FakeArray((64, 48), 20 << 20), FakeArray((64, 48), 21 << 20)
+    apart = sig(a, b, epilogue=E.bias(v1) | E.store(w1) | E.store(w2))
+    assert apart == sig(a, b, epilogue=E.bias(v2) | E.store(w2) | E.store(w1))
+    assert apart != sig(a, b, epilogue=E.bias(v1) | E.store(w1) | E.store(w1))
 
 
-def test_signature_follows_the_steering_state(monkeypatch, tmp_path):
+def test_lookup_follows_the_steering_state(monkeypatch, tmp_path):
+    """A kept pipeline call is served only while the state that steered it holds (variables,
+    forced configuration or split, the autotune table); ``auto``'s choice of a handwritten kernel
+    only while ``auto`` may (or may not) pick the pipeline as before; an explicit rung never
+    depends on it.  A changed state sends the call the full way."""
     a, b = FakeArray((64, 32), 1 << 20), FakeArray((32, 48), 2 << 20)
-    base = sig(a, b)
+    key, _, _ = _remembered(c_given=False, beta=0.0, a=a, b=b)
+    assert _calls.lookup(key) is not None
     monkeypatch.setenv("DXGEMM_AUTO_PIPELINE", "0")
-    assert sig(a, b) != base
+    assert _calls.lookup(key) is None
     monkeypatch.delenv("DXGEMM_AUTO_PIPELINE")
-    monkeypatch.setenv("DXGEMM_DEVICE_AS", "L40S")  # another GPU's decisions: not the kept call
-    assert sig(a, b) != base
+    assert _calls.lookup(key) is not None
+    monkeypatch.setenv("DXGEMM_DEVICE_AS", "L40S")  # another GPU's decisions: another signature
+    assert sig(a, b) != key
     monkeypatch.delenv("DXGEMM_DEVICE_AS")
+    assert sig(a, b) == key
     with use_split_k(2):
-        assert sig(a, b) != base
+        assert _calls.lookup(key) is None
     with config.use_config("small"):
-        assert sig(a, b) != base
-    assert sig(a, b) == base
+        assert _calls.lookup(key) is None
     monkeypatch.setenv("DXGEMM_CACHE_DIR", str(tmp_path))
-    before = sig(a, b)
+    assert _calls.lookup(key) is None  # another cache folder: another autotune table
+    key, _, _ = _remembered(c_given=False, beta=0.0, a=a, b=b)
+    assert _calls.lookup(key) is not None
     (tmp_path / "autotune.json").write_text("{}")  # a tuning decision written (here or by another process)
-    assert sig(a, b) != before
+    assert _calls.lookup(key) is None
+    assert sig(a, b) == sig(a, b)  # the signature itself holds none of it
+
+    auto, _, _ = _remembered(c_given=False, beta=0.0, a=a, b=b, backend="auto", pipeline=False)
+    rung, _, _ = _remembered(c_given=False, beta=0.0, a=a, b=b, backend="warptile", pipeline=False)
+    with use_split_k(2), config.use_config("small"):
+        assert _calls.lookup(auto) is not None and _calls.lookup(rung) is not None
+    monkeypatch.setenv("DXGEMM_AUTO_PIPELINE", "0")
+    assert _calls.lookup(auto) is None and _calls.lookup(rung) is not None
 
 
 SHIFT = 1.0
@@ -125,7 +150,8 @@ def test_custom_signature_follows_the_function_values_and_arrays(monkeypatch):
 
     base = sig(a, b, epilogue=E.custom(shifted, w1))
     assert base is not None and base == sig(a, b, epilogue=E.custom(shifted, FakeArray((64, 48), 9 << 20)))
-    assert sig(a, b, epilogue=E.custom(shifted, w2)) != base  # another array
+    assert sig(a, b, epilogue=E.custom(shifted, w2)) == base  # another array of the same structure
+    assert sig(a, b, epilogue=E.custom(shifted, FakeArray((64, 48), 9 << 20, order="F"))) != base
     assert sig(a, b, epilogue=E.custom(scaled_by(2.0), w1)) != sig(a, b, epilogue=E.custom(scaled_by(3.0), w1))
     monkeypatch.setitem(globals(), "SHIFT", 2.0)
     assert sig(a, b, epilogue=E.custom(shifted, w1)) != base  # a global it reads changed
@@ -154,9 +180,10 @@ class RecordingCall:
         self.calls.append((a, b, d, m, n, k, list(epi), stream))
 
 
-def _remembered(c_given=True, beta=1.0, bound=None):
+def _remembered(c_given=True, beta=1.0, bound=None, a=None, b=None, backend="pipeline", pipeline=True):
     m, n, k = 64, 48, 32
-    a, b = FakeArray((m, k), 1 << 20), FakeArray((k, n), 2 << 20, order="F")
+    a = FakeArray((m, k), 1 << 20) if a is None else a
+    b = FakeArray((k, n), 2 << 20, order="F") if b is None else b
     c = FakeArray((m, n), 3 << 20)
     call = RecordingCall()
     op_a, op_b, op_d = _operand(a, "a"), _operand(b, "b"), _operand(c, "c")
@@ -165,8 +192,8 @@ def _remembered(c_given=True, beta=1.0, bound=None):
     if bound is None:
         head = (np.float32(2.0), np.float32(beta), d_flat, np.int64(n)) if beta != 0 else (np.float32(2.0),)
         bound = BoundEpilogue(("chain",), (head, (np.float32(0.5),)), lambda: None)
-    key = sig(a, b, c if c_given else None, 2.0, beta)
-    _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, 2.0, beta, c_given)
+    key = sig(a, b, c if c_given else None, 2.0, beta, backend=backend)
+    _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, 2.0, beta, c_given, pipeline=pipeline)
     return key, call, (a, b, c)
 
 
@@ -400,3 +427,42 @@ def test_straight_line_custom_functions():
     assert not any(straight_line(fn) for fn in heavy)
     w, v = np.ones((3, 3)), np.ones(3)
     assert [E.custom(scaled, w, v).transcendental, E.custom(loop, v).transcendental] == [False, True]
+
+
+def test_epilogue_addresses_are_located_or_the_call_is_not_kept():
+    """An epilogue array enters the signature by structure only, so remember() must find its
+    address in the kept arguments (an array argument's data pointer) and spans; an argument
+    pointing inside the array but not at its start, or a span holding two of the addresses,
+    cannot be moved safely: that call is not kept."""
+    m, n, k = 64, 48, 32
+    a, b, c = FakeArray((m, k), 1 << 20), FakeArray((k, n), 2 << 20), FakeArray((m, n), 3 << 20)
+    op_a, op_b, op_d = _operand(a, "a"), _operand(b, "b"), _operand(c, "c")
+    v = 9 << 20
+
+    def view(ptr):
+        return SimpleNamespace(__cuda_array_interface__={"shape": (n,), "typestr": "<f4", "data": (ptr, False),
+                                                         "strides": None, "version": 3})
+
+    def kept(arg_ptr, spans, addresses):
+        _calls.clear()
+        bound = BoundEpilogue(("chain",), ((np.float32(2.0),), (view(arg_ptr),)), lambda: None, spans)
+        key = sig(a, b, c, 2.0, 0.0)
+        _calls.remember(key, RecordingCall(), op_a, op_b, op_d, (a, b), m, n, k, bound, 2.0, 0.0, True,
+                        addresses=addresses)
+        return _calls.lookup(key)
+
+    entry = kept(v, (Span("bias", v, v + 4 * n),), [v])
+    assert entry is not None and entry.moved == ((1 + 4, 0),)  # after alpha: the view's data slot
+    assert entry.span_of == (("bias", 0, 0, 4 * n),)
+    assert kept(v + 64, (Span("bias", v, v + 4 * n),), [v]) is None  # points inside the array
+    assert kept(v, (Span("both", v, v + 8 * n),), [v, v + 4 * n]) is None  # one span, two arrays
+    # the repeat call moves the argument and the span with the new address
+    call = RecordingCall()
+    bound = BoundEpilogue(("chain",), ((np.float32(2.0),), (view(v),)), lambda: None, (Span("bias", v, v + 4 * n),))
+    key = sig(a, b, c, 2.0, 0.0)
+    _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, 2.0, 0.0, True, addresses=[v])
+    entry = _calls.lookup(key)
+    entry.run(a, b, c, 1.0, 0.0, 0, [v + (1 << 20)])
+    assert call.calls[-1][6][5] == v + (1 << 20)
+    with pytest.raises(ValueError, match="bias overlaps the output c"):
+        entry.run(a, b, c, 1.0, 0.0, 0, [c.data.ptr + 8])

@@ -41,6 +41,16 @@ def launched(monkeypatch):
         return real(backend, *args, **kwargs)
 
     monkeypatch.setattr(_gemm, "launch_simulated", spy)
+    real_call = _gemm.SimulatedCall
+
+    def spy_call(backend, *args, **kwargs):  # unsplit calls: the simulator's kept-call path
+        seen.append(backend)
+        return real_call(backend, *args, **kwargs)
+
+    monkeypatch.setattr(_gemm, "SimulatedCall", spy_call)
+    from dxgemm.runtime import calls
+
+    calls._entries.clear()  # a call kept by an earlier test would launch without choosing again
     return seen
 
 

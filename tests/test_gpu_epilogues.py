@@ -321,8 +321,9 @@ def _offset_by_table(x, row, col, table):
 @pytest.mark.parametrize("backend", ["warptile", "pipeline"])
 def test_custom_calls_are_kept_until_a_global_changes(cp, backend, monkeypatch):
     """A ``custom`` call is remembered (``dxgemm._calls``) like a built-in chain: the repeat
-    with new values in the same arrays reuses the decisions; another array, or a changed
-    global the function reads (Numba baked the old value into the kernel), is bound afresh."""
+    with new values in the same arrays, or another array of the same structure (its address
+    patched into the kept arguments), reuses the decisions; a changed global the function
+    reads (Numba baked the old value into the kernel) is bound afresh."""
     from dxgemm.runtime import calls as _calls
 
     m, n, k = 300, 257, 129
@@ -343,6 +344,6 @@ def test_custom_calls_are_kept_until_a_global_changes(cp, backend, monkeypatch):
     table[:] = rng.standard_normal(m)  # new values, same address: the kept call
     assert run_and_check(E.custom(_offset_by_table, table)) is kept
     other = rng.standard_normal(m)
-    assert run_and_check(E.custom(_offset_by_table, other)) is not kept
+    assert run_and_check(E.custom(_offset_by_table, other)) is kept  # checked at its new address
     monkeypatch.setitem(globals(), "OFFSET", -3.0)  # the reference reads it too
     assert run_and_check(E.custom(_offset_by_table, table)) is not kept

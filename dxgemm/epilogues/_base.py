@@ -133,7 +133,7 @@ class Epilogue(abc.ABC):
         """The single stages this epilogue applies, in order."""
         return (self,)
 
-    def call_signature(self) -> Hashable | None:
+    def call_signature(self, addresses: list | None = None) -> Hashable | None:
         """Everything :meth:`bind` reads from this stage, as a hashable value; None if it cannot say.
 
         Two stages with equal signatures bind to the same key and the same run-time
@@ -142,12 +142,23 @@ class Epilogue(abc.ABC):
         scalars, strings, tuples/dicts of them and CuPy arrays (by address, shape,
         strides, dtype and device); anything else answers None, and the call is bound
         afresh.
+
+        ``addresses``: when a list, an array enters by everything but its address, plus the
+        index of its address in the list (appended when new, so two arrays at one address
+        share an index): the signature then holds the arrays' structure and which of them
+        alias, and the repeat call puts the new addresses into the kept arguments.
         """
         parts = []
         for name, value in vars(self).items():
-            atom = signature_atom(value)
-            if atom is None:
-                return None
+            kind = type(value)  # the common atoms inline: this runs for every stage of every call
+            if kind is float:
+                atom = (kind, value.hex())
+            elif kind is int or kind is str or kind is bool or value is None:
+                atom = (kind, value)
+            else:
+                atom = signature_atom(value, addresses)
+                if atom is None:
+                    return None
             parts.append((name, atom))
         return (type(self), tuple(parts))
 
@@ -239,22 +250,47 @@ class Chain(Epilogue):
 _PLAIN_TYPES = (int, float, bool, str, type(None))
 
 
-def signature_atom(value: Any) -> Hashable | None:
-    """A hashable stand-in for one attribute of a stage (see :meth:`Epilogue.call_signature`)."""
+def signature_atom(value: Any, addresses: list | None = None) -> Hashable | None:
+    """A hashable stand-in for one attribute of a stage (see :meth:`Epilogue.call_signature`,
+    also for ``addresses``)."""
     kind = type(value)
     if kind is float:
         return (kind, value.hex())  # exact: -0.0 and 0.0 differ, NaN equals NaN
     if kind in _PLAIN_TYPES:
         return (kind, value)
+    if kind is tuple or kind is dict:
+        parts = []
+        for key, member in (value.items() if kind is dict else enumerate(value)):
+            member_kind = type(member)
+            if member_kind is float:
+                atom = (member_kind, member.hex())
+            elif member_kind in _PLAIN_TYPES:
+                atom = (member_kind, member)
+            else:
+                atom = signature_atom(member, addresses)
+                if atom is None:
+                    return None
+            parts.append((key, atom))
+        return (kind, tuple(parts))
     if isinstance(value, np.generic):
         return (kind, value.tobytes())
-    if kind is tuple or kind is dict:
-        items = value.items() if kind is dict else enumerate(value)
-        parts = tuple((k, signature_atom(v)) for k, v in items)
-        return None if any(p[1] is None for p in parts) else (kind, parts)
-    from .._arrays import array_signature
+    if not _array_signature:
+        from .._arrays import array_signature
 
-    return array_signature(value)
+        _array_signature.append(array_signature)
+    sig = _array_signature[0](value)
+    if sig is None or addresses is None:
+        return sig
+    ptr = sig[-1]
+    if ptr in addresses:
+        index = addresses.index(ptr)
+    else:
+        index = len(addresses)
+        addresses.append(ptr)
+    return sig[:-1] + ("@", index)
+
+
+_array_signature: list = []  # dxgemm._arrays.array_signature, imported on first use
 
 
 def _span_of(operand: Any) -> Span:

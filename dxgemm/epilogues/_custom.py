@@ -100,12 +100,13 @@ class Custom(Epilogue):
         extra = "".join(", " + _describe(a) for a in self.arrays)
         return f"custom({self.fn.__qualname__}{extra})"
 
-    def call_signature(self) -> tuple | None:
+    def call_signature(self, addresses: list | None = None) -> tuple | None:
         """The function by :func:`stable_key` (its code and every value it reads: a global or
         closure constant changed since the last call gives another signature, so that call
-        is bound and compiled afresh) and the arrays by address, shape, strides, dtype and
-        device; None unless every array is a CuPy array (:meth:`Epilogue.call_signature`)."""
-        arrays = signature_atom(tuple(self.arrays))
+        is bound and compiled afresh) and the arrays by address (or their index in
+        ``addresses``), shape, strides, dtype and device; None unless every array is a CuPy
+        array (:meth:`Epilogue.call_signature`)."""
+        arrays = signature_atom(tuple(self.arrays), addresses)
         return None if arrays is None else (type(self), stable_key(self.fn), arrays)
 
     def stable_key(self) -> str:

@@ -104,6 +104,12 @@ def device_as() -> "DeviceInfo | None":
     return _device_record(text) if text else None
 
 
+def device_as_text() -> str | None:
+    """``DXGEMM_DEVICE_AS`` as set (None when unset): what the repeat-call memo keys on, a
+    dictionary read per call (:func:`device_as` resolves and checks it)."""
+    return os.environ.get("DXGEMM_DEVICE_AS")
+
+
 def _squeeze(name: str) -> str:
     return "".join(ch for ch in name.lower() if ch not in " -_")
 

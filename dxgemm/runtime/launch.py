@@ -26,10 +26,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..kernels import vector_flags
+from ..kernels import FLAG_VEC_A, FLAG_VEC_B, vector_flags
+from ..kernels._device import SIMULATOR
 
 __all__ = ["Matrix", "PackedLaunch", "KernelCall", "KeptBuffers", "KIND_SIZES", "param_layout", "flat_values",
-           "flatten", "check_params", "cu_stream", "core_stream", "numba_type_text", "launch_layout", "matrix_of",
+           "flatten", "data_slots", "check_params", "cu_stream", "core_stream", "numba_type_text", "launch_layout", "matrix_of",
            "aligned_ld"]
 
 _KINDS = {  # a kernel parameter kind (:func:`param_layout`): its numpy type and struct code
@@ -112,9 +113,30 @@ def flat_values(value: Any, out: list | None = None) -> list:
         out.extend(value)
     elif hasattr(value, "__cuda_array_interface__"):
         out.extend(_array_slots(value))
+    elif SIMULATOR and hasattr(value, "_ary"):  # Numba's simulated device array: its host memory
+        host = value._ary
+        out.extend([0, 0, host.size, host.itemsize, host.ctypes.data, *host.shape, *host.strides])
     else:
         out.append(value)
     return out
+
+
+def data_slots(value: Any) -> list[tuple[int, int]]:
+    """``(index, address)`` of every array's data pointer in :func:`flat_values` of ``value``."""
+    found: list[tuple[int, int]] = []
+
+    def visit(item: Any, at: int) -> int:
+        if type(item) is tuple:
+            for member in item:
+                at = visit(member, at)
+            return at
+        slots = flat_values(item)
+        if hasattr(item, "__cuda_array_interface__") or (SIMULATOR and hasattr(item, "_ary")):  # flat_values' arrays
+            found.append((at + 4, int(slots[4])))
+        return at + len(slots)
+
+    visit(value, 0)
+    return found
 
 
 def flatten(values: Sequence[Any], kinds: Sequence[str]) -> list:
@@ -195,6 +217,7 @@ class PackedLaunch:
 
         # a CUkernel (cuda.core loads library kernels) is launched as a CUfunction (CUDA >= 12)
         self._function = driver.CUfunction(int(kernel.handle))
+        self._driver, self._success = driver, driver.CUresult.CUDA_SUCCESS
 
     def __call__(self, stream: Any, grid: tuple[int, ...], block: tuple[int, ...], smem: int, values: Sequence) -> None:
         """Launch on ``stream`` (a ``driver.CUstream``) with ``values`` in the recorded kinds' order."""
@@ -207,6 +230,14 @@ class PackedLaunch:
         gx, gy, gz = (tuple(grid) + (1, 1))[:3]
         err, = driver.cuLaunchKernel(self._function, gx, gy, gz, bx, by, bz, smem, stream, self._params, 0)
         if err != driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuLaunchKernel failed: {err!r}")
+
+    def launch_checked(self, stream: Any, dims: tuple, smem: int, values: Sequence) -> None:
+        """:meth:`__call__` for a caller that checked ``len(values)`` once and padded grid and
+        block to three dimensions (``dims``: ``gx, gy, gz, bx, by, bz``): a repeat call's launch."""
+        self.format.pack_into(self._buffer, 0, *values)
+        err, = self._driver.cuLaunchKernel(self._function, *dims, smem, stream, self._params, 0)
+        if err != self._success:
             raise RuntimeError(f"cuLaunchKernel failed: {err!r}")
 
 
@@ -467,6 +498,56 @@ class KernelCall:
         grid = (-(-n // self.tile_n), -(-m // self.tile_m)) + ((self.slices,) if self.slices > 1 else ())
         with self._lock:
             self.launch(self._cu_stream(stream), grid, self.block, self.smem, values)
+
+    def repeat(self, a: Matrix, b: Matrix, d: Matrix, m: int, n: int, k: int, epi_args: list) -> "RepeatLaunch":
+        """This launch with every parameter fixed but the three addresses, the flags that follow
+        from them and the epilogue's leading slots: what a repeat call (:mod:`.calls`) runs."""
+        return RepeatLaunch(self, a, b, d, m, n, k, epi_args)
+
+
+class RepeatLaunch:
+    """One problem's launch of a :class:`KernelCall`, its parameters laid out once.
+
+    A repeat call of a remembered signature changes only the addresses of A, B and D and the
+    alpha/beta stage's slots (alpha, beta and C's address); everything else (sizes, leading
+    dimensions, grid, the rest of the epilogue's flattened arguments) was fixed when the call
+    was first made.  So the parameter list is kept, and a call copies it, writes those slots
+    and the alignment flags, and packs: no Matrix views, no per-call flattening or count check.
+    """
+
+    __slots__ = ("call", "values", "dims", "width", "a_ld_ok", "b_ld_ok", "epi_at")
+
+    _A, _B, _D, _FLAGS, _EPI = 4, 11, 18, 27, 28  # slot indices in KernelCall's parameter order
+
+    def __init__(self, call: KernelCall, a: Matrix, b: Matrix, d: Matrix, m: int, n: int, k: int, epi_args: list):
+        values = [*a.vector_slots(), *b.vector_slots(), *d.vector_slots(), m, n, k, a.ld, b.ld, d.ld,
+                  vector_flags(a.ptr, a.ld, b.ptr, b.ld, a.itemsize), *epi_args]
+        kinds = call.launch.kinds
+        if len(values) != len(kinds):
+            raise TypeError(f"kernel takes {len(kinds)} flattened parameters, got {len(values)}")
+        assert (values[self._A], values[self._B], values[self._D]) == (a.ptr, b.ptr, d.ptr)
+        grid = (-(-n // call.tile_n), -(-m // call.tile_m), call.slices)
+        self.call, self.values = call, values
+        self.dims = grid + (tuple(call.block) + (1, 1))[:3]
+        self.width = 16 // a.itemsize
+        self.a_ld_ok, self.b_ld_ok = a.ld % self.width == 0, b.ld % self.width == 0
+
+    def __call__(self, a_ptr: int, b_ptr: int, d_ptr: int, head: list | None, stream: int,
+                 patches: Sequence[tuple[int, int]] = ()) -> None:
+        """Launch with these addresses; ``head`` (None: as recorded) replaces the first epilogue
+        slots, and each ``(index, value)`` of ``patches`` the epilogue slot at that index
+        (an epilogue array's new address)."""
+        values = self.values.copy()
+        values[4], values[11], values[18] = a_ptr, b_ptr, d_ptr
+        values[27] = ((FLAG_VEC_A if self.a_ld_ok and a_ptr % 16 == 0 else 0)
+                      | (FLAG_VEC_B if self.b_ld_ok and b_ptr % 16 == 0 else 0))
+        if head is not None:
+            values[28:28 + len(head)] = head
+        for index, value in patches:
+            values[28 + index] = value
+        call = self.call
+        with call._lock:
+            call.launch.launch_checked(call._cu_stream(stream), self.dims, call.smem, values)
 
 
 

@@ -35,7 +35,8 @@ from ..kernels import KernelSpec
 from .launch import KeptBuffers, KernelCall, Matrix, aligned_ld, core_stream, flat_values
 from .rungs import numba_kernel, plain_epilogue, rung_call
 
-__all__ = ["SplitKCall", "SplitKernelCall", "workspace", "prepare_split", "reduce_kernel", "rung_split",
+__all__ = ["SplitKCall", "SplitKernelCall", "SplitRepeat", "SimulatedCall", "workspace", "prepare_split", "reduce_kernel",
+           "rung_split",
            "launch_simulated"]
 
 _workspaces = KeptBuffers()
@@ -74,6 +75,36 @@ class SplitKernelCall:
         # the reduce learns the slices' stride from its "B" operand's ld (kernels/splitk_reduce)
         stride_view = Matrix(w, 1, 1, m * n, "row_major", d.itemsize)
         self.reduce(stacked, stride_view, d, m, n, self.slices, epi_args, stream)
+
+    def repeat(self, a: Matrix, b: Matrix, d: Matrix, m: int, n: int, k: int, epi_args: list) -> "SplitRepeat":
+        """Both launches laid out once for this problem (:class:`~.launch.RepeatLaunch`)."""
+        return SplitRepeat(self, a, b, d, m, n, k, epi_args)
+
+
+class SplitRepeat:
+    """A :class:`SplitKernelCall` for one problem: the slices' and the reduce's parameters fixed
+    but for the addresses (A, B, D and the workspace kept for the stream) and alpha/beta's slots."""
+
+    __slots__ = ("split", "part", "reduce", "nbytes")
+
+    def __init__(self, split: SplitKernelCall, a: Matrix, b: Matrix, d: Matrix, m: int, n: int, k: int,
+                 epi_args: list):
+        rows = d.arrangement == "row_major"
+        ldw, w = (n if rows else m), 0
+        stacked = (Matrix(w, split.slices * m, n, ldw, "row_major", d.itemsize) if rows
+                   else Matrix(w, m, split.slices * n, ldw, "col_major", d.itemsize))
+        stride_view = Matrix(w, 1, 1, m * n, "row_major", d.itemsize)
+        self.split, self.nbytes = split, split.slices * m * n * d.itemsize
+        self.part = split.part.repeat(a, b, stacked, m, n, k, split.plain_args)
+        self.reduce = split.reduce.repeat(stacked, stride_view, d, m, n, split.slices, epi_args)
+
+    def __call__(self, a_ptr: int, b_ptr: int, d_ptr: int, head: list | None, stream: int,
+                 patches: Any = ()) -> None:
+        split = self.split
+        core = split._core_device
+        w = workspace(split.device, core, stream, core_stream(core, stream), self.nbytes)
+        self.part(a_ptr, b_ptr, w, None, stream)
+        self.reduce(w, w, d_ptr, head, stream, patches)
 
 
 class SplitKCall:
@@ -194,3 +225,94 @@ def launch_simulated(backend: str, spec: KernelSpec, op_a: Any, op_b: Any, op_d:
     reduce = numba_kernel("splitk_reduce", reduce_spec, bound.args, bound.make)
     reduce.launch(stream, workspace.flat(), workspace.flat(), op_d.flat(), m, n, slices, ldw, m * n, op_d.ld, 0,
                   bound.args)
+
+
+def _host_array(ptr: int, shape: tuple, strides: tuple, dtype: Any) -> np.ndarray:
+    """A NumPy array over host memory at ``ptr`` (a simulated device array's, which is host memory)."""
+    holder = _ArrayInterface({"data": (int(ptr), False), "shape": tuple(int(s) for s in shape),
+                              "strides": tuple(int(s) for s in strides), "typestr": np.dtype(dtype).str,
+                              "version": 3})
+    return np.asarray(holder)
+
+
+class _ArrayInterface:
+    __slots__ = ("__array_interface__",)
+
+    def __init__(self, interface: dict):
+        self.__array_interface__ = interface
+
+
+def _simulated_flat(mat: Matrix) -> Any:
+    """The kernel's flat 1-D operand over a Matrix under the simulator (``Operand.flat``'s view)."""
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    dtype = np.float64 if mat.itemsize == 8 else np.float32
+    if mat.extent == 0:
+        return FakeCUDAArray(np.zeros(1, dtype))
+    return FakeCUDAArray(_host_array(mat.ptr, (mat.extent,), (mat.itemsize,), dtype))
+
+
+def _unflatten(ty: Any, flat: list, pos: int) -> tuple[Any, int]:
+    """Rebuild one kernel argument of Numba type ``ty`` from flattened slots (:func:`~.launch.flat_values`'s
+    inverse under the simulator: arrays become simulated device arrays over the addresses)."""
+    from numba import types
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+    from numba.np.numpy_support import as_dtype
+
+    if isinstance(ty, types.Array):
+        ndim = ty.ndim
+        slots = flat[pos:pos + 5 + 2 * ndim]
+        host = _host_array(slots[4], slots[5:5 + ndim], slots[5 + ndim:], as_dtype(ty.dtype))
+        return FakeCUDAArray(host), pos + 5 + 2 * ndim
+    if isinstance(ty, types.BaseTuple):
+        members = []
+        for member in ty:
+            value, pos = _unflatten(member, flat, pos)
+            members.append(value)
+        return tuple(members), pos
+    return as_dtype(ty).type(flat[pos]), pos + 1
+
+
+class SimulatedCall:
+    """A rung under Numba's simulator, launched like :class:`~.launch.KernelCall`: from Matrix
+    views and the flattened epilogue arguments, rebuilt into simulated device arrays over the
+    same (host) addresses.  So the simulator runs the repeat-call path (:mod:`.calls`) a GPU runs,
+    addresses and packed slots included."""
+
+    def __init__(self, backend: str, spec: KernelSpec, bound: Any):
+        from numba import typeof
+
+        self.compiled = numba_kernel(backend, spec, bound.args, bound.make)
+        self.epi_type = typeof(bound.args)
+
+    def __call__(self, a: Matrix, b: Matrix, d: Matrix, m: int, n: int, k: int, epi_args: list, stream: int) -> None:
+        from .._streams import numba_stream
+        from ..kernels import vector_flags
+
+        args, used = _unflatten(self.epi_type, list(epi_args), 0)
+        if used != len(epi_args):
+            raise TypeError(f"kernel takes {used} flattened epilogue parameters, got {len(epi_args)}")
+        self.compiled.launch(numba_stream(0), _simulated_flat(a), _simulated_flat(b), _simulated_flat(d), m, n, k,
+                             a.ld, b.ld, d.ld, vector_flags(a.ptr, a.ld, b.ptr, b.ld, a.itemsize), args)
+
+    def repeat(self, a: Matrix, b: Matrix, d: Matrix, m: int, n: int, k: int, epi_args: list) -> "SimulatedRepeat":
+        """The repeat launch (:class:`~.launch.RepeatLaunch`'s interface)."""
+        return SimulatedRepeat(self, a, b, d, m, n, k, epi_args)
+
+
+class SimulatedRepeat:
+    """:class:`~.launch.RepeatLaunch` under the simulator: the recorded views and arguments with
+    the new addresses and alpha/beta slots."""
+
+    def __init__(self, call: SimulatedCall, a: Matrix, b: Matrix, d: Matrix, m: int, n: int, k: int, epi_args: list):
+        self.call, self.a, self.b, self.d, self.mnk, self.epi = call, a, b, d, (m, n, k), list(epi_args)
+
+    def __call__(self, a_ptr: int, b_ptr: int, d_ptr: int, head: list | None, stream: int,
+                 patches: Any = ()) -> None:
+        epi = list(self.epi)
+        if head is not None:
+            epi[:len(head)] = head
+        for index, value in patches:
+            epi[index] = value
+        self.call(dataclasses.replace(self.a, ptr=a_ptr), dataclasses.replace(self.b, ptr=b_ptr),
+                  dataclasses.replace(self.d, ptr=d_ptr), *self.mnk, epi, stream)
