@@ -7,7 +7,7 @@ Method (the same for dxgemm and for the cuBLAS baseline, CuPy's ``matmul``):
 * each launch is bracketed by CUDA events on the launching stream, and all of them are
   queued behind a spin kernel that lasts at least twice the host's enqueue time for
   all of them (at least 2 ms), so host-side launch overhead never shows up as GPU time
-  (host time per call is a separate benchmark: ``benchmarks/host_breakdown.py``);
+  (host time per call is a separate benchmark: ``benchmarks/host_overhead.py``);
 * the median is reported, with TFLOP/s = ``2 m n k / time`` and the ratio to cuBLAS
   measured in the same run at the same shape.
 

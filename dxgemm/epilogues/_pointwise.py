@@ -356,7 +356,7 @@ def _gelu_float64() -> Callable:
     37 FP64 instructions (sm_90 SASS) and no conversion, where ``0.5 x (1 + erf(x / sqrt
     2))`` with libdevice's ``erf`` took ~45 and three float64<->float32 conversions (a quarter
     of the FP64 rate each) for its own ``exp``: in a fused float64 GEMM the epilogue's FP64
-    instructions share one pipe with the DMMA main loop (measured on the H100: ``benchmarks/results/h100_fp64_pipes_s18.log``), so
+    instructions share one pipe with the DMMA main loop (measured: ``docs/performance.md``), so
     each of them shows.  What matters is ``Phi(-s)``'s absolute error (it is multiplied by ``s
     <= |x|``): at most 0.8 units of ``|x| + |y|`` over ``[-9, 9]`` with exact FMA rounding
     (``tools/gelu_fit.py --dtype float64 --check``), and no cancellation for negative
