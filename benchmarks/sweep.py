@@ -66,7 +66,7 @@ def compute_bound(m: int, n: int, k: int) -> bool:
 
 def _gelu_bias_kernel(cp, dtype):
     """``gelu(x + v)`` (exact, erf) in one CuPy elementwise kernel, in place."""
-    return cp.ElementwiseKernel("T v", "T x", "T z = x + v; x = z * (T)0.5 * ((T)1 + erf(z * (T)M_SQRT1_2))",
+    return cp.ElementwiseKernel("T v", "T x", "T z = x + v; x = z * (T)0.5 * ((T)1 + erf(z * (T)0.70710678118654752440))",
                                 f"sweep_gelu_bias_{np.dtype(dtype).name}")
 
 

@@ -290,6 +290,9 @@ def plot(doc: "dict | str", path_png: str, *, peaks: dict | None = None) -> None
     bw = all_peaks["copy_gbps"]  # GB/s = 1e-3 TFLOP/s per (FLOP/byte)
     records = ladder_records(doc)
     dtypes = sorted({r["dtype"] for r in records})
+    if not dtypes:  # e.g. only records of a forced path (DXGEMM_DEVICE_AS), which stay off this plot
+        warnings.warn(f"no native bench records to plot in {path_png!r}; no plot drawn", stacklevel=2)
+        return
     order = list(BACKENDS) + sorted({r["backend"] for r in records} - set(BACKENDS))
     colors = dict(zip(order, plt.cm.viridis(np.linspace(0, 0.9, len(order)))))
     colors["pipeline"] = "tab:red"
