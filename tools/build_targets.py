@@ -45,6 +45,27 @@ KNOWN = {((10, 0), "tf32mma/tf32x3 float32"): "spills 32 bytes at 255 registers 
 """Failures known and reported, not counted; the run fails when one of them stops happening,
 so this list is kept true."""
 
+KNOWN_BY_NVVM = {
+    (13, 0): {(cc, "tf32mma/tf32x3 float32"): "NVVM 13.0 spills at 255 registers (13.5 does not); the H100 ran "
+              "both builds at the same speed" for cc in ((8, 0), (8, 9), (9, 0), (12, 0))},
+}
+"""Further known failures under one NVVM release (``major, minor`` of the ``nvidia-nvvm``
+package that builds here): the 13.0 compilers the ``ctk130`` extra pins for the pipeline."""
+
+
+def known_failures() -> dict:
+    """:data:`KNOWN` plus :data:`KNOWN_BY_NVVM`'s entries for the NVVM installed here."""
+    from importlib import metadata
+
+    try:
+        major, minor = (int(x) for x in metadata.version("nvidia-nvvm").split(".")[:2])
+    except (metadata.PackageNotFoundError, ValueError):
+        return dict(KNOWN)
+    return {**KNOWN, **KNOWN_BY_NVVM.get((major, minor), {})}
+
+
+KNOWN_NOW = known_failures()
+
 
 def kernels():
     """``(backend, dtype, tile)``: one kernel of every rung (float32; warptile in both dtypes, its
@@ -105,7 +126,7 @@ def build_rows(job) -> tuple[list[str], int]:
         used = used_on(backend, dtype, tile, device)
         fits = smem <= device.smem_per_block
         bad = info["registers"] > MAX_REGISTERS or info["spills"] > 0 or (used and not fits)
-        known = KNOWN.get((cc, name))
+        known = KNOWN_NOW.get((cc, name))
         if known:
             result = f"KNOWN: {known}" if bad else "FAIL: no longer fails; remove it from KNOWN"
             bad = not bad
