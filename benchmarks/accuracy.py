@@ -93,16 +93,9 @@ def measure(args) -> list[dict]:
 def save(path: str, records: list[dict]) -> None:
     """Merge into ``path``: accuracy records of the same identity are replaced, all else kept."""
     from dxgemm import _info
+    from dxgemm.bench import merge_records
 
-    doc = json.loads(Path(path).read_text()) if Path(path).exists() else {}
-    ident = ("suite", "dtype", "precision", "backend", "data", "k", "m", "n")
-    fresh = {tuple(r.get(f) for f in ident) for r in records}
-    kept = [r for r in doc.get("records", []) if tuple(r.get(f) for f in ident) not in fresh]
-    doc["records"] = kept + records
-    doc.setdefault("gpu", _info.gpu())
-    tmp = f"{path}.tmp"
-    Path(tmp).write_text(json.dumps(doc, indent=1))
-    os.replace(tmp, path)
+    merge_records(path, records, ("suite", "dtype", "precision", "backend", "data", "k", "m", "n"), gpu=_info.gpu())
 
 
 def main(argv: list[str] | None = None) -> int:

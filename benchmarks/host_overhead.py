@@ -343,16 +343,10 @@ def save(path: str, records: list[dict]) -> None:
     """Merge into ``path``: host_overhead records of the same identity are replaced, all else kept."""
     from dxgemm import _info
 
-    doc = json.loads(Path(path).read_text()) if Path(path).exists() else {}
-    ident = ("suite", "dtype", "m", "n", "k", "epilogue", "mode")
-    fresh = {tuple(r.get(f) for f in ident) for r in records}
-    kept = [r for r in doc.get("records", []) if tuple(r.get(f) for f in ident) not in fresh]
-    doc["records"] = kept + records
-    if records and records[0]["mode"] == "gpu":
-        doc.setdefault("gpu", _info.gpu())
-    tmp = f"{path}.tmp"
-    Path(tmp).write_text(json.dumps(doc, indent=1))
-    os.replace(tmp, path)
+    from dxgemm.bench import merge_records
+
+    merge_records(path, records, ("suite", "dtype", "m", "n", "k", "epilogue", "mode"),
+                  gpu=_info.gpu() if records and records[0]["mode"] == "gpu" else None)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -231,11 +231,9 @@ def plot(records: list[dict], path: str) -> None:
 
 def save(path: str, records: list[dict]) -> None:
     """Merge into ``path``: sweep records of the same identity are replaced, all else kept."""
-    ident = ("suite", "dtype", "m", "n", "k", "epilogue", "a_layout", "gpu")
-    doc = json.loads(Path(path).read_text()) if Path(path).exists() else {"records": []}
-    fresh = {tuple(r.get(f) for f in ident) for r in records}
-    doc["records"] = [r for r in doc.get("records", []) if tuple(r.get(f) for f in ident) not in fresh] + records
-    Path(path).write_text(json.dumps(doc, indent=1) + "\n")
+    from dxgemm.bench import merge_records
+
+    merge_records(path, records, ("suite", "dtype", "m", "n", "k", "epilogue", "a_layout", "gpu"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -176,6 +176,25 @@ def table(records: list[Record]) -> str:
     return "\n".join(lines)
 
 
+def merge_records(path: str, records: list[dict], ident: tuple[str, ...], *, gpu: dict | None = None) -> None:
+    """Merge ``records`` into the result file at ``path`` (created if missing), atomically: a
+    record replaces the one whose ``ident`` fields are equal, every other record and top-level
+    entry is kept (each benchmark refreshes its own rows); ``gpu`` fills the file's ``gpu``
+    entry where it has none."""
+    doc: dict = {}
+    if os.path.exists(path):
+        with open(path) as fh:
+            doc = json.load(fh)
+    fresh = {tuple(r.get(f) for f in ident) for r in records}
+    doc["records"] = [r for r in doc.get("records", []) if tuple(r.get(f) for f in ident) not in fresh] + records
+    if gpu:
+        doc.setdefault("gpu", gpu)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump(doc, fh, indent=1)
+    os.replace(tmp, path)
+
+
 def save(path: str, records: list[Record], peaks: dict, extra: dict | None = None) -> None:
     """Write the result file: ``{"gpu", "versions", "peaks", "records"}``.
 
