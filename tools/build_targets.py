@@ -6,10 +6,10 @@ Numba to NVVM IR once, lowered by NVVM to that target's PTX, and assembled by pt
 nvJitLink (``cuda.core.Linker``, ``-v``), which reports registers, spills and static shared
 memory.  float64 ``warptile`` (DMMA) is built per target (its mma shape depends on the
 compute capability).  A kernel fails when it does not build, uses more than 255 registers,
-spills, or — where the policy would run it on that target
-(:func:`dxgemm.policy.tile_fits`, :func:`dxgemm.policy.tf32_rung_fits`) — needs more shared
-memory than the target's smallest GPU (:func:`dxgemm.runtime.device.target_device`) gives a
-block.  Prints the table; exit status 1 on any failure::
+or — where the policy would run it on that target (:func:`dxgemm.policy.tile_fits`,
+:func:`dxgemm.policy.tf32_rung_fits`) — spills or needs more shared memory than the target's
+smallest GPU (:func:`dxgemm.runtime.device.target_device`) gives a block; the issues in
+:data:`KNOWN` are reported, not counted.  Prints the table; exit status 1 on any failure::
 
     python tools/build_targets.py [--cc 8.0,8.9,9.0,10.0,12.0] [--jobs 2] [--out benchmarks/results/targets_build.txt]
 """
@@ -41,30 +41,13 @@ from dxgemm.runtime.rungs import plain_epilogue  # noqa: E402
 MAX_REGISTERS = 255
 R = Layout.ROW
 
-KNOWN = {((10, 0), "tf32mma/tf32x3 float32"): "spills 32 bytes at 255 registers on sm_100a (open: issue 38)"}
-"""Failures known and reported, not counted; the run fails when one of them stops happening,
-so this list is kept true."""
-
-KNOWN_BY_NVVM = {
-    (13, 0): {(cc, "tf32mma/tf32x3 float32"): "NVVM 13.0 spills at 255 registers (13.5 does not); the H100 ran "
-              "both builds at the same speed" for cc in ((8, 0), (8, 9), (9, 0), (12, 0))},
+KNOWN = {
+    ((9, 0), "tf32mma/tf32x3 float32"): "NVVM 13.0 (the ctk130 extra) spills at 255 registers where 13.5 does not; "
+                                         "the H100 ran both builds at the same speed",
+    ((10, 0), "tf32mma/tf32x3 float32"): "spills at 255 registers on sm_100a (32 bytes with NVVM 13.5, 160 with "
+                                          "13.0; open: issue 38)",
 }
-"""Further known failures under one NVVM release (``major, minor`` of the ``nvidia-nvvm``
-package that builds here): the 13.0 compilers the ``ctk130`` extra pins for the pipeline."""
-
-
-def known_failures() -> dict:
-    """:data:`KNOWN` plus :data:`KNOWN_BY_NVVM`'s entries for the NVVM installed here."""
-    from importlib import metadata
-
-    try:
-        major, minor = (int(x) for x in metadata.version("nvidia-nvvm").split(".")[:2])
-    except (metadata.PackageNotFoundError, ValueError):
-        return dict(KNOWN)
-    return {**KNOWN, **KNOWN_BY_NVVM.get((major, minor), {})}
-
-
-KNOWN_NOW = known_failures()
+"""Known issues, tolerated: reported where they occur, not counted as failures."""
 
 
 def kernels():
@@ -125,11 +108,11 @@ def build_rows(job) -> tuple[list[str], int]:
         smem = kernel.built.dynamic_smem + info["static_smem"]
         used = used_on(backend, dtype, tile, device)
         fits = smem <= device.smem_per_block
-        bad = info["registers"] > MAX_REGISTERS or info["spills"] > 0 or (used and not fits)
-        known = KNOWN_NOW.get((cc, name))
-        if known:
-            result = f"KNOWN: {known}" if bad else "FAIL: no longer fails; remove it from KNOWN"
-            bad = not bad
+        # spills matter where the policy runs the kernel; elsewhere they are reported only
+        bad = info["registers"] > MAX_REGISTERS or (used and (info["spills"] > 0 or not fits))
+        known = KNOWN.get((cc, name))
+        if bad and known:
+            result, bad = f"KNOWN: {known}", False
         else:
             result = "FAIL" if bad else "ok" if fits else "does not fit (not used here)"
         failures += bad
