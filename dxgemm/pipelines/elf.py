@@ -106,17 +106,23 @@ def kernel_param_sizes(cubin: bytes, entry: str) -> list[int]:
     if info is None:
         raise ValueError(f"no .nv.info section for {entry}")
     params: dict[int, int] = {}
+    for attr, payload in _sized_attributes(info):
+        if attr == 0x17 and len(payload) >= 12:
+            _index, ordinal, _offset, flags = struct.unpack_from("<IHHI", payload)
+            params[ordinal] = (flags >> 18) & 0x3FFF
+    return [params[i] for i in sorted(params)]
+
+
+def _sized_attributes(info: bytes):
+    """``(attribute, payload)`` of each sized (``EIFMT_SVAL``) entry of a ``.nv.info`` section,
+    a list of ``(format u8, attribute u8, u16, payload)``; other formats carry no payload."""
     pos = 0
     while pos + 4 <= len(info):
         fmt, attr, value = struct.unpack_from("<BBH", info, pos)
         pos += 4
         if fmt == 0x04:  # EIFMT_SVAL: value is the payload size
-            payload = info[pos:pos + value]
+            yield attr, info[pos:pos + value]
             pos += value
-            if attr == 0x17 and len(payload) >= 12:
-                _index, ordinal, _offset, flags = struct.unpack_from("<IHHI", payload)
-                params[ordinal] = (flags >> 18) & 0x3FFF
-    return [params[i] for i in sorted(params)]
 
 
 def kernel_registers(cubin: bytes) -> dict[str, int]:
@@ -137,15 +143,10 @@ def _per_function(cubin: bytes, attribute: int) -> dict[str, int]:
     info = _elf_sections(cubin).get(".nv.info", b"")
     names = _symbol_names(cubin)
     found: dict[str, int] = {}
-    pos = 0
-    while pos + 4 <= len(info):
-        fmt, attr, value = struct.unpack_from("<BBH", info, pos)
-        pos += 4
-        if fmt == 0x04:  # EIFMT_SVAL: value is the payload size
-            if attr == attribute and value >= 8:
-                symbol, count = struct.unpack_from("<II", info, pos)
-                found[names.get(symbol, f"symbol {symbol}")] = count
-            pos += value
+    for attr, payload in _sized_attributes(info):
+        if attr == attribute and len(payload) >= 8:
+            symbol, count = struct.unpack_from("<II", payload)
+            found[names.get(symbol, f"symbol {symbol}")] = count
     return found
 
 
