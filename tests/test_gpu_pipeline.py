@@ -335,6 +335,9 @@ def test_warm_start_from_disk_cache(cp, tmp_path):
     print(f"warm start: {seconds:.3f} s in-process, {wall:.3f} s with interpreter start")
     assert "nvmath=False" in line
     assert float(line.split("worst=")[1]) <= 1.0, line
+    # 3 s on an idle host; under `-n`, with kernels compiling beside it, the process gets a
+    # share of the cores, so the allowance grows with the load (a compile would take 45 s+).
     load, cores = os.getloadavg()[0], os.cpu_count()
-    assert seconds <= 3.0, (f"warm start took {seconds:.2f} s (3 s allowed) with a load average of {load:.0f} on "
-                            f"{cores} cores: under `-n` with kernels compiling beside it, run it alone (-k warm_start)")
+    allowed = 3.0 * max(1.0, load / cores)
+    assert seconds <= allowed, (f"warm start took {seconds:.2f} s ({allowed:.1f} s allowed at a load average of "
+                                f"{load:.0f} on {cores} cores)")
