@@ -185,7 +185,8 @@ def as_operand(obj: Any, name: str, *, output: bool = False) -> Operand:
     """Validate one matrix argument and describe it; copy an input that has no unit stride."""
     shape, dtype, ptr, byte_strides, library, keep = _describe(obj, name)
     if len(shape) != 2:
-        raise ValueError(f"{name} must be a 2-D matrix, got {len(shape)}-D with shape {shape}")
+        raise ValueError(f"{name} must be a 2-D matrix or a batch of them (leading batch dimensions), got "
+                         f"{len(shape)}-D with shape {shape}")
     if dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"{name} has dtype {dtype}; dxgemm supports float32 and float64")
     if byte_strides is None:
@@ -292,3 +293,133 @@ def check_output_overlap(output: Any, inputs: tuple[tuple[str, Any], ...]) -> No
     for name, x in inputs:
         if overlaps(output, x):
             raise ValueError(f"c overlaps {name} in memory; the output must not share memory with an input")
+
+
+@dataclass
+class BatchedOperand:
+    """One validated batched argument ``(*batch, rows, cols)``: every entry a matrix of one layout.
+
+    ``entry`` describes entry ``(0, ..., 0)`` (its layout and leading dimension hold for every
+    entry); ``strides`` are the batch dimensions' strides in elements (0 where the operand
+    broadcasts).  The kernel reads the operand through one flat view from its lowest entry
+    (``lo``), ``shift`` elements before entry 0, spanning ``span`` elements.
+    """
+
+    entry: Operand
+    batch: tuple[int, ...]
+    strides: tuple[int, ...]
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.entry.dtype
+
+    @property
+    def shift(self) -> int:
+        """Elements from the lowest entry's start to entry 0's."""
+        return -sum(min(0, (e - 1) * s) for e, s in zip(self.batch, self.strides))
+
+    @property
+    def span(self) -> int:
+        """Elements from the lowest entry's first element to one past the highest's last."""
+        if self.entry.extent == 0 or 0 in self.batch:
+            return 0
+        return self.shift + sum(max(0, (e - 1) * s) for e, s in zip(self.batch, self.strides)) + self.entry.extent
+
+    @property
+    def lo(self) -> int:
+        """The address of the lowest entry's first element."""
+        return self.entry.ptr - self.shift * self.dtype.itemsize
+
+    @property
+    def nbytes_span(self) -> tuple[int, int]:
+        return self.lo, self.lo + self.span * self.dtype.itemsize
+
+    def flat(self):
+        """A 1-D device array over every entry's memory (no copy), from the lowest entry."""
+        return flat_view(self.entry.obj, self.lo, self.span, self.dtype)
+
+
+def flat_view(owner: Any, ptr: int, elements: int, dtype: np.dtype):
+    """A 1-D device array of ``elements`` from address ``ptr`` (a simulated one under the simulator),
+    kept alive by ``owner``."""
+    from numba import cuda
+
+    if elements == 0:
+        return cuda.device_array(1, dtype)
+    if SIMULATOR:
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+        holder = type("_Interface", (), {})()
+        holder.__array_interface__ = {"data": (int(ptr), False), "shape": (int(elements),), "strides": None,
+                                      "typestr": np.dtype(dtype).str, "version": 3}
+        host = np.asarray(holder)
+        return FakeCUDAArray(host)
+    desc = {"shape": (int(elements),), "strides": None, "typestr": np.dtype(dtype).str, "data": (int(ptr), False),
+            "version": 3}
+    return cuda.from_cuda_array_interface(desc, owner=owner, sync=False)
+
+
+def ndim_of(obj: Any) -> int:
+    """How many dimensions ``obj`` has (2 when it cannot say: the full validation then reports)."""
+    shape = getattr(obj, "shape", None)
+    if shape is None and SIMULATOR and hasattr(obj, "_ary"):
+        shape = obj._ary.shape
+    try:
+        return len(shape)
+    except TypeError:
+        return 2
+
+
+def as_batched_operand(obj: Any, name: str, *, output: bool = False) -> BatchedOperand:
+    """Validate a ``(*batch, rows, cols)`` argument (a 2-D one is a batch of none) and describe it.
+
+    An input whose matrices have no unit stride, or whose strides are not whole elements, is
+    copied to a contiguous buffer first; such an output is refused, as is an output whose
+    entries overlap (a batch stride of 0 over more than one entry)."""
+    shape, dtype, ptr, byte_strides, library, keep = _describe(obj, name)
+    if len(shape) < 2:
+        raise ValueError(f"{name} must have at least 2 dimensions (a matrix, or a batch of matrices), "
+                         f"got {len(shape)}-D with shape {shape}")
+    if dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"{name} has dtype {dtype}; dxgemm supports float32 and float64")
+    shape = tuple(int(s) for s in shape)
+    if byte_strides is None:
+        byte_strides = tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) * dtype.itemsize for i in range(len(shape)))
+    byte_strides = tuple(int(s) for s in byte_strides)
+    rows, cols = shape[-2:]
+    if 0 in shape:  # nothing is addressed: any strides will do
+        entry = Operand(keep, name, (rows, cols), np.dtype(dtype), int(ptr), (0, 0), library,
+                        *_layout_of((rows, cols), (0, 0)))
+        return BatchedOperand(entry, shape[:-2], (0,) * (len(shape) - 2))
+    whole = all(s % dtype.itemsize == 0 for s in byte_strides)
+    layout = None
+    if whole:
+        strides = tuple(s // dtype.itemsize for s in byte_strides)
+        layout, ld = _layout_of((rows, cols), strides[-2:])
+    if layout is None:
+        if output:
+            raise ValueError(f"{name} has strides {byte_strides} bytes; an output's matrices must have unit stride in "
+                             "one dimension (row-major, column-major, or a slice of such a matrix)")
+        keep = _contiguous_copy(keep)
+        shape, dtype, ptr, byte_strides, library, keep = _describe(keep, name)
+        shape = tuple(int(s) for s in shape)
+        strides = tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape)))
+        layout, ld = _layout_of((rows, cols), strides[-2:])
+    batch, batch_strides = shape[:-2], strides[:-2]
+    if output and any(s == 0 and e > 1 for e, s in zip(batch, batch_strides)):
+        raise ValueError(f"{name} has a batch stride of 0 (a broadcast view) over a dimension of {shape}; every "
+                         "entry of an output needs its own memory")
+    entry = Operand(keep, name, (rows, cols), np.dtype(dtype), int(ptr), strides[-2:], library, layout, ld)
+    if output:
+        # entries apart: each batch stride, smallest first, clears everything inside it
+        inner = entry.extent
+        for e, s in sorted(zip(batch, batch_strides), key=lambda x: abs(x[1])):
+            if e > 1 and inner > 0 and abs(s) < inner:
+                raise ValueError(f"{name}'s batch entries overlap in memory (shape {shape}, strides {byte_strides} "
+                                 "bytes); every entry of an output needs its own memory")
+            inner += abs(s) * (e - 1)
+    return BatchedOperand(entry, batch, batch_strides)

@@ -14,6 +14,7 @@ import numpy as np
 
 from . import _arrays, policy
 from ._arrays import Operand, as_operand
+from ._batched import batched_gemm
 from ._streams import stream_handle
 from .epilogues._base import AlphaBeta, Chain, Epilogue, EpilogueContext
 from .kernels import FLAG_VEC_A, FLAG_VEC_B, RUNGS, KernelSpec, vector_flags
@@ -89,6 +90,12 @@ def gemm(
     repeat = _calls.lookup(key)
     if repeat is not None:  # same signature as an earlier call: its decisions hold
         return repeat.run(a, b, c, alpha, beta, stream, addresses)
+    if _arrays.ndim_of(a) > 2 or _arrays.ndim_of(b) > 2 or (c is not None and _arrays.ndim_of(c) > 2):
+        if epilogue is not None and not isinstance(epilogue, Epilogue):
+            raise TypeError(f"epilogue must be a dxgemm.epilogues.Epilogue (e.g. epilogues.relu()), got "
+                            f"{type(epilogue).__name__}")
+        return batched_gemm(a, b, c, alpha, beta, epilogue, backend, precision, stream,
+                            check_scalar=_check_scalar, check_backend=_check_backend)
     op_a = as_operand(a, "a")
     op_b = as_operand(b, "b")
     if op_a.dtype != op_b.dtype:

@@ -253,6 +253,21 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, device: D
     return "short" if best == "small" and k < 64 else best
 
 
+def choose_batched_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, count: int,
+                        device: DeviceInfo = H100, medium_min_k: float = 0.0) -> str:
+    """The tile of a batched call: ``count`` entries of ``m x n`` fill the GPU together, so the
+    tile is chosen as for their outputs stacked (``count * m`` rows, :func:`choose_tile`), then
+    made the smallest (64x64, ``"tiny"``) where an entry is narrower than the tile on either side
+    (a larger tile would be mostly padding)."""
+    if backend != "warptile":
+        return "large"
+    tile = choose_tile(backend, dtype, m * count, n, k, device, medium_min_k)
+    cfg = WARPTILE_TILES.get(np.dtype(dtype).name, {}).get(tile, WARPTILE_CONFIGS[np.dtype(dtype).name])
+    if m < cfg["BM"] or n < cfg["BN"]:
+        return "tiny"
+    return tile
+
+
 def choose_split_tile(n: int) -> str:
     """The float64 split-K tile for an output ``n`` wide: 128x64 up to 64 columns, where the
     128x128 tile would leave half its columns idle, else 128x128."""

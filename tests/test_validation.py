@@ -39,10 +39,13 @@ def test_unsupported_dtypes(dtype):
         dxgemm.gemm(dev((3, 4), dtype), dev((4, 2), dtype))
 
 
-@pytest.mark.parametrize("shape", [(12,), (2, 3, 4)])
-def test_not_2d(shape):
-    with pytest.raises(ValueError, match="a must be a 2-D matrix"):
-        dxgemm.gemm(dev(shape), dev((4, 2)))
+def test_not_a_matrix():
+    with pytest.raises(ValueError, match=r"a must be a 2-D matrix or a batch of them .*got 1-D"):
+        dxgemm.gemm(dev((12,)), dev((4, 2)))
+
+
+def test_three_dimensions_are_a_batch():
+    assert dxgemm.gemm(dev((2, 3, 4)), dev((4, 2))).shape == (2, 3, 2)
 
 
 def test_host_numpy_arrays_refused():

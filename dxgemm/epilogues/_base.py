@@ -63,6 +63,47 @@ class EpilogueContext:
     device: int = 0
     inputs: tuple = field(default=(), repr=False, compare=False)
     output: Any = field(default=None, repr=False, compare=False)
+    batch: tuple[int, ...] = ()
+    """The batch shape of a batched GEMM (``()`` for one matrix): a stage's array with leading
+    dimensions beyond its own shape has one per batch entry (:meth:`batch_strides`)."""
+
+    def batch_strides(self, name: str, shape: tuple[int, ...], byte_strides: tuple[int, ...],
+                      itemsize: int) -> tuple[int, ...]:
+        """The element strides, one per dimension of :attr:`batch`, of an array's leading
+        (batch) dimensions ``shape`` with ``byte_strides``, broadcast NumPy's way (aligned
+        on the right, an extent of 1 or a missing dimension repeats the same values: stride 0).
+
+        Raises ValueError when ``shape`` does not broadcast to the batch."""
+        if len(shape) > len(self.batch) or any(
+                e != 1 and e != b for e, b in zip(shape[::-1], self.batch[::-1])):
+            raise ValueError(f"{name}'s leading dimensions {tuple(shape)} do not broadcast to the batch shape "
+                             f"{self.batch}")
+        if any(s % itemsize for s, e in zip(byte_strides, shape) if e != 1):
+            raise ValueError(f"{name}'s batch strides {tuple(byte_strides)} bytes are not whole elements")
+        pad = len(self.batch) - len(shape)
+        return (0,) * pad + tuple(0 if e == 1 else s // itemsize for e, s in zip(shape, byte_strides))
+
+
+@dataclass(frozen=True)
+class Moved:
+    """In a stage's argument tuple: a 1-D array that moves with the batch entry.
+
+    ``view`` starts at the lowest entry; entry ``(i_0, ..., i_{R-1})`` starts
+    ``sum(i_d * strides[d]) + shift`` elements into it (:mod:`dxgemm.kernels.batch_entries`).
+    The kernel passes the stage the array at its entry, so the stage's code indexes it as it
+    would one matrix's."""
+
+    view: Any
+    strides: tuple[int, ...]
+    shift: int
+    owner: Any = field(default=None, repr=False, compare=False)  # what keeps the memory alive for the call
+
+
+class BatchIndex:
+    """In a stage's argument tuple: the slot that receives the batch entry's index (int64) in a
+    batched GEMM, 0 in a plain one (what a ``custom`` function's ``batch`` parameter reads)."""
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from numba import cuda
 
 from ..kernels._device import SIMULATOR
 from ._device_arrays import device_array
-from ._base import BoundEpilogue, Epilogue, EpilogueContext, signature_atom
+from ._base import BatchIndex, BoundEpilogue, Epilogue, EpilogueContext, signature_atom
 
 
 class PrecisionWarning(UserWarning):
@@ -72,16 +72,20 @@ class Custom(Epilogue):
                 f"got {type(fn).__name__} {fn!r}"
             )
         nargs = 3 + len(arrays)
+        params = list(inspect.signature(py).parameters)
+        # a last parameter named ``batch`` beyond the arrays receives the batch entry's index
+        takes_batch = len(params) == nargs + 1 and params[-1] == "batch"
         try:
-            inspect.signature(py).bind(*range(nargs))
+            inspect.signature(py).bind(*range(nargs + takes_batch))
         except TypeError:
             raise TypeError(
                 f"custom: {py.__qualname__}{inspect.signature(py)} cannot be called as "
                 f"fn(x, row, col{''.join(f', a{i}' for i in range(len(arrays)))}) with the {len(arrays)} "
-                f"array(s) passed to custom()"
+                f"array(s) passed to custom() (or with a last parameter named batch, the batch entry's index)"
             ) from None
         self.fn = py
         self.arrays = arrays
+        self.takes_batch = takes_batch
 
     @property
     def transcendental(self) -> bool:  # type: ignore[override]
@@ -120,9 +124,11 @@ class Custom(Epilogue):
         from numba import typeof
 
         try:
-            arg_type = typeof(views)
+            arg_type = typeof(views + ((np.int64(0),) if self.takes_batch else ()))
         except (TypeError, ValueError) as exc:
             raise TypeError(f"custom({qualname}): Numba cannot pass these arrays to a kernel: {exc}") from None
+        if self.takes_batch:  # entry 0 of a plain GEMM; a batched kernel puts each entry's index there
+            views += (BatchIndex() if ctx.batch else np.int64(0),)
         fn, t = self.fn, ctx.dtype.type
         return BoundEpilogue(("custom", qualname, stable_key(fn)), views,
                              lambda: _device(fn, t, arg_type), reads=tuple(a.span for a in arrays))
@@ -135,8 +141,9 @@ class Custom(Epilogue):
         arrays = [np.asarray(to_xp(a, np)) for a in self.arrays]
         arrays = [a.astype(np.float64) if a.dtype.kind in "fc" else a for a in arrays]  # float64 math throughout
         out = np.empty_like(host)
+        batch = (0,) if self.takes_batch else ()
         for (i, j), value in np.ndenumerate(host):
-            out[i, j] = self.fn(float(value), i, j, *arrays)
+            out[i, j] = self.fn(float(value), i, j, *arrays, *batch)
         return xp.asarray(out)
 
     lipschitz = None  # unknown: the caller of the reference states it

@@ -15,7 +15,7 @@ from numba import cuda
 
 from ..kernels._device import U, load_invariant, make_offset
 from ._device_arrays import device_array, to_xp
-from ._base import BoundEpilogue, Epilogue, EpilogueContext, Span
+from ._base import BoundEpilogue, Epilogue, EpilogueContext, Moved, Span
 
 
 def bias_orientation(shape: tuple[int, ...], m: int, n: int) -> str | None:
@@ -50,15 +50,29 @@ class Bias(Epilogue):
         arr = device_array(self.v, "bias", ctx)
         if arr.dtype != ctx.dtype:
             raise TypeError(f"bias has dtype {arr.dtype}; it must match a and b ({ctx.dtype})")
-        orientation = bias_orientation(arr.shape, ctx.m, ctx.n)
+        core = _bias_core(arr.shape, ctx)
+        orientation = bias_orientation(arr.shape[len(arr.shape) - core:], ctx.m, ctx.n) if core else None
         if orientation is None:
+            batched = f", each with leading dimensions that broadcast to the batch shape {ctx.batch}" if ctx.batch else ""
             raise ValueError(
                 f"bias has shape {arr.shape}; for a {ctx.m}x{ctx.n} result it must have shape ({ctx.n},) or "
-                f"(1, {ctx.n}) to add v[j] to column j, or ({ctx.m}, 1) to add v[i] to row i"
+                f"(1, {ctx.n}) to add v[j] to column j, or ({ctx.m}, 1) to add v[i] to row i{batched}"
             )
-        length, stride = (ctx.n, arr.strides[-1]) if orientation == "col" else (ctx.m, arr.strides[0])
-        args = (arr.view((length,), (stride,)),)
+        lead = len(arr.shape) - core
+        length, stride = (ctx.n, arr.strides[-1]) if orientation == "col" else (ctx.m, arr.strides[-2])
         key = ("bias", orientation, ctx.dtype.name, "invariant")
+        strides = ctx.batch_strides("bias", arr.shape[:lead], arr.strides[:lead], arr.dtype.itemsize)
+        if not any(strides):  # one vector for every entry
+            args = (arr.view((length,), (stride,)),)
+        else:  # a vector per entry: moved to it by the batched kernel
+            if stride != arr.dtype.itemsize:
+                arr = device_array(_contiguous(arr), "bias", ctx)  # entries whole elements apart in the view
+                stride = arr.dtype.itemsize
+                strides = ctx.batch_strides("bias", arr.shape[:lead], arr.strides[:lead], arr.dtype.itemsize)
+            shift = -sum(min(0, (e - 1) * s) for e, s in zip(ctx.batch, strides))
+            total = shift + sum(max(0, (e - 1) * s) for e, s in zip(ctx.batch, strides)) + length
+            lowest = arr.ptr - shift * arr.dtype.itemsize
+            args = (Moved(arr.view((total,), (stride,), at=lowest), strides, shift, arr.obj),)
         return BoundEpilogue(key, args, lambda: _bias_device(orientation), reads=(arr.span,),
                              preload=lambda: _bias_read(orientation))
 
@@ -68,6 +82,24 @@ class Bias(Epilogue):
         return x + (v.reshape(1, n) if bias_orientation(v.shape, m, n) == "col" else v.reshape(m, 1))
 
     lipschitz = 1.0
+
+
+def _bias_core(shape: tuple[int, ...], ctx: EpilogueContext) -> int:
+    """How many trailing dimensions of a bias of ``shape`` are the vector itself (the rest are
+    batch dimensions): 2 for a trailing ``(1, n)`` or ``(m, 1)``, 1 for ``(n,)``, 0 for neither.
+    A plain GEMM takes no batch dimensions."""
+    for core in (2, 1):
+        if len(shape) >= core and (ctx.batch or len(shape) == core) and \
+                bias_orientation(shape[len(shape) - core:], ctx.m, ctx.n) is not None:
+            return core
+    return 0
+
+
+def _contiguous(arr: Any) -> Any:
+    """A contiguous copy of a bias (a per-entry vector of another stride), in its library."""
+    from .. import _arrays
+
+    return _arrays._contiguous_copy(arr.obj)
 
 
 def _bias_read(orientation: str):

@@ -122,6 +122,12 @@ def compile_rung(backend: str, spec: KernelSpec, epi_type, **overrides) -> Compi
     module = importlib.import_module(f".{backend}", __name__)
     built: BuiltKernel = module.build(spec, **overrides)
     sig = kernel_signature(spec.dtype, epi_type)
+    if spec.batch:  # the rung's body once per batch entry, a trailing tuple says where each lives
+        from . import batch_entries as batched
+
+        rank, moved, index_paths, shape = spec.batch
+        built = dataclasses.replace(built, pyfunc=batched.wrap(built.pyfunc, rank, moved, index_paths, shape))
+        sig = types.void(*sig.args, types.UniTuple(types.int64, batched.batch_tuple_length(rank, len(moved))))
     threads = 1
     for extent in built.block:
         threads *= extent

@@ -44,9 +44,12 @@ class KernelSpec:
     epilogue_key: tuple
     epilogue_fn: Callable = None  # excluded from hashing below
     tile: str = "large"  # a rung with several tile configurations picks one by this name
+    batch: tuple = ()
+    """A batched kernel's compile-time facts (:mod:`dxgemm.kernels.batch_entries`): ``(rank, moved
+    epilogue array paths, batch-index paths, the epilogue arguments' nesting)``; ``()`` for one GEMM."""
 
     def _identity(self) -> tuple:
-        return (self.dtype.str, self.layout_a, self.layout_b, self.layout_d, self.epilogue_key, self.tile)
+        return (self.dtype.str, self.layout_a, self.layout_b, self.layout_d, self.epilogue_key, self.tile, self.batch)
 
     def __hash__(self) -> int:
         return hash(self._identity())

@@ -80,6 +80,8 @@ def rung_fields(backend: str, spec: KernelSpec, arg_types: str, cc: tuple[int, i
     enter: a new bias vector, slope or output array finds the same entry.
     """
     config = {"rung": backend, "tile": spec.tile, "tile_config": tile_config(backend, spec)}
+    if spec.batch:
+        config["batch"] = repr(spec.batch)
     fields = key_fields(cc=cc, config=config, dtype=np.dtype(spec.dtype).name,
                         arrangement=(spec.layout_a.value, spec.layout_b.value, spec.layout_d.value),
                         epilogue_key=(spec.epilogue_key, arg_types), kind="rung", versions=versions)

@@ -1,0 +1,90 @@
+"""Any rung over a batch of GEMMs in one launch: ``blockIdx.z`` picks the batch entry.
+
+The idea: a batched GEMM is the same GEMM repeated at other addresses.  So the batched
+kernel is the rung's own kernel body, called as a device function once per batch entry
+with A, B, D and the epilogue's per-entry arrays moved to that entry.  The rung is not
+edited and every rung gets it; the cost is one offset computation per block and entry.
+
+Where each entry lives is given per batch *dimension*: the batch shape ``(e_0, ..., e_{R-1})``
+(NumPy ``matmul`` broadcasting done on the host) and, for each operand, an element stride per
+dimension (0 where it broadcasts) and a shift that makes every offset non-negative (a
+negative stride starts the flat view at the operand's lowest entry).  Entry ``z`` (row-major
+over the batch shape) of an operand starts ``sum(idx_i * stride_i) + shift`` elements into
+its flat view.  ``R`` and which epilogue arrays move are compile-time facts of the kernel
+(:attr:`~dxgemm.kernels.KernelSpec.batch`); extents, strides and shifts are run-time
+values in one trailing tuple argument::
+
+    kernel(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args, batch)
+    batch = (count, e_1, ..., e_{R-1}, then per operand (A, B, D, each moved epilogue array):
+             stride_0, ..., stride_{R-1}, shift)
+
+A grid of ``gz`` along z (at most 65535) walks entries ``blockIdx.z, blockIdx.z + gz, ...``.
+A ``custom`` epilogue that asks for the entry's index (its ``batch`` parameter) gets ``z``
+through the argument tuple (:class:`~dxgemm.epilogues.BatchIndex`).  Split-K kernels, whose
+own ``blockIdx.z`` is the K slice, are not batched.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+from numba import cuda
+
+MAX_GRID_Z = 65535
+"""The largest ``gridDim.z`` CUDA allows: larger batches loop over the grid."""
+
+
+def batch_tuple_length(rank: int, moved: int) -> int:
+    """Entries of the ``batch`` argument for ``rank`` batch dimensions and ``moved`` epilogue arrays."""
+    return rank + (3 + moved) * (rank + 1)
+
+
+def wrap(pyfunc: Callable, rank: int, moved: tuple[tuple[int, ...], ...],
+         index_paths: tuple[tuple[int, ...], ...], epi_shape: tuple) -> Callable:
+    """The batched kernel function around rung body ``pyfunc`` (module docstring).
+
+    ``moved``: the paths (indices into the nested epilogue argument tuple) of the 1-D arrays
+    that move with the entry; ``index_paths``: the paths of the slots that receive the entry's
+    index; ``epi_shape``: the argument tuple's nesting (a tuple of the same nesting whose leaves
+    are None), from which the moved tuple is rebuilt.
+    """
+    from ._device import SIMULATOR
+
+    # inlined: the body's loops then see the moved arrays as the kernel's own
+    body = cuda.jit(device=True)(pyfunc) if SIMULATOR else cuda.jit(device=True, forceinline=True)(pyfunc)
+    operands = 3 + len(moved)
+    lines = ["def batched_gemm(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args, batch):",
+             "    count = int64(batch[0])",
+             "    z = int64(cuda.blockIdx.z)",
+             "    while z < count:"]
+    # the entry's index along each batch dimension, last dimension fastest
+    lines.append("        rest = z")
+    for dim in range(rank - 1, 0, -1):
+        lines.append(f"        i{dim} = rest % int64(batch[{dim}])")
+        lines.append(f"        rest = rest // int64(batch[{dim}])")
+    lines.append("        i0 = rest")
+    base = rank  # the strides and shifts start after count and e_1..e_{R-1}
+    for j in range(operands):
+        at = base + j * (rank + 1)
+        terms = " + ".join([f"i{dim} * int64(batch[{at + dim}])" for dim in range(rank)] + [f"int64(batch[{at + rank}])"])
+        lines.append(f"        o{j} = uint64({terms})")
+    arg_expr = _rebuild("epi_args", epi_shape, (), {p: j for j, p in enumerate(moved)}, set(index_paths))
+    lines.append(f"        body(a[o0:], b[o1:], d[o2:], m, n, k, lda, ldb, ldd, flags, {arg_expr})")
+    lines.append("        z += int64(cuda.gridDim.z)")
+    source = "\n".join(lines) + "\n"
+    namespace = {"cuda": cuda, "body": body, "int64": np.int64, "uint64": np.uint64}
+    exec(compile(source, "<dxgemm batched kernel>", "exec"), namespace)
+    return namespace["batched_gemm"]
+
+
+def _rebuild(expr: str, shape: object, path: tuple[int, ...], moved: dict, index_paths: set) -> str:
+    """Source of the epilogue argument tuple with the moved arrays at their entry and the index slots set."""
+    if path in moved:
+        return f"{expr}[o{3 + moved[path]}:]"
+    if path in index_paths:
+        return "z"
+    if isinstance(shape, tuple):
+        members = [_rebuild(f"{expr}[{i}]", member, path + (i,), moved, index_paths) for i, member in enumerate(shape)]
+        return "(" + "".join(f"{m}, " for m in members) + ")"
+    return expr
