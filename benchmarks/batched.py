@@ -92,7 +92,7 @@ def measure(args) -> list[dict]:
                 stream.synchronize()
                 worst = 0.0
                 for i in (0, batch - 1):
-                    worst = max(worst, check(d[i], a[i], b[i], chain_of(epi, v[i, 0], bias, gelu)))
+                    worst = max(worst, check(d[i], chain_of(epi, v[i, 0], bias, gelu), a[i], b[i], dt))
                 ms, base = statistics.median(mine), statistics.median(theirs)
                 rec = {"suite": "batched", "case": case, "dtype": dt.name, "batch": batch, "m": m, "n": n, "k": k,
                        "epilogue": epi, "ms": round(ms, 5), "ms_spread": [round(min(mine), 5), round(max(mine), 5)],

@@ -20,8 +20,10 @@ pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
 
 
-def _entries(got, a, b, dtype, *, then=None, picks=None):
-    """Check entries ``picks`` (default: all) of a batched result against float64 per entry."""
+def _entries(got, a, b, dtype, *, then=None, picks=None, contract=True):
+    """Check entries ``picks`` (default: all) of a batched result against float64 per entry
+    (float32: the float32 contract of the default precision, or with ``contract=False`` the
+    statistical bound of an IEEE float32 sum)."""
     got = cp.asnumpy(got)
     batch = got.shape[:-2]
     assert not np.isnan(got).any(), "an output element was left unwritten"
@@ -33,7 +35,7 @@ def _entries(got, a, b, dtype, *, then=None, picks=None):
             ref = then(index, a64 @ b64)
             err = np.abs(got[index] - ref).max() / (np.abs(a64) @ np.abs(b64) + np.abs(ref)).max()
             assert err <= 8 * np.sqrt(a64.shape[1]) * np.finfo(dtype).eps, (index, err)
-        elif np.dtype(dtype) == np.float32:
+        elif np.dtype(dtype) == np.float32 and contract:
             check_float32_contract(got[index].astype(np.float64), a64, b64,
                                    sgemm=cp.asnumpy(cp.matmul(cp.asarray(a[index]), cp.asarray(b[index]))))
         else:
@@ -48,7 +50,7 @@ def test_broadcast_batch_at_edge_sizes(rng, backend, dtype):
     b = cp.asarray(rng.standard_normal((2, k, n)).astype(dtype))
     d = cp.full((3, 2, m, n), cp.nan, dtype)
     dxgemm.gemm(a, b, d, backend=backend)
-    _entries(d, a, b, dtype)
+    _entries(d, a, b, dtype, contract=backend == "auto")
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
