@@ -7,6 +7,11 @@ Run on a GPU from the repository root::
 
 Cases are ``batch x (m x n x k)`` (default: 256 x 512^3, 4096 x 64^3, 8 x 4096 x 4096 x 1024,
 32 x 1 x 4096 x 4096), A ``(batch, m, k)`` and B ``(batch, k, n)`` row-major, D ``(batch, m, n)``.
+Then ``grouped_moe64`` (``--no-grouped`` leaves it out): ``dxgemm.grouped_gemm`` over 64
+problems with m drawn from 1..2048 (seed 0), n = 4096, k = 1024 (a mixture-of-experts layer),
+against a Python loop of ``cupy.matmul`` calls (``ratio``) and the sum of cuBLAS's GPU times
+for the 64 problems timed one by one (``cublas_sum_ms``, ``ratio_to_cublas_sum``).
+
 For each dtype and epilogue it times ``dxgemm.gemm(a, b, d, epilogue=...)`` (``backend="auto"``,
 one launch for the batch) against the baseline on the same arrays:
 
@@ -104,6 +109,67 @@ def measure(args) -> list[dict]:
                 records.append(rec)
                 print(f"{case:>18} {dt.name:8} {epi:10} dxgemm {ms:9.4f} ms  baseline {base:9.4f} ms  "
                       f"x{base / ms:6.3f}  error/bound {worst:.3f}", flush=True)
+    if args.grouped:
+        records += measure_grouped(args, cp, np, dxgemm, stream, gpu, per_call_ms)
+    return records
+
+
+def measure_grouped(args, cp, np, dxgemm, stream, gpu, per_call_ms) -> list[dict]:
+    """A mixture-of-experts layer: 64 problems, m drawn from 1..2048 (seed 0), n = 4096, k = 1024,
+    against a Python loop of ``cupy.matmul`` calls and the sum of cuBLAS's GPU times per problem."""
+    records = []
+    ms_rng = np.random.default_rng(0)
+    sizes = [int(x) for x in ms_rng.integers(1, 2049, 64)]
+    n, k = 4096, 1024
+    for dtype in args.dtypes:
+        dt = np.dtype(dtype)
+        rng = cp.random.default_rng(1)
+        with stream:
+            problems = [(rng.standard_normal((m, k), dtype=dt), rng.standard_normal((k, n), dtype=dt),
+                         cp.full((m, n), cp.nan, dt)) for m in sizes]
+            outs = [cp.empty((m, n), dt) for m in sizes]
+
+        def ours():
+            dxgemm.grouped_gemm(problems, stream=stream)
+
+        def loop():
+            with stream:
+                for (a, b, _), d in zip(problems, outs):
+                    cp.matmul(a, b, out=d)
+
+        mine, theirs = [], []
+        for f in (ours, loop):
+            f()
+            f()
+        for _ in range(args.rounds):
+            mine.append(per_call_ms(cp, ours, stream, args.target_ms))
+            theirs.append(per_call_ms(cp, loop, stream, args.target_ms))
+        each = []
+        for (a, b, _), d in zip(problems, outs):
+            def one(a=a, b=b, d=d):
+                with stream:
+                    cp.matmul(a, b, out=d)
+            one()
+            each.append(statistics.median(per_call_ms(cp, one, stream, 2.0) for _ in range(3)))
+        cublas_sum = sum(each)
+        stream.synchronize()
+        worst = 0.0
+        from dxgemm.epilogues.reference import check
+        for g in (0, len(sizes) // 2, len(sizes) - 1):
+            a, b, d = problems[g]
+            worst = max(worst, check(d, None, a, b, dt))
+        ms, base = statistics.median(mine), statistics.median(theirs)
+        rec = {"suite": "batched", "case": "grouped_moe64", "dtype": dt.name, "batch": len(sizes),
+               "m": "1..2048 (seed 0)", "n": n, "k": k, "epilogue": "plain", "ms": round(ms, 5),
+               "ms_spread": [round(min(mine), 5), round(max(mine), 5)],
+               "baseline": "Python loop of cupy.matmul", "baseline_ms": round(base, 5),
+               "baseline_spread": [round(min(theirs), 5), round(max(theirs), 5)], "ratio": round(base / ms, 4),
+               "cublas_sum_ms": round(cublas_sum, 5), "ratio_to_cublas_sum": round(cublas_sum / ms, 4),
+               "max_error_ratio": round(float(worst), 4), "gpu": gpu}
+        records.append(rec)
+        print(f"{'grouped_moe64':>18} {dt.name:8} {'plain':10} dxgemm {ms:9.4f} ms  loop {base:9.4f} ms  "
+              f"x{base / ms:6.3f}  cuBLAS sum {cublas_sum:9.4f} ms  x{cublas_sum / ms:6.3f}  error/bound {worst:.3f}",
+              flush=True)
     return records
 
 
@@ -120,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--target-ms", type=float, default=20.0, help="length of one timed run of back-to-back calls")
     p.add_argument("--json", help="merge the records into this result file")
+    p.add_argument("--grouped", action=argparse.BooleanOptionalAction, default=True,
+                   help="also the grouped case (64 problems of a mixture-of-experts layer)")
     args = p.parse_args(argv)
     records = measure(args)
     if args.json:

@@ -30,16 +30,32 @@ import numpy as np
 
 from . import _arrays, policy
 from ._arrays import BatchedOperand, as_batched_operand
+from ._checks import check_backend, check_scalar
 from ._streams import stream_handle
 from .epilogues._base import AlphaBeta, Chain, EpilogueContext, Moved
 from .kernels import KernelSpec
-from .runtime.batch_launch import launch_batched
+from ._arrays import data_pointer
+from .runtime.batch_launch import launch_batched, strip_batch
+from .runtime.calls import output_factory
+from .runtime.launch import flat_values
 from .runtime.device import device_info
 
 
+_MAX_KEPT = 256
+_kept: dict[tuple, "_KeptBatched"] = {}
+
+
 def batched_gemm(a: Any, b: Any, c: Any, alpha: Any, beta: Any, epilogue: Any, backend: str,
-                 precision: str | None, stream: Any, *, check_scalar: Any, check_backend: Any) -> Any:
-    """``dxgemm.gemm`` for operands with batch dimensions (module docstring)."""
+                 precision: str | None, stream: Any, key: tuple | None = None) -> Any:
+    """``dxgemm.gemm`` for operands with batch dimensions (module docstring).
+
+    ``key``: the call's signature (:func:`dxgemm.runtime.calls.probe`).  A signature seen before
+    whose epilogue reads no arrays of its own (plain, activations, ``beta`` with C) repeats that
+    call's decisions and laid-out launch with this call's addresses and scalars
+    (:class:`_KeptBatched`); the rest is validated in full on every call."""
+    kept = _kept.get(key) if key is not None else None
+    if kept is not None:
+        return kept.run(a, b, c, alpha, beta, stream)
     op_a = as_batched_operand(a, "a")
     op_b = as_batched_operand(b, "b")
     if op_a.dtype != op_b.dtype:
@@ -120,8 +136,53 @@ def batched_gemm(a: Any, b: Any, c: Any, alpha: Any, beta: Any, epilogue: Any, b
         else:
             tile = policy.choose_batched_tile(backend, dtype, m, n, k, count, info, traits.medium_tile_min_k)
         spec = KernelSpec(dtype, op_a.entry.layout, op_b.entry.layout, op_d.entry.layout, bound.key, None, tile=tile)
-        launch_batched(backend, spec, bound, device, [op_a, op_b, op_d], m, n, k, handle)
+        launch = launch_batched(backend, spec, bound, device, [op_a, op_b, op_d], m, n, k, handle)
+    if (key is not None and launch is not None and not bound.reads and not bound.writes
+            and op_a.entry.obj is a and op_b.entry.obj is b):  # inputs not copied, no epilogue arrays to re-check
+        kept = _KeptBatched(launch, op_a, op_b, op_d, dtype, c is not None and beta != 0, c is None, device)
+        if kept.head(alpha, beta, op_d.lo) == flat_values((strip_batch(bound.args)[0][0],)):
+            if len(_kept) >= _MAX_KEPT:
+                _kept.clear()
+            _kept[key] = kept
     return out
+
+
+class _KeptBatched:
+    """A batched call's decisions and laid-out launch, for the next call of its signature: the
+    signature fixes shapes, strides, dtype, device and the epilogue's structure, so a repeat call
+    reads three addresses, re-checks that C overlaps neither input, and launches."""
+
+    def __init__(self, launch: Any, op_a: BatchedOperand, op_b: BatchedOperand, op_d: BatchedOperand,
+                 dtype: np.dtype, with_c: bool, new_output: bool, device: int):
+        self.launch, self.scalar, self.with_c, self.device = launch, dtype.type, with_c, device
+        self.itemsize = dtype.itemsize
+        self.shifts = (op_a.shift, op_b.shift, op_d.shift)
+        self.spans = (op_a.span * self.itemsize, op_b.span * self.itemsize, op_d.span * self.itemsize)
+        self.d_span, self.d_ld = max(op_d.span, 1), np.int64(op_d.entry.ld)
+        self.library = op_a.entry.library
+        self.new_output = output_factory(self.library, device, op_d.batch + op_d.entry.shape, dtype) \
+            if new_output else None
+
+    def head(self, alpha: Any, beta: Any, d_lo: int) -> list:
+        """The alpha/beta stage's flattened kernel arguments (C's flat view from the lowest entry)."""
+        if self.with_c:
+            return [self.scalar(alpha), self.scalar(beta), 0, 0, self.d_span, self.itemsize, d_lo, self.d_span,
+                    self.itemsize, self.d_ld]
+        return [self.scalar(alpha)]
+
+    def run(self, a: Any, b: Any, c: Any, alpha: Any, beta: Any, stream: Any) -> Any:
+        out = c if c is not None else self.new_output()
+        pa, pb, pd = data_pointer(a), data_pointer(b), data_pointer(out)
+        size = self.itemsize
+        lo = [p - s * size for p, s in zip((pa, pb, pd), self.shifts)]
+        if c is not None:
+            for name, x in (("a", 0), ("b", 1)):
+                if lo[2] < lo[x] + self.spans[x] and lo[x] < lo[2] + self.spans[2]:
+                    raise ValueError(f"c overlaps {name} in memory; the output must not share memory with an input")
+        handle = stream_handle(stream, self.library)
+        with _arrays.on_device(self.device):
+            self.launch(lo[0], lo[1], lo[2], pa, pb, self.head(alpha, beta, lo[2]), handle)
+        return out
 
 
 def _broadcast(op: BatchedOperand, batch: tuple[int, ...]) -> BatchedOperand:

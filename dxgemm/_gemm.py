@@ -7,7 +7,6 @@ and split-K in :mod:`dxgemm.runtime`.
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 import numpy as np
@@ -15,6 +14,7 @@ import numpy as np
 from . import _arrays, policy
 from ._arrays import Operand, as_operand
 from ._batched import batched_gemm
+from ._checks import BACKEND_DTYPES, BACKENDS, check_backend, check_scalar
 from ._streams import stream_handle
 from .epilogues._base import AlphaBeta, Chain, Epilogue, EpilogueContext
 from .kernels import FLAG_VEC_A, FLAG_VEC_B, RUNGS, KernelSpec, vector_flags
@@ -27,17 +27,6 @@ from .runtime.device import device_info, gpu_usable
 from .runtime.launch import flat_values, matrix_of
 from .runtime.rungs import rung_call
 from .runtime.splitk import SimulatedCall, launch_simulated, rung_split
-
-BACKENDS: tuple[str, ...] = RUNGS + ("tf32mma", "pipeline")
-"""Names ``backend=`` accepts besides ``"auto"``: the handwritten rungs, slowest first, then
-``"tf32mma"`` (float32 on the TF32 tensor cores, :mod:`dxgemm.kernels.tf32mma`) and
-``"pipeline"`` (cuBLASDx device pipeline on tensor cores, :mod:`dxgemm.pipelines`)."""
-
-BACKEND_DTYPES: dict[str, tuple[np.dtype, ...]] = {
-    name: (np.dtype(np.float32),) if name in policy.TF32_BACKENDS else (np.dtype(np.float32), np.dtype(np.float64))
-    for name in BACKENDS}
-"""The dtypes each backend computes (``"tf32mma"`` is float32 only)."""
-
 
 def gemm(
     a: Any,
@@ -94,8 +83,7 @@ def gemm(
         if epilogue is not None and not isinstance(epilogue, Epilogue):
             raise TypeError(f"epilogue must be a dxgemm.epilogues.Epilogue (e.g. epilogues.relu()), got "
                             f"{type(epilogue).__name__}")
-        return batched_gemm(a, b, c, alpha, beta, epilogue, backend, precision, stream,
-                            check_scalar=_check_scalar, check_backend=_check_backend)
+        return batched_gemm(a, b, c, alpha, beta, epilogue, backend, precision, stream, key)
     op_a = as_operand(a, "a")
     op_b = as_operand(b, "b")
     if op_a.dtype != op_b.dtype:
@@ -104,8 +92,8 @@ def gemm(
     (m, k), (k_b, n) = op_a.shape, op_b.shape
     if k != k_b:
         raise ValueError(f"inner dimensions differ: a is {m}x{k}, b is {k_b}x{n} (a.shape[1] must equal b.shape[0])")
-    alpha = _check_scalar(alpha, "alpha")
-    beta = _check_scalar(beta, "beta")
+    alpha = check_scalar(alpha, "alpha")
+    beta = check_scalar(beta, "beta")
     if c is None and beta != 0:
         raise ValueError(f"beta={beta!r} scales c, but no c was given: pass c (the (m, n) matrix beta multiplies, "
                          "which receives the result) or leave beta at 0")
@@ -113,7 +101,7 @@ def gemm(
         raise TypeError(
             f"epilogue must be a dxgemm.epilogues.Epilogue (e.g. epilogues.relu()), got {type(epilogue).__name__}"
         )
-    backend = _check_backend(backend)
+    backend = check_backend(backend)
     precision = policy.resolve_precision(dtype, backend, precision)
     explicit_pipeline = backend == "pipeline"
 
@@ -230,21 +218,3 @@ def _adapt_extra(arr: Any, name: str, dtype: np.dtype, device: int, shape: tuple
     if _arrays.device_of(op) != device:
         raise ValueError(f"{name} is on GPU {_arrays.device_of(op)} but a and b are on GPU {device}")
     return op
-
-
-def _check_scalar(value: Any, name: str) -> Any:
-    """``value`` if it is a real number (Python or NumPy scalar; a 0-d NumPy array of a real dtype
-    becomes its scalar), else TypeError."""
-    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf":
-        value = value[()]
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        kind = f"a {value.ndim}-d array of {value.dtype}" if isinstance(value, np.ndarray) else type(value).__name__
-        raise TypeError(f"{name} must be a real number (a Python or NumPy scalar, or a 0-d array of a real dtype), "
-                        f"got {kind}")
-    return value
-
-
-def _check_backend(backend: Any) -> str:
-    if backend != "auto" and backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; choose 'auto' or one of {', '.join(BACKENDS)}")
-    return backend

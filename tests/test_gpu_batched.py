@@ -113,3 +113,46 @@ def test_beta_reads_each_entry_of_c(rng):
     ah, bh = cp.asnumpy(a), cp.asnumpy(b)
     for i in range(4):
         check(cp.asnumpy(c[i]), ah[i], bh, np.dtype(np.float64), alpha=0.5, beta=-2.0, c=c0[i])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_grouped_problems_of_every_shape(rng, dtype):
+    """Problems of different m, n, k (tile edges, a single row, K = 0, an empty one), each with its
+    own bias, in one launch."""
+    shapes = [(300, 260, 1000), (1, 4096, 512), (129, 1, 77), (0, 64, 64), (64, 64, 0), (2048, 512, 1024),
+              (17, 33, 5)]
+    problems, host, biases = [], [], []
+    for m, n, k in shapes:
+        a = rng.uniform(0.5, 1.5, (m, k)).astype(dtype)
+        b = rng.standard_normal((k, n)).astype(dtype)
+        v = rng.standard_normal(n).astype(dtype)
+        host.append((a, b, v))
+        problems.append((cp.asarray(a), cp.asarray(b), cp.full((m, n), cp.nan, dtype)))
+        biases.append(cp.asarray(v))
+    outs = dxgemm.grouped_gemm(problems, epilogue=[E.bias(v) | E.relu() for v in biases])
+    for g, ((a, b, v), out) in enumerate(zip(host, outs)):
+        assert out is problems[g][2]
+        got = cp.asnumpy(out)
+        assert not np.isnan(got).any(), g
+        ref = np.maximum(a.astype(np.float64) @ b.astype(np.float64) + v, 0)
+        scale = (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)) + np.abs(v)).max() if got.size else 1
+        assert np.abs(got - ref).max(initial=0) <= 8 * np.sqrt(max(a.shape[1], 1)) * np.finfo(dtype).eps * scale, g
+
+
+def test_repeat_calls_take_new_addresses_and_scalars(rng):
+    """The second call of a signature runs the kept launch: new arrays, alpha and beta must reach it."""
+    shape_a, shape_b = (3, 2, 70, 90), (2, 90, 50)
+    for alpha, beta in ((1.0, 0.0), (-0.5, 0.0), (2.0, 0.5), (0.25, -1.0)):
+        a = cp.asarray(rng.uniform(0.5, 1.5, shape_a))
+        b = cp.asarray(rng.standard_normal(shape_b))
+        c0 = rng.standard_normal((3, 2, 70, 50))
+        c = cp.asarray(c0)
+        dxgemm.gemm(a, b, c, alpha=alpha, beta=beta)
+        ah, bh = cp.asnumpy(a), cp.asnumpy(b)
+        for i in np.ndindex(3, 2):
+            check(cp.asnumpy(c[i]), ah[i], bh[i[1]], np.dtype(np.float64), alpha=alpha, beta=beta,
+                  c=c0[i] if beta else None)
+    d1 = dxgemm.gemm(a, b)
+    d2 = dxgemm.gemm(a, b)  # a new output each call
+    assert d1.data.ptr != d2.data.ptr
+    np.testing.assert_array_equal(cp.asnumpy(d1), cp.asnumpy(d2))

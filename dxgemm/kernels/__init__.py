@@ -122,12 +122,19 @@ def compile_rung(backend: str, spec: KernelSpec, epi_type, **overrides) -> Compi
     module = importlib.import_module(f".{backend}", __name__)
     built: BuiltKernel = module.build(spec, **overrides)
     sig = kernel_signature(spec.dtype, epi_type)
-    if spec.batch:  # the rung's body once per batch entry, a trailing tuple says where each lives
-        from . import batch_entries as batched
+    if spec.batch and spec.batch[0] == "grouped":  # one problem per blockIdx.z, each from a table row
+        from . import batch_entries
+
+        _, moved, index_paths, varying, shape = spec.batch
+        built = dataclasses.replace(built, pyfunc=batch_entries.wrap_grouped(
+            built.pyfunc, built.tile_m, built.tile_n, moved, index_paths, varying, shape))
+        sig = types.void(*sig.args, types.Array(types.int64, 1, "C"))
+    elif spec.batch:  # the rung's body once per batch entry, a trailing tuple says where each lives
+        from . import batch_entries
 
         rank, moved, index_paths, shape = spec.batch
-        built = dataclasses.replace(built, pyfunc=batched.wrap(built.pyfunc, rank, moved, index_paths, shape))
-        sig = types.void(*sig.args, types.UniTuple(types.int64, batched.batch_tuple_length(rank, len(moved))))
+        built = dataclasses.replace(built, pyfunc=batch_entries.wrap(built.pyfunc, rank, moved, index_paths, shape))
+        sig = types.void(*sig.args, types.UniTuple(types.int64, batch_entries.batch_tuple_length(rank, len(moved))))
     threads = 1
     for extent in built.block:
         threads *= extent

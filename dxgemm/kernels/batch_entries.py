@@ -78,13 +78,60 @@ def wrap(pyfunc: Callable, rank: int, moved: tuple[tuple[int, ...], ...],
     return namespace["batched_gemm"]
 
 
-def _rebuild(expr: str, shape: object, path: tuple[int, ...], moved: dict, index_paths: set) -> str:
-    """Source of the epilogue argument tuple with the moved arrays at their entry and the index slots set."""
+def _rebuild(expr: str, shape: object, path: tuple[int, ...], moved: dict, index_paths: set,
+             subst: dict | None = None) -> str:
+    """Source of the epilogue argument tuple with the moved arrays at their entry, the index slots
+    set and the ``subst`` paths replaced by the expressions given."""
     if path in moved:
         return f"{expr}[o{3 + moved[path]}:]"
     if path in index_paths:
         return "z"
+    if subst and path in subst:
+        return subst[path]
     if isinstance(shape, tuple):
-        members = [_rebuild(f"{expr}[{i}]", member, path + (i,), moved, index_paths) for i, member in enumerate(shape)]
+        members = [_rebuild(f"{expr}[{i}]", member, path + (i,), moved, index_paths, subst)
+                   for i, member in enumerate(shape)]
         return "(" + "".join(f"{m}, " for m in members) + ")"
     return expr
+
+
+GROUP_FIELDS = ("m", "n", "k", "lda", "ldb", "ldd", "flags", "a", "b", "d", "index")
+"""A grouped GEMM's table row per problem: its sizes, leading dimensions, vector-load flags,
+the element offsets of A, B and D in their flat views and the problem's index in the caller's
+list (what a ``custom`` function's ``batch`` parameter receives); then one offset per moved
+epilogue array and one value per epilogue integer that differs between problems."""
+
+
+def wrap_grouped(pyfunc: Callable, tile_m: int, tile_n: int, moved: tuple[tuple[int, ...], ...],
+                 index_paths: tuple[tuple[int, ...], ...], varying: tuple[tuple[int, ...], ...],
+                 epi_shape: tuple) -> Callable:
+    """The grouped kernel around rung body ``pyfunc``: problem ``g`` (``blockIdx.z``, looping past
+    the grid) reads its row of the int64 ``table`` (``table[0]``: the problem count, then
+    :data:`GROUP_FIELDS` plus one slot per moved array and per ``varying`` integer, each row
+    that wide) and runs the body where the block's ``tile_m x tile_n`` tile lies inside its
+    output; the grid covers the largest problem, other blocks pass.  ``moved``/``index_paths``:
+    as :func:`wrap`; ``varying``: the paths of epilogue integers read from the table."""
+    from ._device import SIMULATOR
+
+    body = cuda.jit(device=True)(pyfunc) if SIMULATOR else cuda.jit(device=True, forceinline=True)(pyfunc)
+    width = len(GROUP_FIELDS) + len(moved) + len(varying)
+    lines = ["def grouped_gemm(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args, table):",
+             "    count = table[0]",
+             "    z = int64(cuda.blockIdx.z)",
+             "    while z < count:",
+             f"        row = int64(1) + z * int64({width})",
+             "        mz = table[row]",
+             "        nz = table[row + 1]",
+             f"        if int64(cuda.blockIdx.y) * int64({tile_m}) < mz and int64(cuda.blockIdx.x) * int64({tile_n}) < nz:"]
+    for j in range(len(moved)):
+        lines.append(f"            o{3 + j} = table[row + {len(GROUP_FIELDS) + j}]")
+    subst = {p: f"table[row + {len(GROUP_FIELDS) + len(moved) + j}]" for j, p in enumerate(varying)}
+    subst.update({p: "table[row + 10]" for p in index_paths})
+    arg_expr = _rebuild("epi_args", epi_shape, (), {p: j for j, p in enumerate(moved)}, set(), subst)
+    lines.append("            body(a[table[row + 7]:], b[table[row + 8]:], d[table[row + 9]:], mz, nz, table[row + 2], "
+                 f"table[row + 3], table[row + 4], table[row + 5], table[row + 6], {arg_expr})")
+    lines.append("        z += int64(cuda.gridDim.z)")
+    source = "\n".join(lines) + "\n"
+    namespace = {"cuda": cuda, "body": body, "int64": np.int64}
+    exec(compile(source, "<dxgemm grouped kernel>", "exec"), namespace)
+    return namespace["grouped_gemm"]

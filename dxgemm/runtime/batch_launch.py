@@ -68,10 +68,35 @@ def merge_dims(batch: tuple[int, ...], strides: list[tuple[int, ...]]) -> tuple[
     return tuple(extents), [tuple(p) for p in per]
 
 
+class BatchedLaunch:
+    """One batched problem's launch with its parameters laid out: a repeat call of the same
+    signature (:mod:`dxgemm._batched`) writes the three flat views' base addresses, the alignment
+    flags and the alpha/beta stage's slots, and launches."""
+
+    __slots__ = ("call", "params", "grid", "width", "aligned_a", "aligned_b")
+
+    _A, _B, _D, _FLAGS, _EPI = 4, 11, 18, 27, 28  # slots in the parameter order of launch_batched
+
+    def __init__(self, call: Any, params: list, grid: tuple, width: int, aligned_a: bool, aligned_b: bool):
+        self.call, self.params, self.grid, self.width = call, params, grid, width
+        self.aligned_a, self.aligned_b = aligned_a, aligned_b  # ld and batch strides keep entries aligned
+
+    def __call__(self, a_lo: int, b_lo: int, d_lo: int, a_entry: int, b_entry: int, head: list, handle: int) -> None:
+        values = self.params.copy()
+        values[self._A], values[self._B], values[self._D] = a_lo, b_lo, d_lo
+        values[self._FLAGS] = ((1 if self.aligned_a and a_entry % 16 == 0 else 0)
+                               | (2 if self.aligned_b and b_entry % 16 == 0 else 0))
+        values[self._EPI:self._EPI + len(head)] = head
+        call = self.call
+        with call._lock:
+            call.launch(cu_stream(handle), self.grid, call.block, call.smem, values)
+
+
 def launch_batched(backend: str, spec: KernelSpec, bound: Any, device: int, operands: list, m: int, n: int,
-                   k: int, handle: int) -> None:
+                   k: int, handle: int) -> BatchedLaunch | None:
     """Launch ``backend``'s batched kernel for ``spec`` over the batch of A, B, D (``operands``:
-    :class:`~dxgemm._arrays.BatchedOperand` s sharing one batch shape) with ``bound``'s epilogue."""
+    :class:`~dxgemm._arrays.BatchedOperand` s sharing one batch shape) with ``bound``'s epilogue;
+    return the launch for a repeat call (None under the simulator)."""
     a, b, d = operands
     plain, moved, index_paths, shape = strip_batch(bound.args)
     batch = d.batch
@@ -100,7 +125,7 @@ def launch_batched(backend: str, spec: KernelSpec, bound: Any, device: int, oper
         grid = compiled.built.grid(m, n) + (gz,)
         compiled.kernel[grid, compiled.built.block, numba_stream(0), compiled.built.dynamic_smem](
             a.flat(), b.flat(), d.flat(), m, n, k, *lds, flags, plain, batch_values)
-        return
+        return None
     call = rung_call(backend, spec, bound, device)
     slots: list = []
     for op in (a, b, d):
@@ -108,5 +133,152 @@ def launch_batched(backend: str, spec: KernelSpec, bound: Any, device: int, oper
         slots += [0, 0, span, op.dtype.itemsize, op.lo, span, op.dtype.itemsize]
     params = [*slots, m, n, k, *lds, flags, *flat_values(plain), *batch_values]
     grid = (-(-n // call.tile_n), -(-m // call.tile_m), gz)
+    aligned = [op.entry.ld % width == 0 and not any(s % width for s in op.strides) for op in (a, b)]
+    launch = BatchedLaunch(call, params, grid, width, *aligned)
+    launch(a.lo, b.lo, d.lo, a.entry.ptr, b.entry.ptr, params[BatchedLaunch._EPI:BatchedLaunch._EPI + 1], handle)
+    return launch
+
+
+def _is_array(value: Any) -> bool:
+    return hasattr(value, "__cuda_array_interface__") or (SIMULATOR and hasattr(value, "_ary"))
+
+
+def _array_facts(value: Any) -> tuple[int, int, int, int, np.dtype]:
+    """``(address, elements, ndim, stride in bytes, dtype)`` of a device array (simulated or real)."""
+    if SIMULATOR and hasattr(value, "_ary"):
+        host = value._ary
+        return host.ctypes.data, host.size, host.ndim, host.strides[0] if host.ndim else 0, host.dtype
+    cai = value.__cuda_array_interface__
+    shape = tuple(cai["shape"])
+    dtype = np.dtype(cai["typestr"])
+    strides = cai.get("strides") or (dtype.itemsize,)
+    return int(cai["data"][0]), int(np.prod(shape)), len(shape), int(strides[0]) if shape else 0, dtype
+
+
+def merge_group_args(groups: list[Any], owner: Any) -> tuple[Any, list, list, list, list]:
+    """One argument tuple for the problems of a grouped call, whose bound epilogues share one key.
+
+    Returns ``(args, moved paths, per-problem offsets of each moved array, varying paths,
+    per-problem values of each varying integer)``.  A leaf equal in every problem is kept; a
+    1-D contiguous array at another address per problem becomes one view from the lowest of
+    them, each problem's start an element offset into it (moved); an integer that differs
+    (a leading dimension) is read from the problem's table row (varying).  Anything else that
+    differs is refused, naming the first problem where it does."""
+    from .._arrays import flat_view
+
+    moved_paths: list = []
+    moved_offsets: list = []
+    varying_paths: list = []
+    varying_values: list = []
+
+    def visit(values: list, path: tuple[int, ...]) -> Any:
+        first = values[0]
+        if type(first) is tuple:
+            return tuple(visit([v[i] for v in values], path + (i,)) for i in range(len(first)))
+        if _is_array(first):
+            facts = [_array_facts(v) for v in values]
+            if all(f[0] == facts[0][0] and f[1] == facts[0][1] for f in facts):
+                return first
+            for g, (ptr, size, ndim, stride, dtype) in enumerate(facts):
+                if ndim != 1 or (size > 1 and stride != dtype.itemsize) or dtype != facts[0][4]:
+                    raise ValueError(f"problem {g}: an epilogue array that differs between problems must be a "
+                                     f"contiguous vector of {facts[0][4]} (got {ndim}-D, stride {stride} bytes); pass "
+                                     "one array for every problem and index it with a custom function's batch "
+                                     "parameter")
+            itemsize = facts[0][4].itemsize
+            base = min(f[0] for f in facts)
+            end = max(f[0] + max(f[1], 1) * itemsize for f in facts)
+            offsets = []
+            for g, f in enumerate(facts):
+                if (f[0] - base) % itemsize:
+                    raise ValueError(f"problem {g}: an epilogue array's address is not a whole number of elements "
+                                     "from the other problems'")
+                offsets.append((f[0] - base) // itemsize)
+            moved_paths.append(path)
+            moved_offsets.append(offsets)
+            return flat_view(owner, base, (end - base) // itemsize, facts[0][4])
+        if all(type(v) is type(first) and v == first for v in values):
+            return first
+        if isinstance(first, (int, np.integer)) and not isinstance(first, (bool, np.bool_)):
+            varying_paths.append(path)
+            varying_values.append([int(v) for v in values])
+            return np.int64(0)
+        bad = next(g for g, v in enumerate(values) if not (type(v) is type(first) and v == first))
+        raise ValueError(f"problem {bad}: an epilogue value ({values[bad]!r}) differs from problem 0's ({first!r}); "
+                         "every problem takes the same scalars (alpha, beta, an activation's parameters)")
+
+    return visit(groups, ()), moved_paths, moved_offsets, varying_paths, varying_values
+
+
+def launch_grouped(backend: str, spec: KernelSpec, bounds: list[Any], device: int, problems: list, handle: int,
+                   library: str, indices: list[int]) -> None:
+    """Launch ``backend``'s grouped kernel for ``spec`` once for every problem: ``problems`` are
+    ``(op_a, op_b, op_d, m, n, k)`` with :class:`~dxgemm._arrays.Operand` s of one dtype and
+    layout per role, ``bounds`` their bound epilogues (one key), ``indices`` their places in the
+    caller's list."""
+    from .._arrays import flat_view
+    from ..kernels.batch_entries import GROUP_FIELDS
+
+    stripped = [strip_batch(b.args) for b in bounds]
+    index_paths, shape = stripped[0][2], stripped[0][3]
+    owner = problems[0][0].obj
+    args, moved_paths, moved_offsets, varying_paths, varying_values = merge_group_args(
+        [s[0] for s in stripped], owner)
+    itemsize = problems[0][0].dtype.itemsize
+    dtype = problems[0][0].dtype
+    views, offsets = [], []
+    for role in range(3):
+        ops = [p[role] for p in problems]
+        base = min(op.ptr for op in ops)
+        end = max(op.ptr + max(op.extent, 1) * itemsize for op in ops)
+        views.append((base, (end - base) // itemsize))
+        offsets.append([(op.ptr - base) // itemsize for op in ops])
+    rows = [[len(problems)]]
+    for g, (a, b, d, m, n, k) in enumerate(problems):
+        flags = vector_flags(a.ptr, a.ld, b.ptr, b.ld, itemsize)
+        rows.append([m, n, k, a.ld, b.ld, d.ld, flags, offsets[0][g], offsets[1][g], offsets[2][g], indices[g]]
+                    + [o[g] for o in moved_offsets] + [v[g] for v in varying_values])
+    table_host = np.array([x for row in rows for x in row], dtype=np.int64)
+    assert table_host.size == 1 + len(problems) * (len(GROUP_FIELDS) + len(moved_paths) + len(varying_paths))
+    spec = dataclasses.replace(spec, batch=("grouped", tuple(moved_paths), tuple(index_paths), tuple(varying_paths),
+                                            shape))
+    bound = dataclasses.replace(bounds[0], args=args)
+    gz = min(len(problems), MAX_GRID_Z)
+    max_m = max(p[3] for p in problems)
+    max_n = max(p[4] for p in problems)
+    if SIMULATOR:
+        from numba import cuda
+
+        from .._streams import numba_stream
+
+        compiled = numba_kernel(backend, spec, args, bound.make)
+        grid = compiled.built.grid(max_m, max_n) + (gz,)
+        flats = [flat_view(owner, base, span, dtype) for base, span in views]
+        compiled.kernel[grid, compiled.built.block, numba_stream(0), compiled.built.dynamic_smem](
+            *flats, 0, 0, 0, 0, 0, 0, 0, args, cuda.to_device(table_host))
+        return
+    call = rung_call(backend, spec, bound, device)
+    table = _device_table(table_host, library, handle, owner)
+    slots: list = []
+    for base, span in views:
+        span = max(span, 1)
+        slots += [0, 0, span, itemsize, base, span, itemsize]
+    params = [*slots, 0, 0, 0, 0, 0, 0, 0, *flat_values(args), *flat_values(table)]
+    grid = (-(-max_n // call.tile_n), -(-max_m // call.tile_m), gz)
     with call._lock:
         call.launch(cu_stream(handle), grid, call.block, call.smem, params)
+
+
+def _device_table(host: np.ndarray, library: str, handle: int, like: Any) -> Any:
+    """``host`` copied to the GPU on stream ``handle``, in the arrays' library (whose allocator
+    orders the memory's reuse after the launch on that stream)."""
+    if library == "torch":
+        import torch
+
+        stream = torch.cuda.ExternalStream(handle, device=like.device) if handle else torch.cuda.current_stream()
+        with torch.cuda.stream(stream):
+            return torch.as_tensor(host, device=like.device)
+    import cupy
+
+    with cupy.cuda.ExternalStream(handle) if handle else cupy.cuda.Stream.null:
+        return cupy.asarray(host)

@@ -285,7 +285,7 @@ class _KeptCall:
         return out
 
 
-def _output_factory(library: str, device_id: int, shape: tuple[int, int], dtype: np.dtype):
+def output_factory(library: str, device_id: int, shape: tuple[int, int], dtype: np.dtype):
     """What ``gemm`` allocates when no C is given (``_arrays.empty_like_library``)."""
     if library == "numba":  # Numba's simulator
         from numba import cuda
@@ -322,7 +322,7 @@ def remember(key: tuple | None, call: Any, op_a: Any, op_b: Any, op_d: Any, orig
     dtype = np.dtype(op_a.dtype)
     mat_a, mat_b, mat_d = matrix_of(op_a), matrix_of(op_b), matrix_of(op_d)
     library = op_a.library
-    new_output = None if c_given else _output_factory(library, _device_of(op_a), (m, n), dtype)
+    new_output = None if c_given else output_factory(library, _device_of(op_a), (m, n), dtype)
 
     def rest(mat: Any) -> tuple:
         return (mat.rows, mat.cols, mat.ld, mat.arrangement, mat.itemsize)

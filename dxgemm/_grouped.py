@@ -1,0 +1,187 @@
+"""``dxgemm.grouped_gemm``: G independent GEMMs of different shapes, one epilogue structure, one launch.
+
+A mixture-of-experts layer runs one GEMM per expert, each with its own number of tokens;
+launched one by one, each pays a call's host cost and small ones leave the GPU idle.  Here
+every problem gets its own row of a small table (sizes, leading dimensions, offsets of its
+A, B, D and epilogue arrays), built in one host pass and copied to the GPU with the launch;
+``blockIdx.z`` picks the problem, and the grid covers the largest output, so each problem
+runs on as many blocks as its output has tiles (:func:`dxgemm.kernels.batch_entries.wrap_grouped`).
+
+This module owns what a grouped call accepts and what each mistake raises, naming the
+problem; the launch is :func:`dxgemm.runtime.batch_launch.launch_grouped`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import _arrays, policy
+from ._arrays import as_operand
+from ._checks import check_backend, check_scalar
+from ._streams import stream_handle
+from .epilogues._base import AlphaBeta, Chain, Epilogue, EpilogueContext
+from .kernels import KernelSpec
+from .runtime.batch_launch import launch_grouped
+from .runtime.device import device_info
+
+
+def grouped_gemm(problems: Sequence[Sequence[Any]], *, alpha: float = 1.0, beta: float = 0.0,
+                 epilogue: Epilogue | Sequence[Epilogue] | None = None, backend: str = "auto",
+                 precision: str | None = None, stream: Any = None) -> list[Any]:
+    """``D_g = epilogue_g(alpha * A_g @ B_g + beta * C_g)`` for every problem ``g``, in one kernel launch.
+
+    Args:
+        problems: a sequence of ``(a, b)`` or ``(a, b, c)``: ``(m_g, k_g)`` and ``(k_g, n_g)``
+            device matrices (each problem its own sizes, zero allowed), and optionally the
+            ``(m_g, n_g)`` output ``c``.  One dtype for all; A, B and C each in one layout
+            (row- or column-major, strided views of either) across the problems.
+        alpha, beta: scalars shared by every problem; ``beta != 0`` needs every ``c``.
+        epilogue: one epilogue for every problem, or a sequence of one per problem with the
+            same structure (the same stages; e.g. ``[bias(v_g) | gelu() for v_g in biases]``).
+            Their arrays may differ per problem (a contiguous vector each, like a bias);
+            other arrays and every scalar must be the same.  A ``custom`` function whose last
+            parameter is named ``batch`` receives the problem's index.
+        backend: ``"auto"``, ``"warptile"`` or ``"tf32mma"`` (float32), or another handwritten
+            rung; the cuBLASDx pipeline takes one problem per launch.
+        precision: as for :func:`dxgemm.gemm`.
+        stream: the stream to launch on; default the current stream of the first ``a``'s library.
+
+    Returns:
+        The list of outputs: each ``c`` given, or a new row-major ``(m_g, n_g)`` array.
+
+    Raises:
+        TypeError, ValueError: what :func:`dxgemm.gemm` raises for one problem, with the
+            problem's index; problems of different dtypes or layouts; epilogues of different
+            structures; an empty ``problems``.
+    """
+    problems = list(problems)
+    if not problems:
+        raise ValueError("grouped_gemm needs at least one problem, got none")
+    epilogues = list(epilogue) if isinstance(epilogue, (list, tuple)) else [epilogue] * len(problems)
+    if len(epilogues) != len(problems):
+        raise ValueError(f"epilogue has {len(epilogues)} entries for {len(problems)} problems: give one epilogue, "
+                         "or one per problem")
+    if backend == "pipeline":
+        raise ValueError("backend='pipeline' takes one problem per launch; grouped_gemm runs on the handwritten "
+                         "kernels: use backend='auto', 'warptile' or 'tf32mma'")
+    ops = []
+    for g, (problem, epi) in enumerate(zip(problems, epilogues)):
+        if not isinstance(problem, (tuple, list)) or len(problem) not in (2, 3):
+            raise TypeError(f"problem {g}: expected (a, b) or (a, b, c), got {type(problem).__name__}")
+        if epi is not None and not isinstance(epi, Epilogue):
+            raise TypeError(f"problem {g}: epilogue must be a dxgemm.epilogues.Epilogue, got {type(epi).__name__}")
+        try:
+            ops.append(_operands(problem, beta))
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"problem {g}: {e}") from None
+    dtype = ops[0][0].dtype
+    layouts = tuple(op.layout for op in ops[0][:3])
+    device = _arrays.device_of(ops[0][0])
+    for g, (a, b, d, *rest) in enumerate(ops):
+        if a.dtype != dtype:
+            raise TypeError(f"problem {g}: dtype {a.dtype}, problem 0 has {dtype}; every problem takes one dtype")
+        relaid = []
+        for name, op, want in (("a", a, layouts[0]), ("b", b, layouts[1]), ("c", d, layouts[2])):
+            if _arrays.device_of(op) != device:
+                raise ValueError(f"problem {g}: {name} is on GPU {_arrays.device_of(op)}, problem 0's on GPU {device}")
+            op = _in_layout(op, want)
+            if op is None:
+                raise ValueError(f"problem {g}: {name} cannot be read {want.value}-major as problem 0's is; every "
+                                 "problem's matrix takes one layout")
+            relaid.append(op)
+        ops[g] = (*relaid, *rest)
+    alpha, beta = check_scalar(alpha, "alpha"), check_scalar(beta, "beta")
+    backend = check_backend(backend)
+    precision = policy.resolve_precision(dtype, backend, precision)
+    bounds, problems_run = [], []
+    for g, ((a, b, d, m, n, k, c), epi) in enumerate(zip(ops, epilogues)):
+        ctx = EpilogueContext(m, n, dtype, adapt=lambda arr, name: _adapt(arr, name, dtype, device), device=device,
+                              inputs=(a, b), output=d, batch=(1,))
+        chain = Chain((AlphaBeta(alpha, beta, c),) + (epi.stages if epi else ()))
+        try:
+            bound = chain.bind(ctx)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"problem {g}: {e}") from None
+        if bounds and bound.key != bounds[0].key:
+            raise ValueError(f"problem {g}: its epilogue {chain!r} has another structure than problem 0's; one "
+                             "grouped launch runs one epilogue structure")
+        bounds.append(bound)
+        problems_run.append((a, b, d, m, n, k))
+    outputs = [op[2].obj if op[6] is None else problems[g][2] for g, op in enumerate(ops)]
+    live = [g for g, (_, _, _, m, n, _) in enumerate(problems_run) if m and n]
+    if not live:
+        return outputs
+    traits = policy.EpilogueTraits.of(Chain(tuple(epilogues[0].stages)) if epilogues[0] else Chain(()))
+    handle = stream_handle(stream, ops[0][0].library)
+    biggest = max(live, key=lambda g: problems_run[g][3] * problems_run[g][4] * max(problems_run[g][5], 1))
+    _, _, _, m, n, k = problems_run[biggest]
+    with _arrays.on_device(device):
+        info = device_info(device)
+        if backend in policy.TF32_BACKENDS and not policy.tf32_rung_fits(info.cc, info.smem_per_block, precision):
+            raise ValueError(f"backend={backend!r} cannot run on GPU {device}: use backend='auto' or 'warptile'")
+        if backend == "auto":
+            if all(problems_run[g][3] == 1 for g in live):
+                backend = "gemv"
+            else:
+                backend = policy.choose_backend(dtype, m, n, k, pipeline=False, transcendental=traits.transcendental,
+                                                medium_min_k=traits.medium_tile_min_k, device=info,
+                                                precision=precision)
+        if backend in policy.TF32_BACKENDS:
+            tile = precision
+        else:
+            tile = policy.choose_batched_tile(backend, dtype, m, n, k, len(live), info, traits.medium_tile_min_k)
+        spec = KernelSpec(dtype, *layouts, bounds[0].key, None, tile=tile)
+        launch_grouped(backend, spec, [bounds[g] for g in live], device, [problems_run[g] for g in live], handle,
+                       ops[0][0].library, live)
+    return outputs
+
+
+def _operands(problem: Sequence[Any], beta: Any) -> tuple:
+    """``(A, B, D, m, n, k, c)`` of one problem, validated as :func:`dxgemm.gemm` does."""
+    a, b, c = (list(problem) + [None])[:3]
+    op_a, op_b = as_operand(a, "a"), as_operand(b, "b")
+    if op_a.dtype != op_b.dtype:
+        raise TypeError(f"a and b must have the same dtype, got a: {op_a.dtype} and b: {op_b.dtype}")
+    (m, k), (k_b, n) = op_a.shape, op_b.shape
+    if k != k_b:
+        raise ValueError(f"inner dimensions differ: a is {m}x{k}, b is {k_b}x{n}")
+    if c is None:
+        if beta != 0:
+            raise ValueError(f"beta={beta!r} scales c, but this problem has none: give (a, b, c)")
+        op_d = as_operand(_arrays.empty_like_library(op_a, (m, n)), "c", output=True)
+    else:
+        op_d = as_operand(c, "c", output=True)
+        if op_d.shape != (m, n):
+            raise ValueError(f"c has shape {op_d.shape}; a {m}x{k} times b {k}x{n} needs ({m}, {n})")
+        if op_d.dtype != op_a.dtype:
+            raise TypeError(f"c has dtype {op_d.dtype}, but a and b are {op_a.dtype}")
+        _arrays.check_output_overlap(op_d, (("a", op_a), ("b", op_b)))
+    return op_a, op_b, op_d, m, n, k, c
+
+
+def _in_layout(op: Any, want: Any) -> Any:
+    """``op`` addressed in layout ``want`` (a single row or column reads either way, with the
+    leading dimension that layout needs), or None where it cannot be."""
+    if op.layout == want:
+        return op
+    rows, cols = op.shape
+    s0, s1 = op.strides
+    if rows == 0 or cols == 0:  # never addressed
+        return dataclasses.replace(op, layout=want, ld=max(rows if want.value == "col" else cols, 1))
+    if want.value == "col" and (rows == 1 or s0 == 1):
+        return dataclasses.replace(op, layout=want, ld=s1 if cols > 1 else max(rows, 1))
+    if want.value == "row" and (cols == 1 or s1 == 1):
+        return dataclasses.replace(op, layout=want, ld=s0 if rows > 1 else max(cols, 1))
+    return None
+
+
+def _adapt(arr: Any, name: str, dtype: np.dtype, device: int) -> Any:
+    op = as_operand(arr, name, output=True)
+    if op.dtype != dtype:
+        raise TypeError(f"{name} has dtype {op.dtype}; it must match a and b ({dtype})")
+    if _arrays.device_of(op) != device:
+        raise ValueError(f"{name} is on GPU {_arrays.device_of(op)} but a and b are on GPU {device}")
+    return op

@@ -1,0 +1,105 @@
+"""``dxgemm.grouped_gemm`` under the CUDA simulator: problems of different shapes in one launch,
+each with its own arrays, against a float64 NumPy reference per problem.
+
+Outputs given start as NaN (an element left unwritten stays NaN); inputs are same-sign or
+wide-range values.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import cuda
+from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+import dxgemm
+from dxgemm import epilogues as E
+from dxgemm.runtime import batch_launch
+from dxgemm.testing import check
+
+RNG = np.random.default_rng(20261127)
+SHAPES = [(5, 7, 9), (1, 3, 4), (0, 5, 3), (8, 2, 0), (6, 6, 6), (3, 1, 11), (7, 0, 2)]
+
+
+def _problems(dtype, layout="row"):
+    host, dev = [], []
+    for m, n, k in SHAPES:
+        a = RNG.uniform(0.5, 1.5, (m, k)).astype(dtype)
+        b = (RNG.standard_normal((k, n)) * np.exp2(RNG.integers(-6, 7, (k, n)))).astype(dtype)
+        c = np.full((m, n), np.nan, dtype)
+        host.append((a, b))
+        if layout == "col":  # every matrix column-major (a transposed view)
+            dev.append(tuple(FakeCUDAArray(np.ascontiguousarray(x.T).T) for x in (a, b, c)))
+        else:
+            dev.append((cuda.to_device(a), cuda.to_device(b), cuda.to_device(c)))
+    return host, dev
+
+
+@pytest.mark.parametrize("backend, dtype", [("warptile", np.float64), ("warptile", np.float32),
+                                            ("tf32mma", np.float32), ("naive", np.float64), ("auto", np.float64)])
+@pytest.mark.parametrize("layout", ["row", "col"])
+def test_every_problem_matches_its_reference(backend, dtype, layout):
+    host, dev = _problems(dtype, layout)
+    outs = dxgemm.grouped_gemm(dev, backend=backend)
+    for g, ((a, b), (_, _, c), out) in enumerate(zip(host, dev, outs)):
+        assert out is c
+        got = out.copy_to_host()
+        assert not np.isnan(got).any(), g
+        check(got, a.astype(np.float64), b.astype(np.float64), np.dtype(dtype))
+
+
+def test_per_problem_bias_and_a_custom_reading_its_problem_index():
+    host, dev = _problems(np.float64)
+    biases = [RNG.standard_normal(n) for _, n, _ in SHAPES]
+    table = RNG.uniform(-2, 2, (len(SHAPES), 16))
+
+    def scaled(x, row, col, t, batch):
+        return x * t[batch, col]
+
+    shared = cuda.to_device(table)  # one array for every problem, indexed by the problem's index
+    epilogues = [E.bias(cuda.to_device(v)) | E.custom(scaled, shared) for v in biases]
+    outs = dxgemm.grouped_gemm([p[:2] for p in dev], epilogue=epilogues, backend="warptile")
+    for g, ((a, b), v, out) in enumerate(zip(host, biases, outs)):
+        ref = (a @ b + v[None, :]) * table[g, :b.shape[1]][None, :]
+        np.testing.assert_allclose(out.copy_to_host(), ref, rtol=1e-12, atol=1e-12)
+
+
+def test_alpha_beta_and_each_c():
+    host, dev = _problems(np.float64)
+    cs = [RNG.standard_normal((m, n)) for m, n, _ in SHAPES]
+    probs = [(a, b, cuda.to_device(c)) for (a, b, _), c in zip(dev, cs)]
+    outs = dxgemm.grouped_gemm(probs, alpha=0.5, beta=-1.5, backend="warptile")
+    for (a, b), c, out in zip(host, cs, outs):
+        check(out.copy_to_host(), a, b, np.dtype(np.float64), alpha=0.5, beta=-1.5, c=c)
+
+
+def test_more_problems_than_the_grid_loop(monkeypatch):
+    monkeypatch.setattr(batch_launch, "MAX_GRID_Z", 2)
+    host, dev = _problems(np.float32)
+    outs = dxgemm.grouped_gemm(dev, backend="naive")
+    for (a, b), out in zip(host, outs):
+        check(out.copy_to_host(), a.astype(np.float64), b.astype(np.float64), np.dtype(np.float32))
+
+
+def test_errors_name_the_problem():
+    _, dev = _problems(np.float64)
+    with pytest.raises(ValueError, match="at least one problem"):
+        dxgemm.grouped_gemm([])
+    bad = list(dev)
+    bad[3] = (dev[3][0], cuda.to_device(np.ones((5, 2))))
+    with pytest.raises(ValueError, match=r"problem 3: inner dimensions differ"):
+        dxgemm.grouped_gemm(bad)
+    mixed = list(dev)
+    mixed[4] = tuple(cuda.to_device(x.copy_to_host().astype(np.float32)) for x in dev[4])
+    with pytest.raises(TypeError, match="problem 4: dtype float32, problem 0 has float64"):
+        dxgemm.grouped_gemm(mixed)
+    with pytest.raises(ValueError, match=r"problem 0: beta=2.0 scales c"):
+        dxgemm.grouped_gemm([p[:2] for p in dev], beta=2.0)
+    with pytest.raises(ValueError, match="problem 1: its epilogue .* another structure"):
+        dxgemm.grouped_gemm([p[:2] for p in dev[:2]], epilogue=[E.relu(), E.gelu()])
+    with pytest.raises(ValueError, match="takes one problem per launch"):
+        dxgemm.grouped_gemm(dev, backend="pipeline")
+    with pytest.raises(ValueError, match="problem 1: an epilogue value"):
+        dxgemm.grouped_gemm([p[:2] for p in dev[:2]], epilogue=[E.leaky_relu(0.1), E.leaky_relu(0.2)])
+    with pytest.raises(ValueError, match="2 entries for 3 problems"):
+        dxgemm.grouped_gemm([p[:2] for p in dev[:3]], epilogue=[E.relu(), E.relu()])
