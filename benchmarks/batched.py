@@ -97,7 +97,7 @@ def measure(args) -> list[dict]:
                 stream.synchronize()
                 worst = 0.0
                 for i in (0, batch - 1):
-                    worst = max(worst, check(d[i], chain_of(epi, v[i, 0], bias, gelu), a[i], b[i], dt))
+                    worst = float(np.max([worst, check(d[i], chain_of(epi, v[i, 0], bias, gelu), a[i], b[i], dt)]))
                 ms, base = statistics.median(mine), statistics.median(theirs)
                 rec = {"suite": "batched", "case": case, "dtype": dt.name, "batch": batch, "m": m, "n": n, "k": k,
                        "epilogue": epi, "ms": round(ms, 5), "ms_spread": [round(min(mine), 5), round(max(mine), 5)],
@@ -157,7 +157,7 @@ def measure_grouped(args, cp, np, dxgemm, stream, gpu, per_call_ms) -> list[dict
         from dxgemm.epilogues.reference import check
         for g in (0, len(sizes) // 2, len(sizes) - 1):
             a, b, d = problems[g]
-            worst = max(worst, check(d, None, a, b, dt))
+            worst = float(np.max([worst, check(d, None, a, b, dt)]))  # NaN (an unwritten element) propagates
         ms, base = statistics.median(mine), statistics.median(theirs)
         rec = {"suite": "batched", "case": "grouped_moe64", "dtype": dt.name, "batch": len(sizes),
                "m": "1..2048 (seed 0)", "n": n, "k": k, "epilogue": "plain", "ms": round(ms, 5),

@@ -120,6 +120,10 @@ def compile_rung(backend: str, spec: KernelSpec, epi_type, **overrides) -> Compi
     not cached; ``overrides`` change its tile configuration (sweeps and tests try variants)."""
     global _compiles
     module = importlib.import_module(f".{backend}", __name__)
+    if spec.batch and spec.batch[0] == "grouped" and backend in ("warptile", "tf32mma"):
+        # the grid covers the largest problem: a raster over gridDim would send a smaller
+        # problem's blocks to tiles outside it, so each block takes the tile at its own index
+        overrides = dict(overrides, group_m=0)
     built: BuiltKernel = module.build(spec, **overrides)
     sig = kernel_signature(spec.dtype, epi_type)
     if spec.batch and spec.batch[0] == "grouped":  # one problem per blockIdx.z, each from a table row
