@@ -32,7 +32,7 @@ from . import _arrays, policy
 from ._arrays import BatchedOperand, as_batched_operand
 from ._checks import check_backend, check_scalar
 from ._streams import stream_handle
-from .epilogues._base import AlphaBeta, Chain, EpilogueContext, Moved
+from .epilogues._base import AlphaBeta, Chain, EpilogueContext, Moved, Span, check_spans
 from .kernels import KernelSpec
 from ._arrays import data_pointer
 from .runtime.batch_launch import launch_batched, strip_batch
@@ -46,16 +46,16 @@ _kept: dict[tuple, "_KeptBatched"] = {}
 
 
 def batched_gemm(a: Any, b: Any, c: Any, alpha: Any, beta: Any, epilogue: Any, backend: str,
-                 precision: str | None, stream: Any, key: tuple | None = None) -> Any:
+                 precision: str | None, stream: Any, key: tuple | None = None, addresses: list = ()) -> Any:
     """``dxgemm.gemm`` for operands with batch dimensions (module docstring).
 
-    ``key``: the call's signature (:func:`dxgemm.runtime.calls.probe`).  A signature seen before
-    whose epilogue reads no arrays of its own (plain, activations, ``beta`` with C) repeats that
-    call's decisions and laid-out launch with this call's addresses and scalars
-    (:class:`_KeptBatched`); the rest is validated in full on every call."""
+    ``key``, ``addresses``: the call's signature and its epilogue arrays' addresses
+    (:func:`dxgemm.runtime.calls.probe`).  A signature seen before repeats that call's decisions
+    and laid-out launch with this call's addresses and scalars (:class:`_KeptBatched`), where
+    every epilogue array's kernel argument could be placed by its address."""
     kept = _kept.get(key) if key is not None else None
     if kept is not None:
-        return kept.run(a, b, c, alpha, beta, stream)
+        return kept.run(a, b, c, alpha, beta, stream, addresses)
     op_a = as_batched_operand(a, "a")
     op_b = as_batched_operand(b, "b")
     if op_a.dtype != op_b.dtype:
@@ -137,14 +137,49 @@ def batched_gemm(a: Any, b: Any, c: Any, alpha: Any, beta: Any, epilogue: Any, b
             tile = policy.choose_batched_tile(backend, dtype, m, n, k, count, info, traits.medium_tile_min_k)
         spec = KernelSpec(dtype, op_a.entry.layout, op_b.entry.layout, op_d.entry.layout, bound.key, None, tile=tile)
         launch = launch_batched(backend, spec, bound, device, [op_a, op_b, op_d], m, n, k, handle)
-    if (key is not None and launch is not None and not bound.reads and not bound.writes
-            and op_a.entry.obj is a and op_b.entry.obj is b):  # inputs not copied, no epilogue arrays to re-check
+    if key is not None and launch is not None and op_a.entry.obj is a and op_b.entry.obj is b:  # inputs not copied
         kept = _KeptBatched(launch, op_a, op_b, op_d, dtype, c is not None and beta != 0, c is None, device)
-        if kept.head(alpha, beta, op_d.lo) == flat_values((strip_batch(bound.args)[0][0],)):
+        plain = strip_batch(bound.args)[0]
+        head = flat_values((plain[0],))
+        placed = _place(list(addresses), bound, plain, len(head))
+        if kept.head(alpha, beta, op_d.lo) == head and placed is not None:
+            kept.slots, kept.span_of, kept.reads = placed[0], placed[1], len(bound.reads)
             if len(_kept) >= _MAX_KEPT:
                 _kept.clear()
             _kept[key] = kept
     return out
+
+
+def _place(addresses: list, bound: Any, plain: tuple, head: int) -> tuple[list, list] | None:
+    """Where each epilogue array of a batched call sits: ``(slots, spans)``, each entry an
+    ``(address index, offset)`` (the kernel argument's data pointer, and each read and write
+    span's ends, relative to the array's address), or None when one cannot be told for sure
+    (the call is then validated in full every time).
+
+    A kernel argument's view starts at its array (a plain view) or before it (a view moved
+    per entry starts at the lowest entry), and spans at most the array's memory: the
+    address found inside it must be unique."""
+    from .runtime.launch import data_slots
+
+    def owner(lo: int, hi: int) -> int | None:
+        inside = [i for i, p in enumerate(addresses) if lo <= p < max(hi, lo + 1)]
+        return inside[0] if len(set(addresses[i] for i in inside)) == 1 else None
+
+    slots = []
+    flat_tail = flat_values(tuple(plain[1:]))
+    for slot, ptr in data_slots(tuple(plain[1:])):
+        nbytes = int(flat_tail[slot - 4 + 2]) * int(flat_tail[slot - 4 + 3])  # nitems * itemsize of that view
+        index = owner(ptr, ptr + nbytes)
+        if index is None:
+            return None
+        slots.append((head + slot, index, ptr - addresses[index]))
+    spans = []
+    for span in list(bound.reads) + list(bound.writes):
+        index = owner(span.lo, span.hi)
+        if index is None:
+            return None
+        spans.append((span.name, index, span.lo - addresses[index], span.hi - addresses[index]))
+    return slots, spans
 
 
 class _KeptBatched:
@@ -162,6 +197,9 @@ class _KeptBatched:
         self.library = op_a.entry.library
         self.new_output = output_factory(self.library, device, op_d.batch + op_d.entry.shape, dtype) \
             if new_output else None
+        self.slots: list = []  # (kernel parameter, address index, offset) of each epilogue array's view
+        self.span_of: list = []  # (name, address index, lo, hi) of each read, then each write
+        self.reads = 0
 
     def head(self, alpha: Any, beta: Any, d_lo: int) -> list:
         """The alpha/beta stage's flattened kernel arguments (C's flat view from the lowest entry)."""
@@ -170,7 +208,7 @@ class _KeptBatched:
                     self.itemsize, self.d_ld]
         return [self.scalar(alpha)]
 
-    def run(self, a: Any, b: Any, c: Any, alpha: Any, beta: Any, stream: Any) -> Any:
+    def run(self, a: Any, b: Any, c: Any, alpha: Any, beta: Any, stream: Any, addresses: list = ()) -> Any:
         out = c if c is not None else self.new_output()
         pa, pb, pd = data_pointer(a), data_pointer(b), data_pointer(out)
         size = self.itemsize
@@ -179,9 +217,15 @@ class _KeptBatched:
             for name, x in (("a", 0), ("b", 1)):
                 if lo[2] < lo[x] + self.spans[x] and lo[x] < lo[2] + self.spans[2]:
                     raise ValueError(f"c overlaps {name} in memory; the output must not share memory with an input")
+        patches = ()
+        if self.slots or self.span_of:
+            spans = [Span(name, addresses[i] + l0, addresses[i] + h0) for name, i, l0, h0 in self.span_of]
+            check_spans([Span("a", lo[0], lo[0] + self.spans[0]), Span("b", lo[1], lo[1] + self.spans[1])],
+                        Span("c", lo[2], lo[2] + self.spans[2]), spans[:self.reads], spans[self.reads:])
+            patches = [(slot, addresses[i] + delta) for slot, i, delta in self.slots]
         handle = stream_handle(stream, self.library)
         with _arrays.on_device(self.device):
-            self.launch(lo[0], lo[1], lo[2], pa, pb, self.head(alpha, beta, lo[2]), handle)
+            self.launch(lo[0], lo[1], lo[2], pa, pb, self.head(alpha, beta, lo[2]), handle, patches)
         return out
 
 

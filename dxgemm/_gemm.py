@@ -83,7 +83,7 @@ def gemm(
         if epilogue is not None and not isinstance(epilogue, Epilogue):
             raise TypeError(f"epilogue must be a dxgemm.epilogues.Epilogue (e.g. epilogues.relu()), got "
                             f"{type(epilogue).__name__}")
-        return batched_gemm(a, b, c, alpha, beta, epilogue, backend, precision, stream, key)
+        return batched_gemm(a, b, c, alpha, beta, epilogue, backend, precision, stream, key, addresses)
     op_a = as_operand(a, "a")
     op_b = as_operand(b, "b")
     if op_a.dtype != op_b.dtype:

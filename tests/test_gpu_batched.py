@@ -152,6 +152,11 @@ def test_repeat_calls_take_new_addresses_and_scalars(rng):
         for i in np.ndindex(3, 2):
             check(cp.asnumpy(c[i]), ah[i], bh[i[1]], np.dtype(np.float64), alpha=alpha, beta=beta,
                   c=c0[i] if beta else None)
+    for _ in range(3):  # a per-entry bias: its new address each call
+        v = cp.asarray(rng.standard_normal((3, 2, 50)))
+        d = dxgemm.gemm(a, b, epilogue=E.bias(v))
+        vh = cp.asnumpy(v)
+        _entries(d, a, b, np.float64, then=lambda i, x: x + vh[i][None, :])
     d1 = dxgemm.gemm(a, b)
     d2 = dxgemm.gemm(a, b)  # a new output each call
     assert d1.data.ptr != d2.data.ptr

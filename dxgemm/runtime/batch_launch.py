@@ -81,8 +81,14 @@ class BatchedLaunch:
         self.call, self.params, self.grid, self.width = call, params, grid, width
         self.aligned_a, self.aligned_b = aligned_a, aligned_b  # ld and batch strides keep entries aligned
 
-    def __call__(self, a_lo: int, b_lo: int, d_lo: int, a_entry: int, b_entry: int, head: list, handle: int) -> None:
+    def __call__(self, a_lo: int, b_lo: int, d_lo: int, a_entry: int, b_entry: int, head: list, handle: int,
+                 patches: Any = ()) -> None:
+        """Launch with these flat views' bases (``a_entry``, ``b_entry``: entry 0's addresses, whose
+        alignment sets the flags); ``head`` replaces the first epilogue slots and each
+        ``(parameter, value)`` of ``patches`` one parameter (an epilogue array's new address)."""
         values = self.params.copy()
+        for slot, value in patches:
+            values[self._EPI + slot] = value
         values[self._A], values[self._B], values[self._D] = a_lo, b_lo, d_lo
         values[self._FLAGS] = ((1 if self.aligned_a and a_entry % 16 == 0 else 0)
                                | (2 if self.aligned_b and b_entry % 16 == 0 else 0))
