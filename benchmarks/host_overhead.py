@@ -197,6 +197,8 @@ def activate_standin() -> None:
         return _View(self.ptr, (extent,), (self.dtype.itemsize,), self.dtype.str)
 
     _arrays.Operand.flat = flat
+    _arrays.flat_view = lambda owner, ptr, elements, dtype: _View(ptr, (max(elements, 1),), (np.dtype(dtype).itemsize,),
+                                                                   np.dtype(dtype).str)
     splitk.workspace = lambda ordinal, core_device, handle, stream, nbytes: _address(nbytes)
     splitk.core_stream = lambda core_device, handle: None
     cuda.core.Device = _Device  # what a split call names its device with
