@@ -1,8 +1,8 @@
 """Batched ``dxgemm.gemm``: ``(..., m, k) @ (..., k, n)`` with NumPy ``matmul`` broadcasting, one launch.
 
 ``dxgemm.gemm`` sends a call here when an operand has more than two dimensions.  This
-module owns what a batched call accepts and what each mistake raises; the tile rule is
-:func:`dxgemm.policy.choose_batched_tile`, the launch :mod:`dxgemm.runtime.batch_launch`.
+module owns what a batched call accepts and what each mistake raises; the backend and tile rule is
+:func:`dxgemm.policy.batched_choice`, the launch :mod:`dxgemm.runtime.batch_launch`.
 
 The leading dimensions broadcast as NumPy's ``matmul`` does (aligned on the right, an extent
 of 1 or a missing dimension repeats the same matrix: a batch stride of 0).  Each operand
@@ -30,7 +30,7 @@ import numpy as np
 
 from . import _arrays, policy
 from ._arrays import BatchedOperand, as_batched_operand
-from ._checks import check_backend, check_scalar
+from ._checks import check_backend, check_extra, check_scalar
 from ._streams import stream_handle
 from .epilogues._base import AlphaBeta, Chain, EpilogueContext, Moved, Span, check_spans
 from .kernels import KernelSpec
@@ -105,10 +105,7 @@ def batched_gemm(a: Any, b: Any, c: Any, alpha: Any, beta: Any, epilogue: Any, b
 
     def adapt(arr: Any, name: str) -> _EntryOperand:
         op = as_batched_operand(arr, name, output=True)
-        if op.dtype != dtype:
-            raise TypeError(f"{name} has dtype {op.dtype}; it must match a and b ({dtype})")
-        if _arrays.device_of(op.entry) != device:
-            raise ValueError(f"{name} is on GPU {_arrays.device_of(op.entry)} but a and b are on GPU {device}")
+        check_extra(op.entry, name, dtype, device)
         if op.batch + op.entry.shape != (*batch, m, n):
             raise ValueError(f"{name} has shape {op.batch + op.entry.shape}; in this batched call it must have the "
                              f"result's shape {(*batch, m, n)}")
@@ -124,17 +121,8 @@ def batched_gemm(a: Any, b: Any, c: Any, alpha: Any, beta: Any, epilogue: Any, b
         if backend in policy.TF32_BACKENDS and not policy.tf32_rung_fits(info.cc, info.smem_per_block, precision):
             raise ValueError(f"backend={backend!r} cannot run on GPU {device} (compute capability "
                              f"{info.cc[0]}.{info.cc[1]}): use backend='auto' or 'warptile'")
-        if backend == "auto":
-            if m == 1:
-                backend = "gemv"
-            else:
-                backend = policy.choose_backend(dtype, m, n, k, pipeline=False, transcendental=traits.transcendental,
-                                                medium_min_k=traits.medium_tile_min_k, device=info,
-                                                precision=precision)
-        if backend in policy.TF32_BACKENDS:
-            tile = precision
-        else:
-            tile = policy.choose_batched_tile(backend, dtype, m, n, k, count, info, traits.medium_tile_min_k)
+        backend, tile = policy.batched_choice(backend, dtype, m, n, k, count, single_rows=m == 1, traits=traits,
+                                              device=info, precision=precision)
         spec = KernelSpec(dtype, op_a.entry.layout, op_b.entry.layout, op_d.entry.layout, bound.key, None, tile=tile)
         launch = launch_batched(backend, spec, bound, device, [op_a, op_b, op_d], m, n, k, handle)
     if key is not None and launch is not None and op_a.entry.obj is a and op_b.entry.obj is b:  # inputs not copied

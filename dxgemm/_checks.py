@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from . import policy
+from . import _arrays, policy
 from .kernels import RUNGS
 
 BACKENDS: tuple[str, ...] = RUNGS + ("tf32mma", "pipeline")
@@ -41,3 +41,13 @@ def check_backend(backend: Any) -> str:
     if backend != "auto" and backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose 'auto' or one of {', '.join(BACKENDS)}")
     return backend
+
+
+def check_extra(op: Any, name: str, dtype: np.dtype, device: int) -> Any:
+    """``op`` (a validated epilogue matrix: C, a store target) if it has the GEMM's dtype and
+    lives on its GPU, else TypeError / ValueError naming ``name``."""
+    if op.dtype != dtype:
+        raise TypeError(f"{name} has dtype {op.dtype}; it must match a and b ({dtype})")
+    if _arrays.device_of(op) != device:
+        raise ValueError(f"{name} is on GPU {_arrays.device_of(op)} but a and b are on GPU {device}")
+    return op

@@ -14,7 +14,7 @@ import numpy as np
 from . import _arrays, policy
 from ._arrays import Operand, as_operand
 from ._batched import batched_gemm
-from ._checks import BACKEND_DTYPES, BACKENDS, check_backend, check_scalar
+from ._checks import BACKEND_DTYPES, BACKENDS, check_backend, check_extra, check_scalar
 from ._streams import stream_handle
 from .epilogues._base import AlphaBeta, Chain, Epilogue, EpilogueContext
 from .kernels import FLAG_VEC_A, FLAG_VEC_B, RUNGS, KernelSpec, vector_flags
@@ -212,9 +212,4 @@ def _pipeline_reason(device: int) -> str | None:
 
 
 def _adapt_extra(arr: Any, name: str, dtype: np.dtype, device: int, shape: tuple[int, int] | None) -> Operand:
-    op = as_operand(arr, name, output=True)
-    if op.dtype != dtype:
-        raise TypeError(f"{name} has dtype {op.dtype}; it must match a and b ({dtype})")
-    if _arrays.device_of(op) != device:
-        raise ValueError(f"{name} is on GPU {_arrays.device_of(op)} but a and b are on GPU {device}")
-    return op
+    return check_extra(as_operand(arr, name, output=True), name, dtype, device)

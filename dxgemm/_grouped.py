@@ -20,7 +20,7 @@ import numpy as np
 
 from . import _arrays, policy
 from ._arrays import as_operand
-from ._checks import check_backend, check_scalar
+from ._checks import check_backend, check_extra, check_scalar
 from ._streams import stream_handle
 from .epilogues._base import AlphaBeta, Chain, Epilogue, EpilogueContext
 from .kernels import KernelSpec
@@ -122,17 +122,9 @@ def grouped_gemm(problems: Sequence[Sequence[Any]], *, alpha: float = 1.0, beta:
         info = device_info(device)
         if backend in policy.TF32_BACKENDS and not policy.tf32_rung_fits(info.cc, info.smem_per_block, precision):
             raise ValueError(f"backend={backend!r} cannot run on GPU {device}: use backend='auto' or 'warptile'")
-        if backend == "auto":
-            if all(problems_run[g][3] == 1 for g in live):
-                backend = "gemv"
-            else:
-                backend = policy.choose_backend(dtype, m, n, k, pipeline=False, transcendental=traits.transcendental,
-                                                medium_min_k=traits.medium_tile_min_k, device=info,
-                                                precision=precision)
-        if backend in policy.TF32_BACKENDS:
-            tile = precision
-        else:
-            tile = policy.choose_batched_tile(backend, dtype, m, n, k, len(live), info, traits.medium_tile_min_k)
+        backend, tile = policy.batched_choice(backend, dtype, m, n, k, len(live),
+                                              single_rows=all(problems_run[g][3] == 1 for g in live), traits=traits,
+                                              device=info, precision=precision)
         spec = KernelSpec(dtype, *layouts, bounds[0].key, None, tile=tile)
         launch_grouped(backend, spec, [bounds[g] for g in live], device, [problems_run[g] for g in live], handle,
                        ops[0][0].library, live)
@@ -179,9 +171,4 @@ def _in_layout(op: Any, want: Any) -> Any:
 
 
 def _adapt(arr: Any, name: str, dtype: np.dtype, device: int) -> Any:
-    op = as_operand(arr, name, output=True)
-    if op.dtype != dtype:
-        raise TypeError(f"{name} has dtype {op.dtype}; it must match a and b ({dtype})")
-    if _arrays.device_of(op) != device:
-        raise ValueError(f"{name} is on GPU {_arrays.device_of(op)} but a and b are on GPU {device}")
-    return op
+    return check_extra(as_operand(arr, name, output=True), name, dtype, device)

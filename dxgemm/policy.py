@@ -268,6 +268,21 @@ def choose_batched_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, c
     return tile
 
 
+def batched_choice(backend: str, dtype: np.dtype, m: int, n: int, k: int, count: int, *, single_rows: bool,
+                   traits: "EpilogueTraits", device: DeviceInfo = H100, precision: str | None = None) -> tuple[str, str]:
+    """``(backend, tile)`` of a batched or grouped call of ``count`` entries, ``m x n x k`` each (a
+    grouped call: its largest problem's).  ``auto`` runs ``gemv`` where every entry is a single
+    row (``single_rows``), else :func:`choose_backend` without the pipeline (it takes one matrix
+    per launch); ``tf32mma``'s tile is its precision, another rung's :func:`choose_batched_tile`."""
+    if backend == "auto":
+        backend = "gemv" if single_rows else choose_backend(
+            dtype, m, n, k, pipeline=False, transcendental=traits.transcendental,
+            medium_min_k=traits.medium_tile_min_k, device=device, precision=precision)
+    if backend in TF32_BACKENDS:
+        return backend, precision
+    return backend, choose_batched_tile(backend, dtype, m, n, k, count, device, traits.medium_tile_min_k)
+
+
 def choose_split_tile(n: int) -> str:
     """The float64 split-K tile for an output ``n`` wide: 128x64 up to 64 columns, where the
     128x128 tile would leave half its columns idle, else 128x128."""
