@@ -15,9 +15,10 @@ from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 import dxgemm
 from dxgemm import epilogues as E
 from dxgemm.runtime import batch_launch
-from dxgemm.testing import check
+from dxgemm.testing import assert_close
 
 RNG = np.random.default_rng(20261127)
+
 
 
 def data(shape, dtype, kind="same_sign"):
@@ -62,7 +63,8 @@ def check_entries(got, a, b, dtype, *, alpha=1.0, beta=0.0, c=None, then=None):
     for index in np.ndindex(*batch):
         ce = c[index].astype(np.float64) if c is not None else None
         if then is None:
-            check(got[index], ab[index], bb[index], np.dtype(dtype), alpha=alpha, beta=beta, c=ce)
+            assert_close(got[index], ab[index], bb[index], np.dtype(dtype), alpha=alpha, beta=beta, c=ce,
+                         unbiased=False)
         else:
             ref = then(index, expected(ab[index], bb[index], alpha=alpha, beta=beta, c=ce))
             scale = np.abs(ref).max() + 1.0
@@ -222,7 +224,7 @@ def test_errors_name_what_is_wrong():
     overlapping = FakeCUDAArray(np.lib.stride_tricks.as_strided(np.zeros(40), shape=(3, 4, 6), strides=(8, 48, 8)))
     with pytest.raises(ValueError, match="entries overlap"):
         dxgemm.gemm(a, b, overlapping)
-    with pytest.raises(ValueError, match=r"bias's leading dimensions \(2,\) do not broadcast to the batch shape \(3,\)"):
+    with pytest.raises(ValueError, match=r"bias's leading dimensions \(2,\) do not broadcast to the batch shape"):
         dxgemm.gemm(a, b, epilogue=E.bias(on_device(np.ones((2, 6)))))
     with pytest.raises(ValueError, match=r"store target has shape \(4, 6\); in this batched call"):
         dxgemm.gemm(a, b, epilogue=E.store(on_device(np.zeros((4, 6)))))

@@ -87,6 +87,15 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("loader drops the last row", "dxgemm/kernels/_device.py", _LOADER_READ,
            _LOADER_READ.replace("rr < nrows and", "rr < nrows - 1 and"),
            (_LAYOUTS, "-k", "blocktile1d and T-row-col")),
+    Mutant("batched kernel reads B's first entry for every entry", "dxgemm/kernels/batch_entries.py",
+           "body(a[o0:], b[o1:], d[o2:]", "body(a[o0:], b[0:], d[o2:]",
+           ("tests/test_batched_cpu.py", "-k", "every_layout and view-reversed-naive")),
+    Mutant("per-entry bias not moved to its entry", "dxgemm/kernels/batch_entries.py",
+           'return f"{expr}[o{3 + moved[path]}:]"', "return expr",
+           ("tests/test_batched_cpu.py", "-k", "bias_per_entry and naive")),
+    Mutant("grouped problems read problem 0's leading dimension of A", "dxgemm/kernels/batch_entries.py",
+           "table[row + 3], table[row + 4]", "table[4], table[row + 4]",
+           ("tests/test_grouped_cpu.py", "-k", "matches_its_reference and row-warptile-float64")),
 )
 """Every mutant: name, file (relative to the project root), exact old text, new text, the tests that must catch it."""
 
