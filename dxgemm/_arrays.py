@@ -206,14 +206,15 @@ def as_operand(obj: Any, name: str, *, output: bool = False) -> Operand:
                 f"{name} has strides {byte_strides} bytes; the output must have unit stride in one "
                 "dimension (row-major, column-major, or a slice of such a matrix)"
             )
-        keep = _contiguous_copy(keep)
+        keep = contiguous_copy(keep)
         shape, dtype, ptr, byte_strides, library, keep = _describe(keep, name)
         strides = (shape[1], 1)
         layout, ld = _layout_of(shape, strides)
     return Operand(keep, name, shape, dtype, ptr, strides, library, layout, ld)
 
 
-def _contiguous_copy(obj: Any) -> Any:
+def contiguous_copy(obj: Any) -> Any:
+    """A C-contiguous copy of a device array, in its own library (an input with no unit stride)."""
     if SIMULATOR:
         from numba import cuda
 
@@ -320,14 +321,14 @@ class BatchedOperand:
     @property
     def shift(self) -> int:
         """Elements from the lowest entry's start to entry 0's."""
-        return -sum(min(0, (e - 1) * s) for e, s in zip(self.batch, self.strides))
+        return batch_reach(self.batch, self.strides)[0]
 
     @property
     def span(self) -> int:
         """Elements from the lowest entry's first element to one past the highest's last."""
         if self.entry.extent == 0 or 0 in self.batch:
             return 0
-        return self.shift + sum(max(0, (e - 1) * s) for e, s in zip(self.batch, self.strides)) + self.entry.extent
+        return sum(batch_reach(self.batch, self.strides)) + self.entry.extent
 
     @property
     def lo(self) -> int:
@@ -341,6 +342,14 @@ class BatchedOperand:
     def flat(self):
         """A 1-D device array over every entry's memory (no copy), from the lowest entry."""
         return flat_view(self.entry.obj, self.lo, self.span, self.dtype)
+
+
+def batch_reach(batch: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, int]:
+    """``(below, above)``: how many elements the lowest entry of a batch (``strides`` in elements,
+    negative ones included) starts before entry 0, and the highest entry after it."""
+    below = -sum(min(0, (e - 1) * s) for e, s in zip(batch, strides))
+    above = sum(max(0, (e - 1) * s) for e, s in zip(batch, strides))
+    return below, above
 
 
 def flat_view(owner: Any, ptr: int, elements: int, dtype: np.dtype):
@@ -404,7 +413,7 @@ def as_batched_operand(obj: Any, name: str, *, output: bool = False) -> BatchedO
         if output:
             raise ValueError(f"{name} has strides {byte_strides} bytes; an output's matrices must have unit stride in "
                              "one dimension (row-major, column-major, or a slice of such a matrix)")
-        keep = _contiguous_copy(keep)
+        keep = contiguous_copy(keep)
         shape, dtype, ptr, byte_strides, library, keep = _describe(keep, name)
         shape = tuple(int(s) for s in shape)
         strides = tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape)))

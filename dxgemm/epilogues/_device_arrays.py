@@ -39,24 +39,18 @@ class DeviceArray:
         """The bytes this array (or a view of it with other strides) may touch."""
         return span(self.name, self.ptr, self.shape, self.strides, self.dtype.itemsize)
 
-    def view(self, shape: tuple[int, ...] | None = None, strides: tuple[int, ...] | None = None,
-             at: int | None = None):
+    def view(self, shape: tuple[int, ...] | None = None, strides: tuple[int, ...] | None = None):
         """A Numba device array over the same memory (the simulator's stand-in under the simulator).
 
-        ``shape``/``strides`` (bytes) re-view it without a copy, e.g. a ``(1, n)`` row as ``(n,)``;
-        ``at``: the view's first element's address (default the array's).
+        ``shape``/``strides`` (bytes) re-view it without a copy, e.g. a ``(1, n)`` row as ``(n,)``.
         """
         shape = self.shape if shape is None else tuple(shape)
         strides = self.strides if strides is None else tuple(strides)
-        ptr = self.ptr if at is None else int(at)
         if SIMULATOR:
             from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
-            holder = type("_Interface", (), {})()
-            holder.__array_interface__ = {"data": (ptr, False), "shape": shape, "strides": strides,
-                                          "typestr": self.dtype.str, "version": 3}
-            return FakeCUDAArray(np.asarray(holder))
-        return _numba_view(self.device, ptr, shape, strides, self.dtype.str)
+            return FakeCUDAArray(np.lib.stride_tricks.as_strided(self.obj._ary, shape=shape, strides=strides))
+        return _numba_view(self.device, self.ptr, shape, strides, self.dtype.str)
 
 
 @functools.lru_cache(maxsize=256)

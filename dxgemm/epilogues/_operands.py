@@ -65,14 +65,14 @@ class Bias(Epilogue):
         if not any(strides):  # one vector for every entry
             args = (arr.view((length,), (stride,)),)
         else:  # a vector per entry: moved to it by the batched kernel
-            if stride != arr.dtype.itemsize:
-                arr = device_array(_contiguous(arr), "bias", ctx)  # entries whole elements apart in the view
-                stride = arr.dtype.itemsize
+            from .. import _arrays
+
+            if stride != arr.dtype.itemsize:  # entries whole elements apart in one contiguous view
+                arr = device_array(_arrays.contiguous_copy(arr.obj), "bias", ctx)
                 strides = ctx.batch_strides("bias", arr.shape[:lead], arr.strides[:lead], arr.dtype.itemsize)
-            shift = -sum(min(0, (e - 1) * s) for e, s in zip(ctx.batch, strides))
-            total = shift + sum(max(0, (e - 1) * s) for e, s in zip(ctx.batch, strides)) + length
-            lowest = arr.ptr - shift * arr.dtype.itemsize
-            args = (Moved(arr.view((total,), (stride,), at=lowest), strides, shift, arr.obj),)
+            below, above = _arrays.batch_reach(ctx.batch, strides)
+            view = _arrays.flat_view(arr.obj, arr.ptr - below * arr.dtype.itemsize, below + above + length, arr.dtype)
+            args = (Moved(view, strides, below, arr.obj),)
         return BoundEpilogue(key, args, lambda: _bias_device(orientation), reads=(arr.span,),
                              preload=lambda: _bias_read(orientation))
 
@@ -93,13 +93,6 @@ def _bias_core(shape: tuple[int, ...], ctx: EpilogueContext) -> int:
                 bias_orientation(shape[len(shape) - core:], ctx.m, ctx.n) is not None:
             return core
     return 0
-
-
-def _contiguous(arr: Any) -> Any:
-    """A contiguous copy of a bias (a per-entry vector of another stride), in its library."""
-    from .. import _arrays
-
-    return _arrays._contiguous_copy(arr.obj)
 
 
 def _bias_read(orientation: str):
