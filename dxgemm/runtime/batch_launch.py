@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..epilogues._base import BatchIndex, Moved
-from ..kernels import KernelSpec, vector_flags
+from ..kernels import FLAG_VEC_A, FLAG_VEC_B, KernelSpec, vector_flags
 from ..kernels._device import SIMULATOR
 from ..kernels.batch_entries import MAX_GRID_Z
 from .launch import cu_stream, flat_values
@@ -73,12 +73,12 @@ class BatchedLaunch:
     signature (:mod:`dxgemm._batched`) writes the three flat views' base addresses, the alignment
     flags and the alpha/beta stage's slots, and launches."""
 
-    __slots__ = ("call", "params", "grid", "width", "aligned_a", "aligned_b")
+    __slots__ = ("call", "params", "grid", "aligned_a", "aligned_b")
 
     _A, _B, _D, _FLAGS, _EPI = 4, 11, 18, 27, 28  # slots in the parameter order of launch_batched
 
-    def __init__(self, call: Any, params: list, grid: tuple, width: int, aligned_a: bool, aligned_b: bool):
-        self.call, self.params, self.grid, self.width = call, params, grid, width
+    def __init__(self, call: Any, params: list, grid: tuple, aligned_a: bool, aligned_b: bool):
+        self.call, self.params, self.grid = call, params, grid
         self.aligned_a, self.aligned_b = aligned_a, aligned_b  # ld and batch strides keep entries aligned
 
     def __call__(self, a_lo: int, b_lo: int, d_lo: int, a_entry: int, b_entry: int, head: list, handle: int,
@@ -90,8 +90,8 @@ class BatchedLaunch:
         for slot, value in patches:
             values[self._EPI + slot] = value
         values[self._A], values[self._B], values[self._D] = a_lo, b_lo, d_lo
-        values[self._FLAGS] = ((1 if self.aligned_a and a_entry % 16 == 0 else 0)
-                               | (2 if self.aligned_b and b_entry % 16 == 0 else 0))
+        values[self._FLAGS] = ((FLAG_VEC_A if self.aligned_a and a_entry % 16 == 0 else 0)
+                               | (FLAG_VEC_B if self.aligned_b and b_entry % 16 == 0 else 0))
         values[self._EPI:self._EPI + len(head)] = head
         call = self.call
         with call._lock:
@@ -116,12 +116,11 @@ def launch_batched(backend: str, spec: KernelSpec, bound: Any, device: int, oper
     batch_values = tuple(int(v) for v in values)
     spec = dataclasses.replace(spec, batch=(len(extents), tuple(p for p, _ in moved), tuple(index_paths), shape))
     bound = dataclasses.replace(bound, args=plain)
+    # 16-byte loads where every entry is aligned: entry 0, the leading dimension, every batch stride
     width = 16 // a.dtype.itemsize
-    flags = vector_flags(a.entry.ptr, a.entry.ld, b.entry.ptr, b.entry.ld, a.dtype.itemsize)
-    if any(s % width for s in a.strides):
-        flags &= ~1
-    if any(s % width for s in b.strides):
-        flags &= ~2
+    aligned = [op.entry.ld % width == 0 and not any(s % width for s in op.strides) for op in (a, b)]
+    flags = (FLAG_VEC_A if aligned[0] and a.entry.ptr % 16 == 0 else 0) | \
+            (FLAG_VEC_B if aligned[1] and b.entry.ptr % 16 == 0 else 0)
     lds = (a.entry.ld, b.entry.ld, d.entry.ld)
     gz = min(count, MAX_GRID_Z)
     if SIMULATOR:
@@ -139,8 +138,7 @@ def launch_batched(backend: str, spec: KernelSpec, bound: Any, device: int, oper
         slots += [0, 0, span, op.dtype.itemsize, op.lo, span, op.dtype.itemsize]
     params = [*slots, m, n, k, *lds, flags, *flat_values(plain), *batch_values]
     grid = (-(-n // call.tile_n), -(-m // call.tile_m), gz)
-    aligned = [op.entry.ld % width == 0 and not any(s % width for s in op.strides) for op in (a, b)]
-    launch = BatchedLaunch(call, params, grid, width, *aligned)
+    launch = BatchedLaunch(call, params, grid, *aligned)
     launch(a.lo, b.lo, d.lo, a.entry.ptr, b.entry.ptr, params[BatchedLaunch._EPI:BatchedLaunch._EPI + 1], handle)
     return launch
 
