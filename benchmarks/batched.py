@@ -7,11 +7,6 @@ Run on a GPU from the repository root::
 
 Cases are ``batch x (m x n x k)`` (default: 256 x 512^3, 4096 x 64^3, 8 x 4096 x 4096 x 1024,
 32 x 1 x 4096 x 4096), A ``(batch, m, k)`` and B ``(batch, k, n)`` row-major, D ``(batch, m, n)``.
-Then ``grouped_moe64`` (``--no-grouped`` leaves it out): ``dxgemm.grouped_gemm`` over 64
-problems with m drawn from 1..2048 (seed 0), n = 4096, k = 1024 (a mixture-of-experts layer),
-against a Python loop of ``cupy.matmul`` calls (``ratio``) and the sum of cuBLAS's GPU times
-for the 64 problems timed one by one (``cublas_sum_ms``, ``ratio_to_cublas_sum``).
-
 For each dtype and epilogue it times ``dxgemm.gemm(a, b, d, epilogue=...)`` (``backend="auto"``,
 one launch for the batch) against the baseline on the same arrays:
 
@@ -19,6 +14,11 @@ one launch for the batch) against the baseline on the same arrays:
 * ``bias_gelu``: ``bias(v) | gelu()`` with ``v`` of shape ``(batch, n)`` (a bias per entry)
   against ``cupy.matmul`` followed by one fused CuPy elementwise kernel for the exact GELU of
   ``x + v``.
+
+Then ``grouped_moe64`` (``--no-grouped`` leaves it out): ``dxgemm.grouped_gemm`` over 64
+problems with m drawn from 1..2048 (seed 0), n = 4096, k = 1024 (a mixture-of-experts layer),
+against a Python loop of ``cupy.matmul`` calls (``ratio``) and the sum of cuBLAS's GPU times
+for the 64 problems timed one by one (``cublas_sum_ms``, ``ratio_to_cublas_sum``).
 
 Timing: calls back to back between two CUDA events (``N`` calls lasting about ``--target-ms``)
 after two warm-up calls; dxgemm and the baseline alternate over ``--rounds`` rounds and the
@@ -30,6 +30,8 @@ Records merged into ``--json`` (``suite: "batched"``, replacing records of the s
 
     {suite, case, dtype, batch, m, n, k, epilogue, ms, ms_spread, baseline, baseline_ms,
      baseline_spread, ratio, max_error_ratio, gpu}
+
+(the grouped record adds ``cublas_sum_ms`` and ``ratio_to_cublas_sum``; its ``m`` names the draw).
 """
 
 from __future__ import annotations
