@@ -89,13 +89,7 @@ def measure(args) -> list[dict]:
                         if epi == "bias_gelu":
                             gelu_kernel(ref_out, v, ref_out)
 
-                mine, theirs = [], []
-                for f in (ours, baseline):
-                    f()
-                    f()
-                for _ in range(args.rounds):
-                    mine.append(per_call_ms(cp, ours, stream, args.target_ms))
-                    theirs.append(per_call_ms(cp, baseline, stream, args.target_ms))
+                mine, theirs = alternate(cp, ours, baseline, stream, args, per_call_ms)
                 stream.synchronize()
                 worst = 0.0
                 for i in (0, batch - 1):
@@ -139,13 +133,7 @@ def measure_grouped(args, cp, np, dxgemm, stream, gpu, per_call_ms) -> list[dict
                 for (a, b, _), d in zip(problems, outs):
                     cp.matmul(a, b, out=d)
 
-        mine, theirs = [], []
-        for f in (ours, loop):
-            f()
-            f()
-        for _ in range(args.rounds):
-            mine.append(per_call_ms(cp, ours, stream, args.target_ms))
-            theirs.append(per_call_ms(cp, loop, stream, args.target_ms))
+        mine, theirs = alternate(cp, ours, loop, stream, args, per_call_ms)
         each = []
         for (a, b, _), d in zip(problems, outs):
             def one(a=a, b=b, d=d):
@@ -173,6 +161,19 @@ def measure_grouped(args, cp, np, dxgemm, stream, gpu, per_call_ms) -> list[dict
               f"x{base / ms:6.3f}  cuBLAS sum {cublas_sum:9.4f} ms  x{cublas_sum / ms:6.3f}  error/bound {worst:.3f}",
               flush=True)
     return records
+
+
+def alternate(cp, ours, baseline, stream, args, per_call_ms) -> tuple[list[float], list[float]]:
+    """ms per call of ``ours`` and ``baseline`` over ``args.rounds`` alternating rounds, after two
+    warm-up calls of each (the module docstring's timing)."""
+    mine, theirs = [], []
+    for f in (ours, baseline):
+        f()
+        f()
+    for _ in range(args.rounds):
+        mine.append(per_call_ms(cp, ours, stream, args.target_ms))
+        theirs.append(per_call_ms(cp, baseline, stream, args.target_ms))
+    return mine, theirs
 
 
 def chain_of(epi: str, v, bias, gelu):

@@ -30,7 +30,7 @@ import numpy as np
 
 from . import _arrays, policy
 from ._arrays import BatchedOperand, as_batched_operand
-from ._checks import check_backend, check_extra, check_scalar
+from ._checks import check_backend, check_extra, check_rung_fits, check_scalar
 from ._streams import stream_handle
 from .epilogues._base import AlphaBeta, Chain, EpilogueContext, Moved, Span, check_spans
 from .kernels import KernelSpec
@@ -118,9 +118,7 @@ def batched_gemm(a: Any, b: Any, c: Any, alpha: Any, beta: Any, epilogue: Any, b
     handle = stream_handle(stream, op_a.entry.library)
     with _arrays.on_device(device):
         info = device_info(device)
-        if backend in policy.TF32_BACKENDS and not policy.tf32_rung_fits(info.cc, info.smem_per_block, precision):
-            raise ValueError(f"backend={backend!r} cannot run on GPU {device} (compute capability "
-                             f"{info.cc[0]}.{info.cc[1]}): use backend='auto' or 'warptile'")
+        check_rung_fits(backend, precision, info, device)
         backend, tile = policy.batched_choice(backend, dtype, m, n, k, count, single_rows=m == 1, traits=traits,
                                               device=info, precision=precision)
         spec = KernelSpec(dtype, op_a.entry.layout, op_b.entry.layout, op_d.entry.layout, bound.key, None, tile=tile)

@@ -12,6 +12,9 @@ from typing import Any
 import numpy as np
 
 from . import _arrays, policy
+from ._arrays import as_operand
+from .kernels.tf32mma import smem_bytes
+from .runtime import env
 from .kernels import RUNGS
 
 BACKENDS: tuple[str, ...] = RUNGS + ("tf32mma", "pipeline")
@@ -51,3 +54,42 @@ def check_extra(op: Any, name: str, dtype: np.dtype, device: int) -> Any:
     if _arrays.device_of(op) != device:
         raise ValueError(f"{name} is on GPU {_arrays.device_of(op)} but a and b are on GPU {device}")
     return op
+
+
+def check_pair(op_a: Any, op_b: Any) -> tuple[int, int, int]:
+    """``(m, n, k)`` of validated operands A and B, if their dtypes and inner dimensions agree."""
+    if op_a.dtype != op_b.dtype:
+        raise TypeError(f"a and b must have the same dtype, got a: {op_a.dtype} and b: {op_b.dtype}")
+    (m, k), (k_b, n) = op_a.shape, op_b.shape
+    if k != k_b:
+        raise ValueError(f"inner dimensions differ: a is {m}x{k}, b is {k_b}x{n} (a.shape[1] must equal b.shape[0])")
+    return m, n, k
+
+
+def output_operand(c: Any, op_a: Any, op_b: Any, device: int) -> tuple[Any, Any]:
+    """``(D, what the call returns)``: a new row-major matrix of A's library without ``c``, else
+    ``c`` validated as the output of ``A @ B`` (shape, dtype, device, no overlap with A or B)."""
+    (m, k), n = op_a.shape, op_b.shape[1]
+    if c is None:
+        out = _arrays.empty_like_library(op_a, (m, n))
+        return as_operand(out, "c", output=True), out
+    op_d = as_operand(c, "c", output=True)
+    if op_d.shape != (m, n):
+        raise ValueError(f"c has shape {op_d.shape}; a {m}x{k} times b {k}x{n} needs c of shape ({m}, {n})")
+    if op_d.dtype != op_a.dtype:
+        raise TypeError(f"c has dtype {op_d.dtype}, but a and b are {op_a.dtype}; c must match them")
+    if _arrays.device_of(op_d) != device:
+        raise ValueError(f"c is on GPU {_arrays.device_of(op_d)} but a and b are on GPU {device}")
+    _arrays.check_output_overlap(op_d, (("a", op_a), ("b", op_b)))
+    return op_d, c
+
+
+def check_rung_fits(backend: str, precision: str | None, info: Any, device: int) -> None:
+    """ValueError when ``backend`` is the TF32 rung and GPU ``device`` (``info``: its
+    :class:`~dxgemm.gpus.DeviceInfo`) cannot run it (:func:`dxgemm.policy.tf32_rung_fits`)."""
+    if backend in policy.TF32_BACKENDS and not policy.tf32_rung_fits(info.cc, info.smem_per_block, precision):
+        raise ValueError(f"backend={backend!r} needs compute capability 8.0 and "
+                         f"{smem_bytes(precision)} bytes of shared memory per block; GPU {device} has "
+                         f"{info.cc[0]}.{info.cc[1]} and {info.smem_per_block}"
+                         f"{' (the figures DXGEMM_DEVICE_AS names)' if env.device_as() else ''}: "
+                         "use backend='auto' or 'warptile'")

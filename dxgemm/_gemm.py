@@ -14,12 +14,12 @@ import numpy as np
 from . import _arrays, policy
 from ._arrays import Operand, as_operand
 from ._batched import batched_gemm
-from ._checks import BACKEND_DTYPES, BACKENDS, check_backend, check_extra, check_scalar
+from ._checks import (BACKEND_DTYPES, BACKENDS, check_backend, check_extra, check_pair, check_rung_fits,
+                      check_scalar, output_operand)
 from ._streams import stream_handle
 from .epilogues._base import AlphaBeta, Chain, Epilogue, EpilogueContext
 from .kernels import FLAG_VEC_A, FLAG_VEC_B, RUNGS, KernelSpec, vector_flags
 from .kernels._device import SIMULATOR
-from .kernels.tf32mma import smem_bytes
 from .runtime import calls as _calls
 from .runtime import env
 from .runtime import pipeline as _pipeline
@@ -86,12 +86,8 @@ def gemm(
         return batched_gemm(a, b, c, alpha, beta, epilogue, backend, precision, stream, key, addresses)
     op_a = as_operand(a, "a")
     op_b = as_operand(b, "b")
-    if op_a.dtype != op_b.dtype:
-        raise TypeError(f"a and b must have the same dtype, got a: {op_a.dtype} and b: {op_b.dtype}")
+    m, n, k = check_pair(op_a, op_b)
     dtype = op_a.dtype
-    (m, k), (k_b, n) = op_a.shape, op_b.shape
-    if k != k_b:
-        raise ValueError(f"inner dimensions differ: a is {m}x{k}, b is {k_b}x{n} (a.shape[1] must equal b.shape[0])")
     alpha = check_scalar(alpha, "alpha")
     beta = check_scalar(beta, "beta")
     if c is None and beta != 0:
@@ -108,19 +104,7 @@ def gemm(
     device = _arrays.device_of(op_a)
     if _arrays.device_of(op_b) != device:
         raise ValueError(f"a is on GPU {device} but b is on GPU {_arrays.device_of(op_b)}; put both on one device")
-    if c is None:
-        out = _arrays.empty_like_library(op_a, (m, n))
-        op_d = as_operand(out, "c", output=True)
-    else:
-        op_d = as_operand(c, "c", output=True)
-        if op_d.shape != (m, n):
-            raise ValueError(f"c has shape {op_d.shape}; a {m}x{k} times b {k}x{n} needs c of shape ({m}, {n})")
-        if op_d.dtype != dtype:
-            raise TypeError(f"c has dtype {op_d.dtype}, but a and b are {dtype}; c must match them")
-        if _arrays.device_of(op_d) != device:
-            raise ValueError(f"c is on GPU {_arrays.device_of(op_d)} but a and b are on GPU {device}")
-        _arrays.check_output_overlap(op_d, (("a", op_a), ("b", op_b)))
-        out = c
+    op_d, out = output_operand(c, op_a, op_b, device)
     if m == 0 or n == 0:
         return out
 
@@ -135,12 +119,7 @@ def gemm(
     traits = policy.EpilogueTraits.of(chain)
     with _arrays.on_device(device):  # choose, load and launch on the arrays' GPU
         info = device_info(device)
-        if backend in policy.TF32_BACKENDS and not policy.tf32_rung_fits(info.cc, info.smem_per_block, precision):
-            raise ValueError(f"backend={backend!r} needs compute capability 8.0 and "
-                             f"{smem_bytes(precision)} bytes of shared memory per block; GPU {device} has "
-                             f"{info.cc[0]}.{info.cc[1]} and {info.smem_per_block}"
-                             f"{' (the figures DXGEMM_DEVICE_AS names)' if env.device_as() else ''}: "
-                             "use backend='auto' or 'warptile'")
+        check_rung_fits(backend, precision, info, device)
         if backend == "auto":
             backend = policy.choose_backend(dtype, m, n, k, pipeline=_pipeline_reason(device) is None,
                                             aligned=flags == FLAG_VEC_A | FLAG_VEC_B,

@@ -20,7 +20,7 @@ import numpy as np
 
 from . import _arrays, policy
 from ._arrays import as_operand
-from ._checks import check_backend, check_extra, check_scalar
+from ._checks import check_backend, check_extra, check_pair, check_rung_fits, check_scalar, output_operand
 from ._streams import stream_handle
 from .epilogues._base import AlphaBeta, Chain, Epilogue, EpilogueContext
 from .kernels import KernelSpec
@@ -120,8 +120,7 @@ def grouped_gemm(problems: Sequence[Sequence[Any]], *, alpha: float = 1.0, beta:
     _, _, _, m, n, k = problems_run[biggest]
     with _arrays.on_device(device):
         info = device_info(device)
-        if backend in policy.TF32_BACKENDS and not policy.tf32_rung_fits(info.cc, info.smem_per_block, precision):
-            raise ValueError(f"backend={backend!r} cannot run on GPU {device}: use backend='auto' or 'warptile'")
+        check_rung_fits(backend, precision, info, device)
         backend, tile = policy.batched_choice(backend, dtype, m, n, k, len(live),
                                               single_rows=all(problems_run[g][3] == 1 for g in live), traits=traits,
                                               device=info, precision=precision)
@@ -135,22 +134,10 @@ def _operands(problem: Sequence[Any], beta: Any) -> tuple:
     """``(A, B, D, m, n, k, c)`` of one problem, validated as :func:`dxgemm.gemm` does."""
     a, b, c = (list(problem) + [None])[:3]
     op_a, op_b = as_operand(a, "a"), as_operand(b, "b")
-    if op_a.dtype != op_b.dtype:
-        raise TypeError(f"a and b must have the same dtype, got a: {op_a.dtype} and b: {op_b.dtype}")
-    (m, k), (k_b, n) = op_a.shape, op_b.shape
-    if k != k_b:
-        raise ValueError(f"inner dimensions differ: a is {m}x{k}, b is {k_b}x{n}")
-    if c is None:
-        if beta != 0:
-            raise ValueError(f"beta={beta!r} scales c, but this problem has none: give (a, b, c)")
-        op_d = as_operand(_arrays.empty_like_library(op_a, (m, n)), "c", output=True)
-    else:
-        op_d = as_operand(c, "c", output=True)
-        if op_d.shape != (m, n):
-            raise ValueError(f"c has shape {op_d.shape}; a {m}x{k} times b {k}x{n} needs ({m}, {n})")
-        if op_d.dtype != op_a.dtype:
-            raise TypeError(f"c has dtype {op_d.dtype}, but a and b are {op_a.dtype}")
-        _arrays.check_output_overlap(op_d, (("a", op_a), ("b", op_b)))
+    m, n, k = check_pair(op_a, op_b)
+    if c is None and beta != 0:
+        raise ValueError(f"beta={beta!r} scales c, but this problem has none: give (a, b, c)")
+    op_d, _ = output_operand(c, op_a, op_b, _arrays.device_of(op_a))
     return op_a, op_b, op_d, m, n, k, c
 
 
