@@ -143,7 +143,7 @@ def gemm(
                                 addresses=addresses)
                 return out
         if backend in policy.TF32_BACKENDS:
-            tile = precision  # tf32mma's tile configurations are its two modes
+            tile = policy.choose_tf32_tile(precision, m, n, k, info)
         else:
             tile = policy.choose_tile(backend, dtype, m, n, k, info, traits.medium_tile_min_k)
         slices = policy.choose_split_k(backend, dtype, m, n, k, tile, info)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DeviceInfo", "DEVICES", "H100", "target_device"]
+__all__ = ["DeviceInfo", "DEVICES", "H100", "target_device", "TF32_TENSOR_PER_FP32", "tf32_tensor_ratio"]
 
 
 @dataclass(frozen=True)
@@ -85,6 +85,25 @@ and the targets ``python -m dxgemm warmup --cc`` builds for."""
 H100 = DEVICES["H100"]
 """An H100 SXM: 132 SMs, 227 KiB opt-in shared memory per block, 50 MiB of L2.  What the
 simulator reports, and the rules' figures where no GPU is named or can be queried."""
+
+
+TF32_TENSOR_PER_FP32: dict[tuple[int, int], float] = {
+    (8, 0): 8.0,  # A100: 156 dense TF32 TFLOP/s against 19.5 float32 FMA
+    (8, 6): 1.0,  # GA10x: a consumer SM's TF32 tensor rate equals its float32 FMA rate
+    (8, 9): 1.0,  # Ada (L40S 91.6 / 91.6, RTX 4090 82.6 / 82.6)
+    (9, 0): 7.4,  # H100 SXM 495 / 67
+    (10, 0): 13.8,  # B200 1100 / 80
+    (12, 0): 1.0,  # RTX 5090 104.8 / 104.8
+}
+"""Dense TF32 tensor-core throughput over float32 FMA throughput, per compute capability (an
+SM design's ratio, from NVIDIA's architecture whitepapers and datasheets); 1.0 for one not
+listed.  It decides whether float32 gains from the tensor cores at all: the accurate
+three-product split needs the tensor cores several times faster than the FMA units."""
+
+
+def tf32_tensor_ratio(cc: tuple[int, int]) -> float:
+    """:data:`TF32_TENSOR_PER_FP32` for ``cc`` (1.0, no gain, for one not listed or below 8.0)."""
+    return TF32_TENSOR_PER_FP32.get(tuple(cc), 1.0)
 
 
 def target_device(cc: tuple[int, int]) -> DeviceInfo:

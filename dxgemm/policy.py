@@ -25,10 +25,10 @@ from .kernels.warptile import TILE_CONFIGS as WARPTILE_TILES
 from .pipelines.config import (_DEEP_K_TILES_F64, _SHALLOW_K_TILES, _SHALLOW_K_TILES_TF32, CONFIGS, MAX_SPLIT_K, SIMT_FLOAT32_MAX_SIDE,
                                TARGETS as PIPELINE_TARGETS, PipelineConfig, _configs, float32_method, uses_tf32x3,
                                wave_efficiency, waves)
-from .gpus import H100, DeviceInfo
+from .gpus import H100, DeviceInfo, tf32_tensor_ratio
 
 __all__ = ["EpilogueTraits", "PRECISIONS", "resolve_precision", "choose_backend", "choose_tile", "choose_split_tile",
-           "split_part_tile", "choose_split_k",
+           "split_part_tile", "choose_split_k", "choose_tf32_tile",
            "pipeline_config", "pipeline_split_k", "check_split_count", "F64_BLOCK_COST", "MIN_SLICE_TILES", "tile_fits",
            "tile_smem", "PIPELINE_TARGETS"]
 
@@ -80,13 +80,90 @@ as accurate as cuBLAS SGEMM."""
 
 
 def tf32_rung_fits(cc: tuple[int, int], smem_per_block: int, precision: str | None = "tf32x3") -> bool:
-    """Whether ``tf32mma`` runs on a device of compute capability ``cc`` whose blocks may take
-    ``smem_per_block`` bytes of shared memory: ``mma.sync`` on TF32 needs 8.0, and its tile's
-    stages and second-level sums need :func:`dxgemm.kernels.tf32mma.smem_bytes` (172 KiB: an
-    H100 or H200, not an A100's 163 KiB or an Ada GPU's 99 KiB)."""
+    """Whether ``tf32mma`` can run on a device of compute capability ``cc`` whose blocks may take
+    ``smem_per_block`` bytes of shared memory: ``mma.sync`` on TF32 needs 8.0, and its smaller
+    tile's stages and second-level sums :func:`dxgemm.kernels.tf32mma.smem_bytes` (70 KiB; the
+    128x128 tile's 172 KiB fit an H100, H200 or B200 only, :func:`choose_tf32_tile`)."""
     from .kernels.tf32mma import smem_bytes
 
-    return tuple(cc) >= (8, 0) and smem_per_block >= smem_bytes("tf32" if precision == "tf32" else "tf32x3")
+    mode = "tf32" if precision == "tf32" else "tf32x3"
+    return tuple(cc) >= (8, 0) and smem_per_block >= smem_bytes(f"{mode}_small")
+
+
+TF32_MIN_TENSOR_RATIO = 4.0
+"""``auto`` runs float32 on the TF32 tensor cores only where they are at least this many times
+the float32 FMA rate (:func:`dxgemm.gpus.tf32_tensor_ratio`): three TF32 products per float32
+product, plus the split, must beat one FMA.  An A100, H100, H200 or B200 (7-14x) qualifies; an
+Ada or consumer Blackwell GPU (1x) does not: there ``warptile``'s IEEE float32 is as fast as
+one TF32 pass and more accurate."""
+
+
+def tf32_auto(device: DeviceInfo, precision: str | None = "tf32x3") -> bool:
+    """Whether ``auto`` may run ``tf32mma`` on ``device``: it fits (:func:`tf32_rung_fits`) and
+    the tensor cores pay (:data:`TF32_MIN_TENSOR_RATIO`)."""
+    return (tf32_rung_fits(device.cc, device.smem_per_block, precision)
+            and tf32_tensor_ratio(device.cc) >= TF32_MIN_TENSOR_RATIO)
+
+
+TF32_TILE_COST = {"": (96, 1.0), "_small": (32, 0.52)}
+"""``tf32mma``'s block time per tile (by the suffix after the precision), as ``(fixed, rate)``:
+a wave of resident blocks takes ``fixed + rate * K`` in units of the 128x128 tile's time per K
+on one wave.  The 64x64 tile runs two blocks a SM, each a quarter of the large block's work
+at a lower mma rate per warp (a 32x32 warp tile loads a fragment for every 1.5 mmas, the
+64x32 one for every 2), so a wave of them costs about half a large one per K; its fixed
+part (prologue, first tiles in flight, the store) is a third.  Fitted on the H100 over 30
+float32 shapes from 256^2 to 4096^2 at K 64..16384, both tiles forced
+(``benchmarks/results/h100_tf32_tiles.log``)."""
+
+
+def tf32_tile_side(tile: str) -> int:
+    """The side of ``tf32mma``'s square block ``tile`` (``"tf32x3"``, ``"tf32_small_split"``, ...)."""
+    return 64 if "_small" in tile else 128
+
+
+def tf32_tile_fits(device: DeviceInfo, tile: str) -> bool:
+    """Whether ``tf32mma``'s ``tile`` fits a block of ``device``."""
+    from .kernels.tf32mma import smem_bytes
+
+    return smem_bytes(tile) <= device.smem_per_block
+
+
+def tf32_resident(device: DeviceInfo, tile: str) -> int:
+    """Blocks of ``tf32mma``'s ``tile`` one SM of ``device`` holds at once: its threads at up to
+    255 registers each (the split mode's kernels use 249-255), its shared memory plus the 1 KiB
+    the driver reserves, its threads."""
+    from .kernels.tf32mma import CONFIGS, smem_bytes
+
+    threads = CONFIGS[tile]["threads"]
+    return max(1, min(device.regs_per_sm // (256 * threads), device.sm_smem // (smem_bytes(tile) + 1024),
+                      device.threads_per_sm // threads))
+
+
+def choose_tf32_tile(precision: str, m: int, n: int, k: int, device: DeviceInfo = H100, *,
+                     split: bool = True) -> str:
+    """``tf32mma``'s tile for an ``m x n x k`` call at ``precision`` (``"tf32x3"`` or ``"tf32"``):
+    the 128x128 tile (named as the precision) or the 64x64 one (``precision + "_small"``).
+
+    A wave model with the K split each tile would run (:func:`choose_split_k`): the busiest
+    SM runs ``ceil(blocks / (resident * SMs))`` waves (:func:`tf32_resident`), each costing
+    :data:`TF32_TILE_COST` for its share of K; the cheaper tile wins, ties to the large one.
+    Few output tiles or a short K favour the small tile (more blocks, a smaller fixed cost),
+    full waves of long K the large one.  An output side of at most 64 takes the small tile
+    (the large one would compute half its rows or columns as padding), and so does a device
+    whose blocks cannot take the large tile's shared memory (an A100's 163 KiB, 99 KiB on
+    sm_86/89/120).  ``split=False``: a call that is never split over K (a batched one, whose
+    entries stacked are ``m`` rows)."""
+    small = f"{precision}_small"
+    if min(m, n) <= 64 or not tf32_tile_fits(device, precision):
+        return small
+    costs = {}
+    for tile, suffix in ((precision, ""), (small, "_small")):
+        side, fixed_rate = tf32_tile_side(tile), TF32_TILE_COST[suffix]
+        slices = choose_split_k("tf32mma", np.float32, m, n, k, tile, device) if split else 1
+        blocks = -(-m // side) * -(-n // side) * slices
+        waves = -(-blocks // (tf32_resident(device, tile) * device.sm_count))
+        costs[tile] = waves * (fixed_rate[0] + fixed_rate[1] * -(-k // slices))
+    return small if costs[small] < costs[precision] else precision
 
 
 def resolve_precision(dtype: Any, backend: str, precision: str | None) -> str | None:
@@ -136,7 +213,7 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     """The backend ``backend="auto"`` runs: ``"warptile"``, ``"tf32mma"`` or ``"pipeline"``.
 
     float32 at ``precision`` ``"tf32x3"`` or ``"tf32"`` runs ``tf32mma`` wherever the device
-    can run it (``tf32_cores``; by default :func:`tf32_rung_fits` of ``device``): it is the path
+    runs it (``tf32_cores``; by default :func:`tf32_auto` of ``device``): it is the path
     whose K loop sums each tile's tensor-core products with rounding adds, the only one that
     keeps float32 accuracy at long K; without them, ``warptile`` (IEEE float32, more accurate).
     Below :data:`TF32X3_MIN_K` ``"tf32x3"`` runs ``warptile`` too (a chain of a few FMAs, as
@@ -173,7 +250,7 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
         return "pipeline"
     if dt == np.float32 and precision in ("tf32x3", "tf32"):
         if tf32_cores is None:
-            tf32_cores = tf32_rung_fits(device.cc, device.smem_per_block, precision)
+            tf32_cores = tf32_auto(device, precision)
         return "tf32mma" if tf32_cores else "warptile"
     if not pipeline or tuple(device.cc) not in PIPELINE_TARGETS:
         return "warptile"
@@ -279,7 +356,8 @@ def batched_choice(backend: str, dtype: np.dtype, m: int, n: int, k: int, count:
             dtype, m, n, k, pipeline=False, transcendental=traits.transcendental,
             medium_min_k=traits.medium_tile_min_k, device=device, precision=precision)
     if backend in TF32_BACKENDS:
-        return backend, precision
+        return backend, choose_tf32_tile(precision, m * count, n, k, device, split=False) if min(m, n) > 64 \
+            else f"{precision}_small"
     return backend, choose_batched_tile(backend, dtype, m, n, k, count, device, traits.medium_tile_min_k)
 
 
@@ -332,7 +410,9 @@ def split_part_tile(backend: str, tile: str, n: int) -> str:
     return f"{tile}_split" if backend == "tf32mma" else choose_split_tile(n)
 
 
-TF32MMA_MAX_SLICES = 16
+TF32MMA_MAX_SLICES = 64
+TF32MMA_SPLIT_MIN_K = 512
+TF32MMA_MIN_SLICE_K = 256
 """The most K slices a ``tf32mma`` call is split into (:func:`choose_split_k`)."""
 
 
@@ -340,10 +420,12 @@ def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: 
                    device: DeviceInfo = H100) -> int:
     """K slices for a float64 ``warptile`` or a ``tf32mma`` call (1: unsplit).
 
-    ``tf32mma``: an output of few 128x128 tiles (filling at most half the GPU) with K from
-    2048 leaves most SMs idle through a long K loop; its K is sliced so that the tiles times
-    the slices fill the SMs, each slice keeping at least 16 K tiles (512), at most
-    :data:`TF32MMA_MAX_SLICES`.  The slices' sums (each within the float32 contract) are
+    ``tf32mma``: an output of few tiles of ``tile`` (filling at most half the blocks the GPU
+    holds at once) with K from :data:`TF32MMA_SPLIT_MIN_K` leaves most SMs idle through a long K
+    loop; its K is sliced so that the tiles times the slices fill the SMs, each slice keeping at
+    least :data:`TF32MMA_MIN_SLICE_K` of K (8 K tiles), at most :data:`TF32MMA_MAX_SLICES`.  From
+    K = 512 on the H100 this ran 256^2 x 1024 and 256 x 1024 x 1024 at 0.84-0.95x cuBLAS SGEMM,
+    from 0.54-0.63x unsplit (``h100_tf32_split_rules.log``).  The slices' sums (each within the float32 contract) are
     added by the reduce in float32, which adds to no bias.
 
     A call whose split tiles (:func:`choose_split_tile`) would fill at most half the GPU runs
@@ -355,10 +437,12 @@ def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: 
     K on skinny outputs, not for cubes; and only where the split tile :func:`tile_fits` ``device``.
     """
     if backend == "tf32mma":
-        tiles = -(-m // 128) * -(-n // 128)
-        if k < 2048 or 2 * tiles > device.sm_count:
+        side = tf32_tile_side(tile)
+        resident = tf32_resident(device, tile.removesuffix("_split"))
+        tiles = -(-m // side) * -(-n // side)
+        if k < TF32MMA_SPLIT_MIN_K or 2 * tiles > resident * device.sm_count:
             return 1
-        return max(1, min(device.sm_count // tiles, k // 512, TF32MMA_MAX_SLICES))
+        return max(1, min(resident * device.sm_count // tiles, k // TF32MMA_MIN_SLICE_K, TF32MMA_MAX_SLICES))
     if backend != "warptile" or np.dtype(dtype) != np.float64 or tile == "large" or k < 2048:
         return 1
     if not tile_fits(device, dtype, choose_split_tile(n)):

@@ -55,15 +55,16 @@ def launched(monkeypatch):
 
 
 @pytest.mark.parametrize("name, expected", [(None, "tf32mma"), ("L40S", "warptile"), ("RTX 5090", "warptile"),
-                                            ("A100", "warptile"), ("B200", "tf32mma"), ("H200", "tf32mma")])
+                                            ("A100", "tf32mma"), ("B200", "tf32mma"), ("H200", "tf32mma")])
 def test_float32_auto_follows_the_named_record(monkeypatch, launched, name, expected):
-    """float32's default (tf32x3) runs tf32mma where the record's shared memory holds its tile
-    (H100, H200, B200), IEEE warptile elsewhere; accurate either way."""
+    """float32's default (tf32x3) runs tf32mma where its tensor cores are several times its FMA
+    units and a tile fits (H100, H200, B200, A100), IEEE warptile elsewhere (Ada, RTX 5090);
+    accurate either way."""
     if name is not None:
         monkeypatch.setenv("DXGEMM_DEVICE_AS", name)
         record = DEVICES[name]
         assert _device.device_info() is record and _device.device_info(0) is record
-        assert (expected == "tf32mma") == policy.tf32_rung_fits(record.cc, record.smem_per_block)
+        assert (expected == "tf32mma") == policy.tf32_auto(record)
     a, b = testing.make_data("same_sign", (M, K, N), np.float32, np.random.default_rng(38))
     d = cuda.to_device(np.full((M, N), np.nan, np.float32))
     dxgemm.gemm(cuda.to_device(a), cuda.to_device(b), d)
@@ -74,13 +75,24 @@ def test_float32_auto_follows_the_named_record(monkeypatch, launched, name, expe
     assert _device.hardware_info() is H100  # the real (here: simulated) GPU's figures are untouched
 
 
-def test_backends_and_explicit_tf32mma_as_the_named_gpu(monkeypatch):
+def test_backends_and_explicit_tf32mma_as_the_named_gpu(monkeypatch, launched):
+    """An Ada GPU can run tf32mma when asked (its 64x64 tile fits 99 KiB), though auto does not
+    choose it there; a GPU below compute capability 8.0 cannot, and says so."""
+    from dxgemm.gpus import DeviceInfo
+
     assert "tf32mma" in dxgemm.available_backends()
     monkeypatch.setenv("DXGEMM_DEVICE_AS", "L40S")
-    assert "tf32mma" not in dxgemm.available_backends()
+    assert "tf32mma" in dxgemm.available_backends()
     a = cuda.to_device(np.random.default_rng(1).standard_normal((M, K)).astype(np.float32))
     b = cuda.to_device(np.random.default_rng(2).standard_normal((K, N)).astype(np.float32))
-    with pytest.raises(ValueError, match="DXGEMM_DEVICE_AS"):
+    d = dxgemm.gemm(a, b, backend="tf32mma")
+    assert launched == ["tf32mma"]
+    testing.assert_close(d.copy_to_host(), a.copy_to_host().astype(np.float64), b.copy_to_host().astype(np.float64),
+                         np.dtype(np.float32), split=3)
+    monkeypatch.setitem(DEVICES, "T4", DeviceInfo((7, 5), 40, 64 * 1024, 4 * 2**20, name="T4"))
+    monkeypatch.setenv("DXGEMM_DEVICE_AS", "T4")
+    assert "tf32mma" not in dxgemm.available_backends()
+    with pytest.raises(ValueError, match="compute capability 8.0.*DXGEMM_DEVICE_AS"):
         dxgemm.gemm(a, b, backend="tf32mma")
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from dxgemm import policy
+from dxgemm.gpus import tf32_tensor_ratio
 from dxgemm.kernels import tf32mma
 from dxgemm.pipelines.config import TARGETS
 from dxgemm.runtime.device import DEVICES, H100, target_device
@@ -61,8 +62,13 @@ def test_every_decision_fits_the_device(name):
                 continue
             if backend == "tf32mma":
                 assert dt == np.float32 and precision in ("tf32x3", "tf32") and device.cc >= (8, 0), where
-                assert tf32mma.smem_bytes(precision) <= device.smem_per_block, where
-                assert tf32mma.CONFIGS[precision]["threads"] <= MAX_THREADS_PER_BLOCK, where
+                tile = policy.choose_tf32_tile(precision, m, n, k, device)
+                assert tile.startswith(precision) and tf32mma.smem_bytes(tile) <= device.smem_per_block, where
+                assert tf32mma.CONFIGS[tile]["threads"] <= MAX_THREADS_PER_BLOCK, where
+                slices = policy.choose_split_k(backend, dt, m, n, k, tile, device)
+                assert 1 <= slices <= policy.TF32MMA_MAX_SLICES, where
+                if slices > 1:
+                    assert tf32mma.smem_bytes(policy.split_part_tile(backend, tile, n)) <= device.smem_per_block, where
                 continue
             assert backend == "warptile", where
             tile = policy.choose_tile(backend, dt, m, n, k, device, 0.0 if mk == math.inf else mk)
@@ -73,15 +79,18 @@ def test_every_decision_fits_the_device(name):
                 check_warptile(device, dt, policy.choose_split_tile(n), f"{where} split tile")
     # the choices follow the device, not one GPU's figures
     assert ("pipeline" in counts) == (device.cc in TARGETS), counts
-    fits_tf32 = device.cc >= (8, 0) and device.smem_per_block >= tf32mma.smem_bytes("tf32x3")
-    assert ("tf32mma" in counts) == fits_tf32, counts
+    # the tensor cores where they fit and pay: several times the FMA units' rate (gpus.TF32_TENSOR_PER_FP32)
+    tf32_pays = device.smem_per_block >= tf32mma.smem_bytes("tf32x3_small") and tf32_tensor_ratio(device.cc) >= 4
+    assert ("tf32mma" in counts) == tf32_pays, counts
 
 
 def test_the_table_and_what_it_decides():
     assert H100 is DEVICES["H100"] and (H100.sm_count, H100.smem_per_block, H100.l2_bytes) == (132, 227 * 1024, 50 * 2**20)
     assert {d.cc for d in DEVICES.values()} >= {(8, 0), (8, 9), (9, 0), (10, 0), (12, 0)}
-    # tf32mma's 169 KiB fits the 227 KiB of sm_90 and sm_100 only
-    assert [n for n, d in DEVICES.items() if policy.tf32_rung_fits(d.cc, d.smem_per_block)] == ["H100", "H200", "B200"]
+    # auto's float32 takes the tensor cores where they are several times the FMA units (not Ada,
+    # not consumer Blackwell); the large tile's 172 KiB fits the 227 KiB of sm_90 and sm_100 only
+    assert [n for n, d in DEVICES.items() if policy.tf32_auto(d)] == ["H100", "H200", "B200", "A100"]
+    assert [n for n, d in DEVICES.items() if policy.tf32_tile_fits(d, "tf32x3")] == ["H100", "H200", "B200"]
     f64 = np.dtype(np.float64)
     assert policy.choose_tile("warptile", f64, 4096, 4096, 4096, H100) == "large"
     # 99 KiB a block: float64 keeps the tiny tile (48 KiB), no split; on an A100 the large tile fits (160 KiB)

@@ -20,8 +20,11 @@ def _sgemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return cp.asnumpy(cp.matmul(cp.asarray(a), cp.asarray(b)))
 
 
+TILES = ["tf32x3", "tf32", "tf32x3_small", "tf32_small"]  # each mode on the 128x128 and the 64x64 tile
+
+
 @pytest.mark.parametrize("layouts", ["rrr", "ccc"])  # every layout: benchmarks/tf32mma_bench.py check
-@pytest.mark.parametrize("mode", ["tf32x3", "tf32"])
+@pytest.mark.parametrize("mode", TILES)
 def test_layouts_edges(rng, mode, layouts):
     m, n, k = 300, 260, 1000  # aligned lines: interior blocks take the unchecked copies; edges and a partial K tile
     a = (rng.uniform(0.5, 1.0, (m, k)) * 2.0 ** rng.integers(-6, 7, (m, k))).astype(np.float32)
@@ -31,25 +34,27 @@ def test_layouts_edges(rng, mode, layouts):
     assert relative_error(out, a, b) <= bound(mode, k)
 
 
+@pytest.mark.parametrize("tile", ["tf32x3", "tf32x3_small"])
 @pytest.mark.parametrize("data,k", [("uniform", 16384), ("uniform", 65536), ("normal", 256), ("normal", 4096)])
-def test_accuracy_contract(rng, data, k):
+def test_accuracy_contract(rng, data, k, tile):
     m = n = 128
     if data == "uniform":
         a, b = rng.random((m, k), np.float32), rng.random((k, n), np.float32)
     else:
         a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
-    err = relative_error(run_tf32mma(a, b, "tf32x3"), a, b)
+    err = relative_error(run_tf32mma(a, b, tile), a, b)
     sgemm = relative_error(_sgemm(a, b), a, b)
     assert err <= 2 * max(sgemm, 2.0**-22), (err, sgemm)
 
 
-def test_nan_inf(rng):
+@pytest.mark.parametrize("tile", ["tf32x3", "tf32x3_small"])
+def test_nan_inf(rng, tile):
     m, n, k = 64, 72, 4096
     a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
     a[3, 5], a[7, 9], a[9, 2] = np.nan, np.inf, np.float32(3.4e38)
     b[2, :] = np.float32(2.0**-100)
     b[11, 4] = 0
-    out = run_tf32mma(a, b, "tf32x3")
+    out = run_tf32mma(a, b, tile)
     with np.errstate(all="ignore"):
         ref = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
     assert np.array_equal(np.isnan(out), np.isnan(ref)) and np.array_equal(np.isinf(out), np.isinf(ref))

@@ -1289,15 +1289,22 @@ def test_resolve_precision():
 
 
 def test_tf32_rung_fits_by_device_properties():
-    """tf32mma needs TF32 mma.sync (8.0) and its tile's shared memory: H100/H200 yes; an A100
-    (163 KiB a block), an Ada GPU (99 KiB) or a Turing GPU no, so auto keeps them on warptile."""
+    """tf32mma needs TF32 mma.sync (8.0) and its small tile's shared memory (70 KiB); its large
+    tile (172 KiB) fits an H100 and not an A100 (163 KiB a block).  auto runs it only where the
+    tensor cores are several times the FMA units: an A100 or H100, not an Ada GPU."""
+    from dxgemm.gpus import DEVICES
     from dxgemm.kernels.tf32mma import smem_bytes
-    from dxgemm.policy import choose_backend, tf32_rung_fits
+    from dxgemm.policy import choose_backend, choose_tf32_tile, tf32_auto, tf32_rung_fits, tf32_tile_fits
 
-    assert smem_bytes("tf32x3") <= 227 * 1024
-    assert tf32_rung_fits((9, 0), 227 * 1024)
-    assert not tf32_rung_fits((8, 0), 163 * 1024)
-    assert not tf32_rung_fits((8, 9), 99 * 1024)
+    assert smem_bytes("tf32x3") <= 227 * 1024 < 2 * smem_bytes("tf32x3") and smem_bytes("tf32x3_small") <= 99 * 1024
+    assert tf32_rung_fits((9, 0), 227 * 1024) and tf32_rung_fits((8, 0), 163 * 1024)
+    assert tf32_rung_fits((8, 9), 99 * 1024)  # it can run there (backend="tf32mma")
     assert not tf32_rung_fits((7, 5), 227 * 1024)
-    fits = tf32_rung_fits((8, 9), 99 * 1024)
-    assert choose_backend(np.dtype(np.float32), 4096, 4096, 4096, precision="tf32x3", tf32_cores=fits) == "warptile"
+    assert not tf32_rung_fits((8, 9), 64 * 1024)
+    a100, l40s = DEVICES["A100"], DEVICES["L40S"]
+    assert tf32_auto(a100) and not tf32_tile_fits(a100, "tf32x3")
+    assert choose_tf32_tile("tf32x3", 4096, 4096, 4096, a100) == "tf32x3_small"
+    assert not tf32_auto(l40s)
+    f32 = np.dtype(np.float32)
+    assert choose_backend(f32, 4096, 4096, 4096, precision="tf32x3", device=l40s) == "warptile"
+    assert choose_backend(f32, 4096, 4096, 4096, precision="tf32x3", device=a100) == "tf32mma"

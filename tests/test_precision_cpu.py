@@ -52,20 +52,23 @@ def test_refused(dtype, kwargs, error, match):
 
 
 def test_tf32mma_split_k_rule():
-    """tf32mma slices K for outputs of few 128x128 tiles with K from 2048, filling the SMs, at
-    least 512 of K a slice, at most TF32MMA_MAX_SLICES; its slices run the mode's split variant."""
+    """tf32mma slices K for outputs of few tiles (at most half the blocks the GPU holds) with K
+    from TF32MMA_SPLIT_MIN_K, filling the SMs, at least TF32MMA_MIN_SLICE_K of K a slice, at
+    most TF32MMA_MAX_SLICES; its slices run the tile's split variant."""
     from dxgemm.gpus import DEVICES
     from dxgemm.kernels.tf32mma import CONFIGS
-    from dxgemm.policy import TF32MMA_MAX_SLICES, choose_split_k, split_part_tile
+    from dxgemm.policy import (TF32MMA_MAX_SLICES, TF32MMA_MIN_SLICE_K, TF32MMA_SPLIT_MIN_K, choose_split_k,
+                               split_part_tile)
 
     f32 = np.dtype(np.float32)
     h100 = DEVICES["H100"]
-    assert choose_split_k("tf32mma", f32, 16, 16, 16384, "tf32x3", h100) == TF32MMA_MAX_SLICES
-    assert choose_split_k("tf32mma", f32, 256, 256, 4096, "tf32", h100) == 8  # 4 tiles: 4096 / 512 slices
+    assert choose_split_k("tf32mma", f32, 16, 16, 16384, "tf32x3_small", h100) == TF32MMA_MAX_SLICES
+    assert choose_split_k("tf32mma", f32, 256, 256, 4096, "tf32", h100) == 4096 // TF32MMA_MIN_SLICE_K  # 4 tiles
     assert choose_split_k("tf32mma", f32, 1024, 1024, 16384, "tf32x3", h100) == 2  # 64 tiles on 132 SMs
+    assert choose_split_k("tf32mma", f32, 1024, 1024, 16384, "tf32x3_small", h100) == 1  # 256 of 264 resident
     assert choose_split_k("tf32mma", f32, 4096, 4096, 4096, "tf32x3", h100) == 1  # a full GPU of tiles
-    assert choose_split_k("tf32mma", f32, 16, 16, 1024, "tf32x3", h100) == 1  # K below 2048
-    for mode in ("tf32x3", "tf32"):
+    assert choose_split_k("tf32mma", f32, 16, 16, TF32MMA_SPLIT_MIN_K - 1, "tf32x3", h100) == 1  # K too short
+    for mode in ("tf32x3", "tf32", "tf32x3_small", "tf32_small"):
         assert split_part_tile("tf32mma", mode, 16) in CONFIGS
-        assert CONFIGS[split_part_tile("tf32mma", mode, 16)]["mode"] == mode
+        assert CONFIGS[split_part_tile("tf32mma", mode, 16)]["mode"] == mode.removesuffix("_small")
     assert split_part_tile("warptile", "small", 64) == "split_narrow"

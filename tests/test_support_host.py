@@ -23,7 +23,7 @@ def test_rows_follow_the_policy():
         cc = tuple(int(x) for x in text.split("."))
         device = target_device(cc)
         tf32x3, tf32, ieee = row["float32"].split(" / ")
-        assert ("tf32mma" in tf32x3) == policy.tf32_rung_fits(cc, device.smem_per_block)
+        assert ("tf32mma" in tf32x3) == policy.tf32_auto(device)
         assert ("pipeline" in row["float64"]) == (cc in config.TARGETS)
         assert ("pipeline" in tf32) == (cc in config.TARGETS)
         assert "tf32mma" not in ieee

@@ -83,7 +83,7 @@ def bound(mode: str, k: int) -> float:
     """Error bound relative to |A| @ |B| (elementwise): tf32x3 a float32 sum of K / 8 partials
     plus each partial's rounding; tf32 the TF32 rounding of both inputs on top."""
     base = (k / 8 + 4) * U_F32
-    return base if mode == "tf32x3" else base + 2.5 * U_TF32
+    return base if mode.startswith("tf32x3") else base + 2.5 * U_TF32
 
 
 def _data(rng, m, n, k):

@@ -7,7 +7,7 @@ nvJitLink (``cuda.core.Linker``, ``-v``), which reports registers, spills and st
 memory.  float64 ``warptile`` (DMMA) is built per target (its mma shape depends on the
 compute capability).  A kernel fails when it does not build, uses more than 255 registers,
 or — where the policy would run it on that target (:func:`dxgemm.policy.tile_fits`,
-:func:`dxgemm.policy.tf32_rung_fits`) — spills or needs more shared memory than the target's
+:func:`dxgemm.policy.tf32_auto` and ``tf32_tile_fits``) — spills or needs more shared memory than the target's
 smallest GPU (:func:`dxgemm.runtime.device.target_device`) gives a block; the issues in
 :data:`KNOWN` are reported, not counted.  Prints the table; exit status 1 on any failure::
 
@@ -55,14 +55,15 @@ def kernels():
     float64 tile the DMMA one), gemv, the split-K reduce, and tf32mma in both modes."""
     out = [(rung, "float32", "large") for rung in RUNGS]
     out += [("warptile", "float64", "tiny"), ("gemv", "float64", "large"), ("splitk_reduce", "float64", "large"),
-            ("tf32mma", "float32", "tf32x3"), ("tf32mma", "float32", "tf32")]
+            ("tf32mma", "float32", "tf32x3"), ("tf32mma", "float32", "tf32"), ("tf32mma", "float32", "tf32x3_small"),
+            ("tf32mma", "float32", "tf32_small")]
     return out
 
 
 def used_on(backend, dtype, tile, device) -> bool:
     """Whether the policy runs this kernel on ``device``."""
     if backend == "tf32mma":
-        return policy.tf32_rung_fits(device.cc, device.smem_per_block, tile)
+        return policy.tf32_auto(device) and policy.tf32_tile_fits(device, tile)
     if backend == "warptile":
         return policy.tile_fits(device, dtype, tile)
     return True

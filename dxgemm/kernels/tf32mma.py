@@ -93,11 +93,18 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "tf32": dict(mode="tf32", threads=256, BM=128, BN=128, BK=32, WM=64, WN=32, stages=3, group_m=16, fold=4),
 }
 CONFIGS["large"] = CONFIGS["tf32x3"]
+# The small tile, 64x64 as 4 warps of 32x32 (2x4 m16n8 blocks), for outputs that give the
+# 128x128 tile too few blocks to fill the SMs (and entries of a batch narrower than it):
+# four times the blocks, up to three resident a SM (71 KiB each), at a lower mma rate per
+# warp (a 32x32 warp tile loads a fragment for every 1.5 mmas, the 64x32 one for every 2).
+# It is also the tile that fits GPUs with 99 KiB of shared memory a block (sm_86, sm_89, sm_120).
+CONFIGS["tf32x3_small"] = dict(CONFIGS["tf32x3"], threads=128, BM=64, BN=64, WM=32, WN=32)
+CONFIGS["tf32_small"] = dict(CONFIGS["tf32"], threads=128, BM=64, BN=64, WM=32, WN=32)
 # The K-split parts (``dxgemm.policy.choose_split_k``): each block sums one K slice
 # (``blockIdx.z`` of ``gridDim.z``) into its slice of a workspace, which the split-K reduce
 # adds up and passes through the caller's epilogue.
-CONFIGS["tf32x3_split"] = dict(CONFIGS["tf32x3"], split_k=True)
-CONFIGS["tf32_split"] = dict(CONFIGS["tf32"], split_k=True)
+for _tile in ("tf32x3", "tf32", "tf32x3_small", "tf32_small"):
+    CONFIGS[f"{_tile}_split"] = dict(CONFIGS[_tile], split_k=True)
 
 
 TF32_MAX = float(np.float32((2 - 2.0**-10) * 2.0**127))

@@ -151,7 +151,8 @@ def plain_kernels(dtypes: Iterable[Any], arrangements: Iterable[tuple[str, str]]
     (``warptile.TILE_CONFIGS`` besides ``"large"``, float64's split-K tiles among them, which
     :func:`dxgemm.policy.choose_split_k` runs with the plain chain), the split-K reduce that
     applies the chain, ``gemv`` for one output row, and float32's default ``tf32mma`` (mode
-    ``"tf32x3"``) where :func:`dxgemm.policy.tf32_rung_fits` the device.
+    ``"tf32x3"``, each of its tiles and their split parts that fit) where ``auto`` runs it
+    (:func:`dxgemm.policy.tf32_auto`).
     """
     from .. import policy
     from ..kernels import warptile
@@ -161,14 +162,14 @@ def plain_kernels(dtypes: Iterable[Any], arrangements: Iterable[tuple[str, str]]
         name = np.dtype(dtype).name
         tiles = [t for t in ["large"] + [t for t in warptile.TILE_CONFIGS.get(name, {}) if t != "large"]
                  if policy.tile_fits(device, name, t)]
-        tf32 = name == "float32" and policy.tf32_rung_fits(device.cc, device.smem_per_block, "tf32x3")
+        tf32 = [t for t in ("tf32x3", "tf32x3_small", "tf32x3_split", "tf32x3_small_split")
+                if name == "float32" and policy.tf32_auto(device) and policy.tf32_tile_fits(device, t)]
         for arrangement in arrangements:
             layouts = tuple(a.split("_")[0] for a in arrangement) + ("row",)
             out += [("warptile", name, layouts, tile) for tile in tiles]
             out.append(("gemv", name, layouts, "large"))
-            if tf32:
-                out.append(("tf32mma", name, layouts, "tf32x3"))
-        if any(warptile.TILE_CONFIGS.get(name, {}).get(t, {}).get("split_k") for t in tiles):
+            out += [("tf32mma", name, layouts, tile) for tile in tf32]
+        if tf32 or any(warptile.TILE_CONFIGS.get(name, {}).get(t, {}).get("split_k") for t in tiles):
             out.append(("splitk_reduce", name, ("row", "row", "row"), "large"))
     return out
 
