@@ -57,7 +57,8 @@ def gemm(
             to every element in registers after alpha/beta, before the single store.
         backend: ``"auto"`` (the fastest available for the dtype and shape) or one of
             :data:`BACKENDS`.  ``"auto"`` and ``"pipeline"`` run a single-row problem
-            (``m == 1``) on :mod:`dxgemm.kernels.gemv`, which streams B once.
+            (``m == 1``) on :mod:`dxgemm.kernels.gemv`, which streams B once; ``"auto"``
+            runs a single-column one (``n == 1``) there too, streaming A once.
         precision: float32 only (:data:`dxgemm.policy.PRECISIONS`): ``"tf32x3"`` (the
             default: float32 accuracy on the TF32 tensor cores, within twice cuBLAS SGEMM's
             error), ``"tf32"`` (one TF32 pass: TF32 speed and accuracy) or ``"ieee"``
@@ -113,8 +114,8 @@ def gemm(
     chain = Chain((AlphaBeta(alpha, beta, c if c is not None else None),) + (epilogue.stages if epilogue else ()))
     bound = chain.bind(ctx)
     handle = stream_handle(stream, op_a.library)
-    if m == 1 and backend in ("auto", "pipeline"):
-        backend = "gemv"  # one output row: no reuse to tile for (dxgemm.kernels.gemv)
+    if (m == 1 and backend in ("auto", "pipeline")) or (backend == "auto" and policy.gemv_column(m, n)):
+        backend = "gemv"  # one output row or column: no reuse to tile for (dxgemm.kernels.gemv)
     flags = vector_flags(op_a.ptr, op_a.ld, op_b.ptr, op_b.ld, dtype.itemsize)
     traits = policy.EpilogueTraits.of(chain)
     with _arrays.on_device(device):  # choose, load and launch on the arrays' GPU

@@ -28,7 +28,7 @@ from .pipelines.config import (_DEEP_K_TILES_F64, _SHALLOW_K_TILES, _SHALLOW_K_T
 from .gpus import H100, DeviceInfo, tf32_tensor_ratio
 
 __all__ = ["EpilogueTraits", "PRECISIONS", "resolve_precision", "choose_backend", "choose_tile", "choose_split_tile",
-           "split_part_tile", "choose_split_k", "choose_tf32_tile",
+           "split_part_tile", "choose_split_k", "choose_tf32_tile", "gemv_column",
            "pipeline_config", "pipeline_split_k", "check_split_count", "F64_BLOCK_COST", "MIN_SLICE_TILES", "tile_fits",
            "tile_smem", "PIPELINE_TARGETS"]
 
@@ -287,7 +287,9 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, device: D
     """The tile configuration of a handwritten rung (``KernelSpec.tile``).
 
     ``medium_min_k``: the epilogue's :attr:`EpilogueTraits.medium_tile_min_k` (0 without an
-    epilogue); ``device``: the GPU (its SMs, L2 and shared memory).  Only ``warptile`` has
+    epilogue); ``device``: the GPU (its SMs, L2 and shared memory).  ``gemv`` takes its
+    ``"rows"`` tile for one output column (:func:`gemv_column`), ``"rows_deep"`` from
+    :data:`GEMV_DEEP_MIN_K`.  Otherwise only ``warptile`` has
     several tiles (``warptile.TILE_CONFIGS``); only those that :func:`tile_fits` the device
     are candidates (with 99 KiB a block, float64 keeps its tiny tile alone).
 
@@ -304,6 +306,11 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, device: D
     where B takes more than half the L2, so B is not streamed from DRAM for every two tile
     rows; below K = 64 a small pick runs ``"short"`` (the same tile on m16n8k8).
     """
+    if backend == "gemv":
+        if n == 1 and m > 1:
+            deep = k >= GEMV_DEEP_MIN_K and (m <= GEMV_DEEP_MAX_ROWS or k >= 4 * GEMV_DEEP_MIN_K)
+            return "rows_deep" if deep and m <= 2 * GEMV_MAX_ROW_BLOCKS else "rows"
+        return "large"
     if backend != "warptile":
         return "large"
     if np.dtype(dtype) == np.float32:
@@ -328,6 +335,27 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, device: D
     if best == "medium" and k < 1024 and 2 * n * k * np.dtype(dtype).itemsize > l2_bytes:
         return "medium_grouped"
     return "short" if best == "small" and k < 64 else best
+
+
+GEMV_MAX_ROW_BLOCKS = 65535
+"""The most blocks of rows ``gemv``'s ``"rows"`` tile launches (the grid's second dimension)."""
+
+
+GEMV_DEEP_MIN_K = 4096
+GEMV_DEEP_MAX_ROWS = 4096
+"""A single-column ``gemv`` gives each row of a row-major A four warps (``"rows_deep"``) from
+K = :data:`GEMV_DEEP_MIN_K` on up to this many rows (where a warp a row leaves at most 512
+blocks) and from four times that K on any number; else a warp a row (``"rows"``).  On the
+H100 the deep tile ran 64-1024 rows at K = 16384 1.6-4x as fast, 16384 rows at K = 1024-4096
+up to 2x slower (``h100_gemv_column_deep.log``)."""
+
+
+def gemv_column(m: int, n: int) -> bool:
+    """Whether ``auto`` runs a single-column problem (``n == 1``, a matrix times a vector) on
+    ``gemv``'s ``"rows"`` tile: every element of A is used once, so streaming A at full
+    bandwidth is the whole job, and a tiled kernel would compute 63 padding columns of 64.
+    Up to :data:`GEMV_MAX_ROW_BLOCKS` blocks of 8 rows."""
+    return n == 1 and 1 < m <= 8 * GEMV_MAX_ROW_BLOCKS
 
 
 def choose_batched_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, count: int,

@@ -44,6 +44,18 @@ def test_shapes(cp, backend, dtype, shape):
     assert_close(c, a.astype(np.float64), b.astype(np.float64), np.dtype(dtype))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("m,k", [(4099, 3001), (16384, 16384), (9, 100003)])
+def test_single_column_streams_a(cp, dtype, order, m, k):
+    """``n = 1`` under ``auto``: gemv's rows tile, A row- or column-major, into a poisoned D."""
+    a, b = _operands(cp, m, 1, k, dtype, seed=3)
+    a = cp.asarray(a, order=order)
+    c = cp.full((m, 1), cp.nan, dtype)
+    dxgemm.gemm(a, b, c)
+    assert_close(c, a.astype(np.float64), b.astype(np.float64), np.dtype(dtype))
+
+
 @pytest.mark.parametrize("backend", RUNGS)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_views_alpha_beta(cp, backend, dtype):

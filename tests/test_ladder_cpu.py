@@ -142,6 +142,34 @@ def test_single_row_takes_the_gemv_kernel(dtype, layouts, k, rng):
     assert_close(d.copy_to_host(), a.astype(np.float64), b.astype(np.float64), np.dtype(dtype))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layouts", LAYOUTS + [("view", "T", "view")], ids=lambda t: "-".join(t))
+@pytest.mark.parametrize("m,k", [(37, 29), (9, 301), (5, 4099)])  # partial row blocks; the K loops; rows_deep
+def test_single_column_takes_the_gemv_rows_tile(dtype, layouts, m, k, rng):
+    """``n = 1`` under ``auto`` runs ``gemv``'s ``"rows"`` tile (``"rows_deep"`` from K = 4096;
+    every layout; alpha, beta, C;
+    a per-row bias; poisoned D), and the kernel key names the tile."""
+    from dxgemm.epilogues import bias, relu
+    from dxgemm.runtime.memo import KERNELS
+
+    la, lb, lc = layouts
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, 1)).astype(dtype)
+    c = rng.standard_normal((m, 1)).astype(dtype)
+    d_c = device_matrix(c, lc)
+    dxgemm.gemm(device_matrix(a, la), device_matrix(b, lb), d_c, alpha=0.5, beta=-1.25)
+    assert_close(d_c.copy_to_host(), a.astype(np.float64), b.astype(np.float64), np.dtype(dtype),
+                 alpha=0.5, beta=-1.25, c=c.astype(np.float64))
+    assert any(key[1] == "gemv" and "rows" in str(key) for key in KERNELS.keys("numba"))
+    v = rng.standard_normal((m, 1)).astype(dtype)
+    d = poisoned((m, 1), dtype, lc)
+    dxgemm.gemm(device_matrix(a, la), device_matrix(b, lb), d, epilogue=bias(cuda.to_device(v)) | relu())
+    ref = np.maximum(a.astype(np.float64) @ b.astype(np.float64) + v, 0)
+    got = d.copy_to_host()
+    assert not np.isnan(got).any()
+    assert np.allclose(got, ref, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-5 * np.abs(ref).max())
+
+
 @pytest.mark.parametrize("shape", list(SMALL_CONFIGS), ids=lambda s: f"m{s[0]}n8k{s[1]}")
 def test_warptile_every_fp64_mma_shape(shape, rng):
     """Each FP64 mma shape's fragment indexing, on a tile small enough for the simulator."""

@@ -214,10 +214,13 @@ def test_warmup_builds_rungs_without_a_gpu_and_plain_calls_find_them(tmp_path):
                            "--arrangements", "row_major/row_major", "--jobs", "1"],
                           capture_output=True, text=True, env=env, timeout=600)
     assert warm.returncode == 0, warm.stderr[-3000:]
-    assert "5 kernels ready" in warm.stdout, warm.stdout[-2000:]  # warptile x3, gemv, tf32mma (float32 default)
+    # warptile x3, gemv's three tiles, tf32mma's two and their split parts (float32's default), the split-K reduce
+    assert "11 kernels ready" in warm.stdout, warm.stdout[-2000:]
     stored = KernelCache(tmp_path).entries()
-    assert sorted(e.meta["name"] for e in stored) == ["gemv/large", "tf32mma/tf32x3", "warptile/large",
-                                                      "warptile/small", "warptile/tiny"]
+    assert sorted(e.meta["name"] for e in stored) == ["gemv/large", "gemv/rows", "gemv/rows_deep", "splitk_reduce/large", "tf32mma/tf32x3",
+                                                      "tf32mma/tf32x3_small", "tf32mma/tf32x3_small_split",
+                                                      "tf32mma/tf32x3_split", "warptile/large", "warptile/small",
+                                                      "warptile/tiny"]
     assert all(e.fields["kind"] == "rung" and e.fields["cc"] == [9, 0] and e.blobs["cubin"][:4] == b"\x7fELF"
                for e in stored)
     replay = f"""

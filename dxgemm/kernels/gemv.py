@@ -22,6 +22,14 @@ A is read by every column's threads (a broadcast from L1).  Memory traffic: B on
 dimension walks output rows, so the kernel is correct for any ``m`` — it is only *used*
 for ``m = 1`` (``dxgemm.policy``), where it wins; its figures against cuBLAS are in
 ``docs/performance.md``.
+
+The tile ``"rows"`` is the same kernel for one output *column* (``n = 1``, a matrix times
+a vector): the roles of A and B swap, each output row gets the group of lanes, and the
+warps lie along A's contiguous dimension, so A streams once (A row-major: a warp is 32
+lanes of one row; column-major: 16 rows at two k).  The grid's first dimension walks
+output columns, its second blocks of rows.  ``"rows_deep"`` gives each row of a row-major A
+four warps (128 lanes), for long K on few rows, where eight rows a block would leave too
+few loads in flight to stream A at full bandwidth.
 """
 
 from __future__ import annotations
@@ -39,10 +47,14 @@ def build(spec: KernelSpec) -> BuiltKernel:
     epilogue = spec.epilogue_fn
     nb = spec.dtype.type
     zero = nb(0)
-    k_fast = spec.layout_b == Layout.COL  # B's columns are contiguous: lanes walk K
-    # B column-major: a warp is 32 lanes of one column.  B row-major: a warp is 16 columns x
-    # 2 lanes (two 64/128-byte row pieces), so 4096 columns make 256 blocks, two per SM.
+    by_rows = spec.tile in ("rows", "rows_deep")  # one output column: a group of lanes per output row
+    # the streamed operand's K is contiguous: lanes walk K
+    k_fast = spec.layout_a == Layout.ROW if by_rows else spec.layout_b == Layout.COL
+    # K contiguous: a warp is 32 lanes of one output.  Otherwise a warp is 16 outputs x 2
+    # lanes (two 64/128-byte pieces of a line), so 4096 outputs make 256 blocks, two per SM.
     cols, lanes = (8, 32) if k_fast else (16, 64)
+    if spec.tile == "rows_deep" and k_fast:  # few rows, long K: four warps a row keep more loads in flight
+        cols, lanes = 2, 128
 
     def gemv(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args):
         partial = cuda.shared.array((lanes, 33), nb)
@@ -52,14 +64,19 @@ def build(spec: KernelSpec) -> BuiltKernel:
         else:
             c = U(cuda.threadIdx.x)
             lane = U(cuda.threadIdx.y)
-        row = U(cuda.blockIdx.y)
-        col = U(cuda.blockIdx.x) * U(cols) + c
+        if by_rows:  # c: this group's output row in the block's ``cols`` rows
+            row = U(cuda.blockIdx.y) * U(cols) + c
+            col = U(cuda.blockIdx.x)
+        else:
+            row = U(cuda.blockIdx.y)
+            col = U(cuda.blockIdx.x) * U(cols) + c
+        live = row < U(m) if by_rows else col < U(n)
         kk = U(k)
         acc0 = zero
         acc1 = zero
         acc2 = zero
         acc3 = zero
-        if col < U(n):
+        if live:
             i = lane
             while i + U(3 * lanes) < kk:  # four independent loads in flight per thread
                 acc0 += a[a_off(row, i, U(lda))] * b[b_off(i, col, U(ldb))]
@@ -72,11 +89,13 @@ def build(spec: KernelSpec) -> BuiltKernel:
                 i += U(lanes)
         partial[lane, c] = (acc0 + acc1) + (acc2 + acc3)
         cuda.syncthreads()
-        if lane == U(0) and col < U(n):
+        if lane == U(0) and live:
             total = zero
             for j in range(lanes):
                 total += partial[j, c]
             d[d_off(row, col, U(ldd))] = epilogue(total, row, col, epi_args)
 
     block = (lanes, cols) if k_fast else (cols, lanes)
+    if by_rows:  # grid: (n, ceil(m / cols))
+        return BuiltKernel(gemv, block=block, tile_m=cols, tile_n=1)
     return BuiltKernel(gemv, block=block, tile_m=1, tile_n=cols)

@@ -150,7 +150,7 @@ def plain_kernels(dtypes: Iterable[Any], arrangements: Iterable[tuple[str, str]]
     That is ``warptile`` on each of its tiles that :func:`dxgemm.policy.tile_fits` the device
     (``warptile.TILE_CONFIGS`` besides ``"large"``, float64's split-K tiles among them, which
     :func:`dxgemm.policy.choose_split_k` runs with the plain chain), the split-K reduce that
-    applies the chain, ``gemv`` for one output row, and float32's default ``tf32mma`` (mode
+    applies the chain, ``gemv`` for one output row or column, and float32's default ``tf32mma`` (mode
     ``"tf32x3"``, each of its tiles and their split parts that fit) where ``auto`` runs it
     (:func:`dxgemm.policy.tf32_auto`).
     """
@@ -167,7 +167,7 @@ def plain_kernels(dtypes: Iterable[Any], arrangements: Iterable[tuple[str, str]]
         for arrangement in arrangements:
             layouts = tuple(a.split("_")[0] for a in arrangement) + ("row",)
             out += [("warptile", name, layouts, tile) for tile in tiles]
-            out.append(("gemv", name, layouts, "large"))
+            out += [("gemv", name, layouts, tile) for tile in ("large", "rows", "rows_deep")]
             out += [("tf32mma", name, layouts, tile) for tile in tf32]
         if tf32 or any(warptile.TILE_CONFIGS.get(name, {}).get(t, {}).get("split_k") for t in tiles):
             out.append(("splitk_reduce", name, ("row", "row", "row"), "large"))
