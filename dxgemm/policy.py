@@ -439,9 +439,13 @@ def split_part_tile(backend: str, tile: str, n: int) -> str:
 
 
 TF32MMA_MAX_SLICES = 64
-TF32MMA_SPLIT_MIN_K = 512
-TF32MMA_MIN_SLICE_K = 256
 """The most K slices a ``tf32mma`` call is split into (:func:`choose_split_k`)."""
+
+TF32MMA_SPLIT_MIN_K = 512
+"""The shortest K a ``tf32mma`` call is split over (:func:`choose_split_k`)."""
+
+TF32MMA_MIN_SLICE_K = 256
+"""The least K a ``tf32mma`` slice keeps (eight 32-deep K tiles; :func:`choose_split_k`)."""
 
 
 def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: str,
@@ -451,10 +455,10 @@ def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: 
     ``tf32mma``: an output of few tiles of ``tile`` (filling at most half the blocks the GPU
     holds at once) with K from :data:`TF32MMA_SPLIT_MIN_K` leaves most SMs idle through a long K
     loop; its K is sliced so that the tiles times the slices fill the SMs, each slice keeping at
-    least :data:`TF32MMA_MIN_SLICE_K` of K (8 K tiles), at most :data:`TF32MMA_MAX_SLICES`.  From
-    K = 512 on the H100 this ran 256^2 x 1024 and 256 x 1024 x 1024 at 0.84-0.95x cuBLAS SGEMM,
-    from 0.54-0.63x unsplit (``h100_tf32_split_rules.log``).  The slices' sums (each within the float32 contract) are
-    added by the reduce in float32, which adds to no bias.
+    least :data:`TF32MMA_MIN_SLICE_K` of K, at most :data:`TF32MMA_MAX_SLICES`.  Split from
+    K = 512, 256^2 x 1024 and 256 x 1024 x 1024 ran at 0.84-0.95x cuBLAS SGEMM on the H100,
+    unsplit at 0.54-0.63x (``h100_tf32_split_rules.log``).  The slices' sums (each within the
+    float32 contract) are added by the reduce in float32, which adds to no bias.
 
     A call whose split tiles (:func:`choose_split_tile`) would fill at most half the GPU runs
     on the small or tiny tile, at about half the large tile's DMMA rate, on few blocks.
