@@ -1,4 +1,4 @@
-"""Every handwritten rung and both tf32mma modes build for each target GPU (CPU only, no GPU).
+"""Every handwritten rung, gemv's tiles and tf32mma's tiles in both modes build for each target GPU (CPU only).
 
 Runs ``tools/build_targets.py`` in a fresh process (the suite runs under Numba's simulator,
 which compiles nothing): one kernel of each rung, NVVM PTX and ptxas (through nvJitLink) for
@@ -26,5 +26,6 @@ def test_every_rung_builds_and_fits_every_target(tmp_path):
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     table = (tmp_path / "t.txt").read_text()
     for cc in ("8.0", "8.9", "9.0", "10.0", "12.0"):
-        for kernel in ("warptile/tiny float64", "tf32mma/tf32x3 float32", "tf32mma/tf32 float32", "naive/large"):
+        for kernel in ("warptile/tiny float64", "tf32mma/tf32x3 float32", "tf32mma/tf32 float32", "naive/large",
+                       "tf32mma/tf32x3_small float32", "gemv/rows float32", "gemv/rows_deep float64"):
             assert any(line.split()[:1] == [cc] and kernel in line for line in table.splitlines()), (cc, kernel)
