@@ -105,3 +105,49 @@ def test_errors_name_the_problem():
         dxgemm.grouped_gemm([p[:2] for p in dev[:2]], epilogue=[E.leaky_relu(0.1), E.leaky_relu(0.2)])
     with pytest.raises(ValueError, match="2 entries for 3 problems"):
         dxgemm.grouped_gemm([p[:2] for p in dev[:3]], epilogue=[E.relu(), E.relu()])
+
+
+def test_repeat_calls_keep_the_launch_and_take_new_addresses_and_alpha():
+    """A second call of the same signature runs the kept launch (no validation) with the new
+    arrays and alpha; outputs not given are new arrays each call; beta != 0 or an epilogue with
+    arrays goes the full way every call."""
+    from dxgemm import _grouped
+
+    _grouped._kept.clear()
+    _, dev = _problems(np.float64)
+    dxgemm.grouped_gemm(dev, backend="warptile")
+    assert len(_grouped._kept) == 1
+    host2, dev2 = _problems(np.float64)  # other arrays, the same shapes
+    outs = dxgemm.grouped_gemm(dev2, backend="warptile", alpha=-0.5)
+    assert len(_grouped._kept) == 1
+    for (a, b), (_, _, c), out in zip(host2, dev2, outs):
+        assert out is c
+        assert_close(out.copy_to_host(), a.astype(np.float64), b.astype(np.float64), np.dtype(np.float64),
+                     alpha=-0.5, unbiased=False)
+    bare = [(a, b) for a, b, _ in dev2]
+    first, second = dxgemm.grouped_gemm(bare, backend="warptile"), dxgemm.grouped_gemm(bare, backend="warptile")
+    assert len(_grouped._kept) == 2
+    for (a, b), x, y in zip(host2, first, second):
+        assert x is not y
+        for out in (x, y):
+            assert_close(out.copy_to_host(), a.astype(np.float64), b.astype(np.float64), np.dtype(np.float64),
+                         unbiased=False)
+    dxgemm.grouped_gemm(dev2, backend="warptile", beta=1.0)
+    v = [cuda.to_device(RNG.standard_normal(n)) for _, n, _ in SHAPES]
+    dxgemm.grouped_gemm(dev2, backend="warptile", epilogue=[E.bias(x) for x in v])
+    assert len(_grouped._kept) == 2
+
+
+def test_repeat_call_refuses_an_output_over_its_input():
+    """The kept launch re-checks each given output against its problem's A and B."""
+    from dxgemm import _grouped
+
+    _grouped._kept.clear()
+    m, n, k = 4, 4, 4
+    problems = [(cuda.to_device(np.ones((m, k))), cuda.to_device(np.ones((k, n))), cuda.to_device(np.zeros((m, n))))
+                for _ in range(2)]
+    dxgemm.grouped_gemm(problems, backend="naive")
+    assert len(_grouped._kept) == 1
+    a1, b1, _ = problems[1]
+    with pytest.raises(ValueError, match="problem 1: c overlaps a"):
+        dxgemm.grouped_gemm([problems[0], (a1, b1, a1)], backend="naive")

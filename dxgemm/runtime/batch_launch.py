@@ -215,62 +215,93 @@ def merge_group_args(groups: list[Any], owner: Any) -> tuple[Any, list, list, li
 
 
 def launch_grouped(backend: str, spec: KernelSpec, bounds: list[Any], device: int, problems: list, handle: int,
-                   library: str, indices: list[int]) -> None:
+                   library: str, indices: list[int]) -> "GroupedLaunch":
     """Launch ``backend``'s grouped kernel for ``spec`` once for every problem: ``problems`` are
     ``(op_a, op_b, op_d, m, n, k)`` with :class:`~dxgemm._arrays.Operand` s of one dtype and
     layout per role, ``bounds`` their bound epilogues (one key), ``indices`` their places in the
-    caller's list."""
-    from .._arrays import flat_view
-    from ..kernels.batch_entries import GROUP_FIELDS
+    caller's list.  Returns the laid-out launch, which a repeat call may run again with new
+    addresses (:meth:`GroupedLaunch.__call__`)."""
+    launch = GroupedLaunch(backend, spec, bounds, device, problems, library, indices)
+    launch([(a.ptr, b.ptr, d.ptr) for a, b, d, *_ in problems], launch.args, handle, problems[0][0].obj)
+    return launch
 
-    stripped = [strip_batch(b.args) for b in bounds]
-    index_paths, shape = stripped[0][2], stripped[0][3]
-    owner = problems[0][0].obj
-    args, moved_paths, moved_offsets, varying_paths, varying_values = merge_group_args(
-        [s[0] for s in stripped], owner)
-    itemsize = problems[0][0].dtype.itemsize
-    dtype = problems[0][0].dtype
-    views, offsets = [], []
-    for role in range(3):
-        ops = [p[role] for p in problems]
-        base = min(op.ptr for op in ops)
-        end = max(op.ptr + max(op.extent, 1) * itemsize for op in ops)
-        views.append((base, (end - base) // itemsize))
-        offsets.append([(op.ptr - base) // itemsize for op in ops])
-    rows = [[len(problems)]]
-    for g, (a, b, d, m, n, k) in enumerate(problems):
-        flags = vector_flags(a.ptr, a.ld, b.ptr, b.ld, itemsize)
-        rows.append([m, n, k, a.ld, b.ld, d.ld, flags, offsets[0][g], offsets[1][g], offsets[2][g], indices[g]]
-                    + [o[g] for o in moved_offsets] + [v[g] for v in varying_values])
-    table_host = np.array([x for row in rows for x in row], dtype=np.int64)
-    assert table_host.size == 1 + len(problems) * (len(GROUP_FIELDS) + len(moved_paths) + len(varying_paths))
-    spec = dataclasses.replace(spec, batch=("grouped", tuple(moved_paths), tuple(index_paths), tuple(varying_paths),
-                                            shape))
-    bound = dataclasses.replace(bounds[0], args=args)
-    gz = min(len(problems), MAX_GRID_Z)
-    max_m = max(p[3] for p in problems)
-    max_n = max(p[4] for p in problems)
-    if SIMULATOR:
-        from numba import cuda
 
-        from .._streams import numba_stream
+class GroupedLaunch:
+    """A grouped call's launch, laid out once: the merged epilogue arguments, the kernel, the
+    grid, and the table's columns that do not depend on where the matrices are (sizes, leading
+    dimensions, the problems' indices, moved epilogue arrays' offsets, differing integers).
+    A call passes the three addresses of each problem; the views' bases, the offsets from
+    them and the alignment flags are reckoned from those."""
 
-        compiled = numba_kernel(backend, spec, args, bound.make)
-        grid = compiled.built.grid(max_m, max_n) + (gz,)
-        flats = [flat_view(owner, base, span, dtype) for base, span in views]
-        compiled.kernel[grid, compiled.built.block, numba_stream(0), compiled.built.dynamic_smem](
-            *flats, 0, 0, 0, 0, 0, 0, 0, args, cuda.to_device(table_host))
-        return
-    call = rung_call(backend, spec, bound, device)
-    table = _device_table(table_host, library, handle, owner)
-    slots: list = []
-    for base, span in views:
-        span = max(span, 1)
-        slots += [0, 0, span, itemsize, base, span, itemsize]
-    params = [*slots, 0, 0, 0, 0, 0, 0, 0, *flat_values(args), *flat_values(table)]
-    grid = (-(-max_n // call.tile_n), -(-max_m // call.tile_m), gz)
-    with call._lock:
-        call.launch(cu_stream(handle), grid, call.block, call.smem, params)
+    def __init__(self, backend: str, spec: KernelSpec, bounds: list[Any], device: int, problems: list, library: str,
+                 indices: list[int]):
+        from ..kernels.batch_entries import GROUP_FIELDS
+
+        stripped = [strip_batch(b.args) for b in bounds]
+        index_paths, shape = stripped[0][2], stripped[0][3]
+        owner = problems[0][0].obj
+        args, moved_paths, moved_offsets, varying_paths, varying_values = merge_group_args(
+            [s[0] for s in stripped], owner)
+        self.args, self.moved = args, bool(moved_paths)
+        self.dtype = problems[0][0].dtype
+        self.itemsize = self.dtype.itemsize
+        self.library, self.count = library, len(problems)
+        # per problem: its extents in elements (A, B, D) and the fixed table columns around the addresses
+        self.extents = [tuple(max(op.extent, 1) for op in p[:3]) for p in problems]
+        self.lds = [(p[0].ld, p[1].ld) for p in problems]
+        self.fixed = [([m, n, k, a.ld, b.ld, d.ld], [indices[g]] + [o[g] for o in moved_offsets]
+                       + [v[g] for v in varying_values]) for g, (a, b, d, m, n, k) in enumerate(problems)]
+        self.width = 1 + len(problems) * (len(GROUP_FIELDS) + len(moved_paths) + len(varying_paths))
+        self.spec = dataclasses.replace(spec, batch=("grouped", tuple(moved_paths), tuple(index_paths),
+                                                     tuple(varying_paths), shape))
+        self.bound = dataclasses.replace(bounds[0], args=args)
+        self.gz = min(len(problems), MAX_GRID_Z)
+        self.max_m = max(p[3] for p in problems)
+        self.max_n = max(p[4] for p in problems)
+        self.backend = backend
+        self.call = None if SIMULATOR else rung_call(backend, self.spec, self.bound, device)
+
+    def __call__(self, pointers: list[tuple[int, int, int]], args: Any, handle: int, owner: Any) -> None:
+        """Launch with each problem's ``(A, B, D)`` addresses, the merged epilogue ``args`` and
+        the table copied on stream ``handle``; ``owner``: an array of the call's library (the
+        views' and the table's)."""
+        from .._arrays import flat_view
+
+        itemsize = self.itemsize
+        views, offsets = [], []
+        for role in range(3):
+            base = min(p[role] for p in pointers)
+            end = max(p[role] + e[role] * itemsize for p, e in zip(pointers, self.extents))
+            views.append((base, (end - base) // itemsize))
+            offsets.append([(p[role] - base) // itemsize for p in pointers])
+        rows = [self.count]
+        for g, ((pa, pb, _), (lda, ldb), (head, tail)) in enumerate(zip(pointers, self.lds, self.fixed)):
+            rows += head
+            rows += [vector_flags(pa, lda, pb, ldb, itemsize), offsets[0][g], offsets[1][g], offsets[2][g]]
+            rows += tail
+        table_host = np.array(rows, dtype=np.int64)
+        assert table_host.size == self.width
+        if SIMULATOR:
+            from numba import cuda
+
+            from .._streams import numba_stream
+
+            compiled = numba_kernel(self.backend, self.spec, args, self.bound.make)
+            grid = compiled.built.grid(self.max_m, self.max_n) + (self.gz,)
+            flats = [flat_view(owner, base, span, self.dtype) for base, span in views]
+            compiled.kernel[grid, compiled.built.block, numba_stream(0), compiled.built.dynamic_smem](
+                *flats, 0, 0, 0, 0, 0, 0, 0, args, cuda.to_device(table_host))
+            return
+        call = self.call
+        table = _device_table(table_host, self.library, handle, owner)
+        slots: list = []
+        for base, span in views:
+            span = max(span, 1)
+            slots += [0, 0, span, itemsize, base, span, itemsize]
+        params = [*slots, 0, 0, 0, 0, 0, 0, 0, *flat_values(args), *flat_values(table)]
+        grid = (-(-self.max_n // call.tile_n), -(-self.max_m // call.tile_m), self.gz)
+        with call._lock:
+            call.launch(cu_stream(handle), grid, call.block, call.smem, params)
 
 
 def _device_table(host: np.ndarray, library: str, handle: int, like: Any) -> Any:

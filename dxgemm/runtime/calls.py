@@ -53,7 +53,7 @@ from ..pipelines import config
 from . import env, tuned
 from .launch import Matrix, data_slots, flat_values, matrix_of
 
-__all__ = ["signature", "probe", "lookup", "remember", "clear"]
+__all__ = ["signature", "probe", "epilogue_signature", "lookup", "remember", "clear"]
 
 _MAX_ENTRIES = 512
 _entries: dict[tuple, "_KeptCall"] = {}
@@ -97,22 +97,32 @@ def probe(a: Any, b: Any, c: Any, alpha: Any, beta: Any, epilogue: Any, backend:
     kind_alpha, kind_beta = type(alpha), type(beta)
     if (kind_alpha is not float and kind_alpha is not int) or (kind_beta is not float and kind_beta is not int):
         return None, addresses
-    epi: tuple = ()
-    if epilogue is not None:
-        if not _is_epilogue(type(epilogue)):
-            return None, addresses
-        parts = []
-        for stage in epilogue.stages:
-            part = stage.call_signature(addresses) if _takes_addresses(type(stage)) else stage.call_signature()
-            if part is None:
-                return None, addresses
-            parts.append(part)
-        epi = tuple(parts)
+    epi = epilogue_signature(epilogue, addresses)
+    if epi is None:
+        return None, addresses
     # A's and B's 16-byte alignment: auto's backend rule reads it (the kernels take it per call)
     aligned = (data_pointer(a) % 16 == 0, data_pointer(b) % 16 == 0)
     # the testing switch DXGEMM_DEVICE_AS changes every decision, a handwritten kernel's tile too
     return (sig_a, sig_b, sig_c, kind_alpha, kind_beta, beta == 0, epi, backend, precision, aligned,
             env.device_as_text()), addresses
+
+
+def epilogue_signature(epilogue: Any, addresses: list) -> tuple | None:
+    """What a call's epilogue (None or an :class:`~dxgemm.epilogues.Epilogue`) contributes to
+    its signature: each stage's :meth:`~dxgemm.epilogues.Epilogue.call_signature`, the
+    addresses of its arrays appended to ``addresses``; None when a stage cannot say (the call
+    is validated in full)."""
+    if epilogue is None:
+        return ()
+    if not _is_epilogue(type(epilogue)):
+        return None
+    parts = []
+    for stage in epilogue.stages:
+        part = stage.call_signature(addresses) if _takes_addresses(type(stage)) else stage.call_signature()
+        if part is None:
+            return None
+        parts.append(part)
+    return tuple(parts)
 
 
 _epilogue_types: dict[type, bool] = {}
