@@ -11,10 +11,13 @@ This module owns what a grouped call accepts and what each mistake raises, namin
 problem; the launch is :func:`dxgemm.runtime.batch_launch.launch_grouped`.
 
 A repeat call of the same signature (each problem's array types, shapes, strides, dtype and
-device, alpha's type, the epilogue's call signature, backend and precision) with ``beta == 0``
-and an epilogue without arrays skips the validation, which costs tens of microseconds a
-problem: it reads each problem's three addresses, checks that an output given does not
-overlap its problem's A or B, and runs the kept launch (:class:`_KeptGrouped`).
+device, the scalars' types and whether beta is zero, the epilogue's call signature, backend
+and precision) skips the validation, which costs tens of microseconds a problem: it reads
+each problem's addresses, checks that an output given does not overlap its problem's A or B
+and that no epilogue array it reads overlaps its output, and runs the kept launch with the
+new addresses and scalars (:class:`_KeptGrouped`).  Kept where every epilogue array differs
+per problem (a bias each, C with ``beta != 0``) and none is written; other calls are
+validated in full every time.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from ._streams import stream_handle
 from .epilogues._base import AlphaBeta, Chain, Epilogue, EpilogueContext
 from .kernels import KernelSpec
 from .runtime import env
-from .runtime.batch_launch import GroupedLaunch, launch_grouped
+from .runtime.batch_launch import GroupedLaunch, is_device_array, launch_grouped, replace_at
 from .runtime.calls import epilogue_signature, output_factory
 from .runtime.device import device_info
 
@@ -78,10 +81,12 @@ def grouped_gemm(problems: Sequence[Sequence[Any]], *, alpha: float = 1.0, beta:
     if backend == "pipeline":
         raise ValueError("backend='pipeline' takes one problem per launch; grouped_gemm runs on the handwritten "
                          "kernels: use backend='auto', 'warptile' or 'tf32mma'")
-    key = _signature(problems, alpha, beta, epilogues, backend, precision)
+    key, epi_addresses = _signature(problems, alpha, beta, epilogues, backend, precision)
     kept = _kept.get(key) if key is not None else None
     if kept is not None:
-        return kept.run(problems, alpha, stream)
+        outputs = kept.run(problems, alpha, beta, stream, epi_addresses)
+        if outputs is not None:
+            return outputs
     ops = []
     for g, (problem, epi) in enumerate(zip(problems, epilogues)):
         if not isinstance(problem, (tuple, list)) or len(problem) not in (2, 3):
@@ -142,60 +147,110 @@ def grouped_gemm(problems: Sequence[Sequence[Any]], *, alpha: float = 1.0, beta:
         spec = KernelSpec(dtype, *layouts, bounds[0].key, None, tile=tile)
         launch = launch_grouped(backend, spec, [bounds[g] for g in live], device, [problems_run[g] for g in live],
                                 handle, ops[0][0].library, live)
-    if (key is not None and not launch.moved and all(not b.reads and not b.writes for b in bounds)
-            and all(op[0].obj is problems[g][0] and op[1].obj is problems[g][1] for g, op in enumerate(ops))):
-        head = (dtype.type(alpha),)
-        if type(launch.args) is tuple and launch.args and launch.args[0] == head:  # alpha's slot, as bound
+    if key is not None and all(op[0].obj is problems[g][0] and op[1].obj is problems[g][1] for g, op in enumerate(ops)):
+        kept = _KeptGrouped.make(launch, problems_run, live, [op[6] is not None for op in ops], ops[0][0].library,
+                                 device, [bounds[g] for g in live], epi_addresses, alpha, beta)
+        if kept is not None:
             if len(_kept) >= _MAX_KEPT:
                 _kept.clear()
-            _kept[key] = _KeptGrouped(launch, problems_run, live, [op[6] is not None for op in ops],
-                                      ops[0][0].library, device)
+            _kept[key] = kept
     return outputs
 
 
 def _signature(problems: list, alpha: Any, beta: Any, epilogues: list, backend: str,
-               precision: str | None) -> tuple | None:
-    """A grouped call's signature (module docstring), or None where a repeat call could not
-    skip the validation: another array type, ``beta != 0`` (C is read), an epilogue with
-    arrays or one that cannot say its signature."""
-    if (type(alpha) is not float and type(alpha) is not int) or (type(beta) is not float and type(beta) is not int) \
-            or beta != 0:
-        return None
+               precision: str | None) -> tuple[tuple | None, list[list[int]]]:
+    """``(signature, epilogue addresses)`` of a grouped call (module docstring): the
+    signature, or None where a repeat call could not skip the validation (another array type,
+    an epilogue that cannot say its signature); each problem's epilogue array addresses in the
+    order its signature indexes them."""
+    addresses: list[list[int]] = []
+    if (type(alpha) is not float and type(alpha) is not int) or (type(beta) is not float and type(beta) is not int):
+        return None, addresses
     parts = []
-    epi_sigs: dict[int, Any] = {}
     for problem, epi in zip(problems, epilogues):
         if type(problem) is not tuple and type(problem) is not list or len(problem) not in (2, 3):
-            return None
+            return None, addresses
         sigs = tuple(matrix_signature(x) for x in problem)
         if None in sigs:
-            return None
-        epi_sig = epi_sigs.get(id(epi))
+            return None, addresses
+        found: list = []
+        epi_sig = epilogue_signature(epi, found)
         if epi_sig is None:
-            addresses: list = []
-            epi_sig = epilogue_signature(epi, addresses)
-            if epi_sig is None or addresses:
-                return None
-            epi_sigs[id(epi)] = epi_sig
+            return None, addresses
+        addresses.append(found)
         parts.append((sigs, epi_sig))
-    return tuple(parts), type(alpha), backend, precision, env.device_as_text()
+    return (tuple(parts), type(alpha), type(beta), beta == 0, backend, precision, env.device_as_text()), addresses
 
 
 class _KeptGrouped:
     """One grouped signature's launch (:class:`~dxgemm.runtime.batch_launch.GroupedLaunch`),
-    run again with new addresses and alpha; outputs not given are allocated as the first call
-    allocated them."""
+    run again with new addresses and scalars; outputs not given are allocated as the first
+    call allocated them.
+
+    Each problem's addresses are its epilogue arrays' (in its signature's order), then its
+    A, B and output; ``moved[j][q]`` is where the ``j``-th moved epilogue array of the ``q``-th
+    launched problem sits in that list, ``reads[q]`` the ``(index, bytes, name)`` of each array
+    its epilogue reads."""
 
     def __init__(self, launch: GroupedLaunch, problems_run: list, live: list[int], given: list[bool], library: str,
-                 device: int):
+                 device: int, moved: list[list[int]], reads: list[list[tuple]], with_c: bool):
         self.launch, self.live, self.library, self.device = launch, live, library, device
+        self.moved, self.reads, self.with_c = moved, reads, with_c
         self.scalar = launch.dtype.type
-        self.tail = launch.args[1:]
         self.bytes = [tuple(op.nbytes_span[1] - op.nbytes_span[0] for op in p[:3]) for p in problems_run]
         self.new_output = [None if c else output_factory(library, device, (p[3], p[4]), launch.dtype)
                            for c, p in zip(given, problems_run)]
 
-    def run(self, problems: list, alpha: Any, stream: Any) -> list:
-        outputs, pointers = [], []
+    @classmethod
+    def make(cls, launch: GroupedLaunch, problems_run: list, live: list[int], given: list[bool], library: str,
+             device: int, bounds: list[Any], epi_addresses: list[list[int]], alpha: Any,
+             beta: Any) -> "_KeptGrouped | None":
+        """The kept call of a grouped call just launched, or None where a repeat call could not
+        place every epilogue array by its address (an array shared by the problems, one written,
+        one whose kernel argument does not start at an address its signature names)."""
+        if any(b.writes for b in bounds):
+            return None
+        moved_paths = set(launch.moved_paths)
+        leaves: list = []
+
+        def arrays(value: Any, path: tuple) -> None:
+            if type(value) is tuple:
+                for i, member in enumerate(value):
+                    arrays(member, path + (i,))
+            elif is_device_array(value):
+                leaves.append(path)
+
+        arrays(launch.args, ())
+        if any(path not in moved_paths for path in leaves):
+            return None
+        scalar = launch.dtype.type
+        head = launch.args[0] if type(launch.args) is tuple and launch.args else ()
+        with_c = len(head) > 1
+        if not head or head[0] != scalar(alpha) or (with_c and head[1] != scalar(beta)):
+            return None
+        full = [epi_addresses[g] + [p[0].ptr, p[1].ptr, p[2].ptr] for g, p in ((g, problems_run[g]) for g in live)]
+        moved = []
+        for facts in launch.moved_facts:
+            places = []
+            for q, (address, _) in enumerate(facts):
+                if address not in full[q]:
+                    return None
+                places.append(full[q].index(address))
+            moved.append(places)
+        reads = []
+        for q, bound in enumerate(bounds):
+            placed = []
+            for span in bound.reads:
+                if span.lo not in full[q]:
+                    return None
+                placed.append((full[q].index(span.lo), span.hi - span.lo, span.name))
+            reads.append(placed)
+        return cls(launch, problems_run, live, given, library, device, moved, reads, with_c)
+
+    def run(self, problems: list, alpha: Any, beta: Any, stream: Any, epi_addresses: list[list[int]]) -> list | None:
+        """The repeat call; None where its epilogue arrays cannot be placed as the first call's
+        were (an address not a whole number of elements from the lowest): validate in full."""
+        outputs, pointers, full = [], [], []
         live = self.live
         at = 0
         for g, problem in enumerate(problems):
@@ -203,21 +258,40 @@ class _KeptGrouped:
             out = make() if make is not None else problem[2]
             outputs.append(out)
             if at < len(live) and live[at] == g:
-                at += 1
                 pa, pb, pd = data_pointer(problem[0]), data_pointer(problem[1]), data_pointer(out)
+                bytes_a, bytes_b, bytes_d = self.bytes[g]
                 if make is None:  # an output given must not overlap its problem's A or B (as check_output_overlap)
-                    bytes_a, bytes_b, bytes_d = self.bytes[g]
                     for name, p, size in (("a", pa, bytes_a), ("b", pb, bytes_b)):
                         if size and bytes_d and pd < p + size and p < pd + bytes_d:
                             raise ValueError(f"problem {g}: c overlaps {name} in memory; the output must not share "
                                              "memory with an input")
+                addresses = epi_addresses[g] + [pa, pb, pd]
+                for index, size, name in self.reads[at]:  # a read must not overlap the output (check_spans' rule)
+                    lo = addresses[index]
+                    if size and bytes_d and lo < pd + bytes_d and pd < lo + size:
+                        raise ValueError(f"problem {g}: {name} overlaps the output c in memory; the kernel would read "
+                                         "it while other threads write it")
                 pointers.append((pa, pb, pd))
+                full.append(addresses)
+                at += 1
         if not live:
             return outputs
+        launch = self.launch
+        owner = problems[live[0]][0]
+        args = replace_at(launch.args, (0, 0), self.scalar(alpha))
+        if self.with_c:
+            args = replace_at(args, (0, 1), self.scalar(beta))
+        offsets = None
+        if self.moved:
+            placed = launch.moved_views([[full[q][i] for q, i in enumerate(places)] for places in self.moved], owner)
+            if placed is None:
+                return None
+            views, offsets = placed
+            for path, view in zip(launch.moved_paths, views):
+                args = replace_at(args, path, view)
         handle = stream_handle(stream, self.library)
-        args = ((self.scalar(alpha),),) + self.tail
         with _arrays.on_device(self.device):
-            self.launch(pointers, args, handle, problems[live[0]][0])
+            launch(pointers, args, handle, owner, offsets)
         return outputs
 
 

@@ -109,8 +109,8 @@ def test_errors_name_the_problem():
 
 def test_repeat_calls_keep_the_launch_and_take_new_addresses_and_alpha():
     """A second call of the same signature runs the kept launch (no validation) with the new
-    arrays and alpha; outputs not given are new arrays each call; beta != 0 or an epilogue with
-    arrays goes the full way every call."""
+    arrays and alpha; outputs not given are new arrays each call; an epilogue array shared by
+    every problem goes the full way every call."""
     from dxgemm import _grouped
 
     _grouped._kept.clear()
@@ -132,10 +132,46 @@ def test_repeat_calls_keep_the_launch_and_take_new_addresses_and_alpha():
         for out in (x, y):
             assert_close(out.copy_to_host(), a.astype(np.float64), b.astype(np.float64), np.dtype(np.float64),
                          unbiased=False)
-    dxgemm.grouped_gemm(dev2, backend="warptile", beta=1.0)
-    v = [cuda.to_device(RNG.standard_normal(n)) for _, n, _ in SHAPES]
-    dxgemm.grouped_gemm(dev2, backend="warptile", epilogue=[E.bias(x) for x in v])
+    shared = cuda.to_device(RNG.standard_normal(16))  # one array for every problem: validated in full each call
+    dxgemm.grouped_gemm(dev2, backend="warptile", epilogue=E.custom(lambda x, row, col, t: x + t[col], shared))
     assert len(_grouped._kept) == 2
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.75])
+def test_repeat_calls_move_per_problem_biases_and_c(beta, monkeypatch):
+    """A per-problem bias (and C, read with beta != 0) moves to each problem's new array on a
+    kept repeat call; a bias over its problem's output is refused there, naming the problem."""
+    from dxgemm import _grouped
+
+    _grouped._kept.clear()
+    ran = []
+    kept_run = _grouped._KeptGrouped.run
+    monkeypatch.setattr(_grouped._KeptGrouped, "run", lambda self, *a: ran.append(kept_run(self, *a)) or ran[-1])
+    for alpha in (1.0, -2.0):
+        host, dev = _problems(np.float64)
+        c0 = [RNG.standard_normal((m, n)) for m, n, _ in SHAPES]
+        for (_, _, c), x in zip(dev, c0):
+            c.copy_to_device(x)
+        biases = [RNG.standard_normal(n) for _, n, _ in SHAPES]
+        outs = dxgemm.grouped_gemm(dev, backend="warptile", alpha=alpha, beta=beta,
+                                   epilogue=[E.bias(cuda.to_device(v)) for v in biases])
+        assert len(_grouped._kept) == 1
+        for (a, b), x, v, out in zip(host, c0, biases, outs):
+            ref = alpha * (a @ b) + beta * x + v
+            # float64's worst-case bound for K products and the two adds, relative to the terms' magnitudes
+            scale = abs(alpha) * (np.abs(a) @ np.abs(b)) + abs(beta) * np.abs(x) + np.abs(v)
+            got = out.copy_to_host()
+            assert got.shape == ref.shape and np.all(np.abs(got - ref) <= (a.shape[1] + 3) * 2.0**-53 * scale)
+    assert len(ran) == 1 and ran[0] is not None  # the second call took the kept launch
+    _, dev = _problems(np.float64)
+    biases = [cuda.to_device(RNG.standard_normal(n)) for _, n, _ in SHAPES]
+    m, n = SHAPES[4][:2]
+    over = cuda.to_device(np.zeros(m * n))  # problem 4's output and its bias share memory
+    c4 = over.reshape(m, n)
+    dev[4] = (dev[4][0], dev[4][1], c4)
+    biases[4] = over[:n]
+    with pytest.raises(ValueError, match="problem 4: .* overlaps the output"):
+        dxgemm.grouped_gemm(dev, backend="warptile", beta=beta, epilogue=[E.bias(v) for v in biases])
 
 
 def test_repeat_call_refuses_an_output_over_its_input():

@@ -143,7 +143,8 @@ def launch_batched(backend: str, spec: KernelSpec, bound: Any, device: int, oper
     return launch
 
 
-def _is_array(value: Any) -> bool:
+def is_device_array(value: Any) -> bool:
+    """Whether ``value`` is a device array (one with ``__cuda_array_interface__``, or simulated)."""
     return hasattr(value, "__cuda_array_interface__") or (SIMULATOR and hasattr(value, "_ary"))
 
 
@@ -179,7 +180,7 @@ def merge_group_args(groups: list[Any], owner: Any) -> tuple[Any, list, list, li
         first = values[0]
         if type(first) is tuple:
             return tuple(visit([v[i] for v in values], path + (i,)) for i in range(len(first)))
-        if _is_array(first):
+        if is_device_array(first):
             facts = [_array_facts(v) for v in values]
             if all(f[0] == facts[0][0] and f[1] == facts[0][1] for f in facts):
                 return first
@@ -242,15 +243,17 @@ class GroupedLaunch:
         owner = problems[0][0].obj
         args, moved_paths, moved_offsets, varying_paths, varying_values = merge_group_args(
             [s[0] for s in stripped], owner)
-        self.args, self.moved = args, bool(moved_paths)
+        self.args, self.moved_paths, self.moved_offsets = args, moved_paths, moved_offsets
+        # each moved array's (address, elements) in each problem, from the problem's own arguments
+        self.moved_facts = [[_array_facts(_at(s[0], path))[:2] for s in stripped] for path in moved_paths]
         self.dtype = problems[0][0].dtype
         self.itemsize = self.dtype.itemsize
         self.library, self.count = library, len(problems)
         # per problem: its extents in elements (A, B, D) and the fixed table columns around the addresses
         self.extents = [tuple(max(op.extent, 1) for op in p[:3]) for p in problems]
         self.lds = [(p[0].ld, p[1].ld) for p in problems]
-        self.fixed = [([m, n, k, a.ld, b.ld, d.ld], [indices[g]] + [o[g] for o in moved_offsets]
-                       + [v[g] for v in varying_values]) for g, (a, b, d, m, n, k) in enumerate(problems)]
+        self.fixed = [([m, n, k, a.ld, b.ld, d.ld], indices[g], [v[g] for v in varying_values])
+                      for g, (a, b, d, m, n, k) in enumerate(problems)]
         self.width = 1 + len(problems) * (len(GROUP_FIELDS) + len(moved_paths) + len(varying_paths))
         self.spec = dataclasses.replace(spec, batch=("grouped", tuple(moved_paths), tuple(index_paths),
                                                      tuple(varying_paths), shape))
@@ -261,13 +264,33 @@ class GroupedLaunch:
         self.backend = backend
         self.call = None if SIMULATOR else rung_call(backend, self.spec, self.bound, device)
 
-    def __call__(self, pointers: list[tuple[int, int, int]], args: Any, handle: int, owner: Any) -> None:
+    def moved_views(self, addresses: list[list[int]], owner: Any) -> tuple[list, list[list[int]]] | None:
+        """Each moved epilogue array's view and per-problem offsets for the arrays at
+        ``addresses`` (one list per moved path, an address per problem), as
+        :func:`merge_group_args` places them; None where an address is not a whole number of
+        elements from the lowest."""
+        from .._arrays import flat_view
+
+        itemsize, views, offsets = self.itemsize, [], []
+        for at, facts in zip(addresses, self.moved_facts):
+            base = min(at)
+            end = max(p + max(f[1], 1) * itemsize for p, f in zip(at, facts))
+            if any((p - base) % itemsize for p in at):
+                return None
+            views.append(flat_view(owner, base, (end - base) // itemsize, self.dtype))
+            offsets.append([(p - base) // itemsize for p in at])
+        return views, offsets
+
+    def __call__(self, pointers: list[tuple[int, int, int]], args: Any, handle: int, owner: Any,
+                 moved_offsets: list[list[int]] | None = None) -> None:
         """Launch with each problem's ``(A, B, D)`` addresses, the merged epilogue ``args`` and
         the table copied on stream ``handle``; ``owner``: an array of the call's library (the
-        views' and the table's)."""
+        views' and the table's); ``moved_offsets``: the moved arrays' per-problem offsets
+        (default: the first call's)."""
         from .._arrays import flat_view
 
         itemsize = self.itemsize
+        moved = self.moved_offsets if moved_offsets is None else moved_offsets
         views, offsets = [], []
         for role in range(3):
             base = min(p[role] for p in pointers)
@@ -275,10 +298,11 @@ class GroupedLaunch:
             views.append((base, (end - base) // itemsize))
             offsets.append([(p[role] - base) // itemsize for p in pointers])
         rows = [self.count]
-        for g, ((pa, pb, _), (lda, ldb), (head, tail)) in enumerate(zip(pointers, self.lds, self.fixed)):
+        for g, ((pa, pb, _), (lda, ldb), (head, index, varying)) in enumerate(zip(pointers, self.lds, self.fixed)):
             rows += head
-            rows += [vector_flags(pa, lda, pb, ldb, itemsize), offsets[0][g], offsets[1][g], offsets[2][g]]
-            rows += tail
+            rows += [vector_flags(pa, lda, pb, ldb, itemsize), offsets[0][g], offsets[1][g], offsets[2][g], index]
+            rows += [o[g] for o in moved]
+            rows += varying
         table_host = np.array(rows, dtype=np.int64)
         assert table_host.size == self.width
         if SIMULATOR:
@@ -302,6 +326,21 @@ class GroupedLaunch:
         grid = (-(-self.max_n // call.tile_n), -(-self.max_m // call.tile_m), self.gz)
         with call._lock:
             call.launch(cu_stream(handle), grid, call.block, call.smem, params)
+
+
+def _at(value: Any, path: tuple[int, ...]) -> Any:
+    """The member of nested tuples ``value`` at ``path``."""
+    for i in path:
+        value = value[i]
+    return value
+
+
+def replace_at(value: Any, path: tuple[int, ...], new: Any) -> Any:
+    """Nested tuples ``value`` with the member at ``path`` replaced by ``new``."""
+    if not path:
+        return new
+    head, rest = path[0], path[1:]
+    return value[:head] + (replace_at(value[head], rest, new),) + value[head + 1:]
 
 
 def _device_table(host: np.ndarray, library: str, handle: int, like: Any) -> Any:
