@@ -308,7 +308,7 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, device: D
     """
     if backend == "gemv":
         if n == 1 and m > 1:
-            deep = k >= GEMV_DEEP_MIN_K and (m <= GEMV_DEEP_MAX_ROWS or k >= 4 * GEMV_DEEP_MIN_K)
+            deep = k >= GEMV_DEEP_MIN_K and (m <= GEMV_DEEP_ROWS_PER_SM * device.sm_count or k >= 4 * GEMV_DEEP_MIN_K)
             return "rows_deep" if deep and m <= 2 * GEMV_MAX_ROW_BLOCKS else "rows"
         return "large"
     if backend != "warptile":
@@ -342,12 +342,12 @@ GEMV_MAX_ROW_BLOCKS = 65535
 
 
 GEMV_DEEP_MIN_K = 4096
-GEMV_DEEP_MAX_ROWS = 4096
+GEMV_DEEP_ROWS_PER_SM = 32
 """A single-column ``gemv`` gives each row of a row-major A four warps (``"rows_deep"``) from
-K = :data:`GEMV_DEEP_MIN_K` on up to this many rows (where a warp a row leaves at most 512
-blocks) and from four times that K on any number; else a warp a row (``"rows"``).  On the
-H100 the deep tile ran 64-1024 rows at K = 16384 1.6-4x as fast, 16384 rows at K = 1024-4096
-up to 2x slower (``h100_gemv_column_deep.log``)."""
+K = :data:`GEMV_DEEP_MIN_K` on up to this many rows per SM (where a warp a row leaves at most
+four blocks of 8 rows per SM) and from four times that K on any number; else a warp a row
+(``"rows"``).  On the H100 (132 SMs) the deep tile ran 64-1024 rows at K = 16384 1.6-4x as
+fast, 16384 rows at K = 1024-4096 up to 2x slower (``h100_gemv_column_deep.log``)."""
 
 
 def gemv_column(m: int, n: int) -> bool:

@@ -134,3 +134,20 @@ def test_warmup_refuses_an_unknown_target():
     out = subprocess.run([sys.executable, "-m", "dxgemm", "warmup", "--cc", "7.5"], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 2 and "--cc takes compute capabilities among 8.0,8.9,9.0,10.0,12.0" in out.stderr
+
+
+def test_single_column_tiles_follow_k_and_the_sm_count():
+    """n = 1 runs gemv's rows tile; from K = 4096 the deep one where the rows are few for the
+    GPU's SMs (its threshold scales with the SM count), from K = 16384 on any number of rows."""
+    f32 = np.dtype(np.float32)
+    assert policy.gemv_column(4096, 1) and not policy.gemv_column(1, 1) and not policy.gemv_column(4096, 2)
+    assert policy.choose_tile("gemv", f32, 1024, 1, 1024, H100) == "rows"
+    assert policy.choose_tile("gemv", f32, 1024, 1, 4096, H100) == "rows_deep"
+    assert policy.choose_tile("gemv", f32, 16384, 1, 4096, H100) == "rows"
+    assert policy.choose_tile("gemv", f32, 16384, 1, 16384, H100) == "rows_deep"
+    rows = policy.GEMV_DEEP_ROWS_PER_SM
+    small, big = DEVICES["RTX 4090"], DEVICES["RTX 5090"]  # 128 and 170 SMs
+    m = rows * small.sm_count + 1
+    assert policy.choose_tile("gemv", f32, m, 1, 4096, small) == "rows"
+    assert policy.choose_tile("gemv", f32, m, 1, 4096, big) == "rows_deep"
+    assert policy.choose_tile("gemv", f32, 1, 4096, 4096, H100) == "large"  # one row: the row tile
