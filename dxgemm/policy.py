@@ -116,9 +116,12 @@ float32 shapes from 256^2 to 4096^2 at K 64..16384, both tiles forced
 (``benchmarks/results/h100_tf32_tiles.log``)."""
 
 
-def tf32_tile_side(tile: str) -> int:
-    """The side of ``tf32mma``'s square block ``tile`` (``"tf32x3"``, ``"tf32_small_split"``, ...)."""
-    return 64 if "_small" in tile else 128
+def tf32_tile_shape(tile: str) -> tuple[int, int]:
+    """``(rows, columns)`` of ``tf32mma``'s block ``tile`` (``"tf32x3"``, ``"tf32_small_split"``, ...)."""
+    from .kernels.tf32mma import CONFIGS
+
+    cfg = CONFIGS[tile]
+    return cfg["BM"], cfg["BN"]
 
 
 def tf32_tile_fits(device: DeviceInfo, tile: str) -> bool:
@@ -130,13 +133,13 @@ def tf32_tile_fits(device: DeviceInfo, tile: str) -> bool:
 
 def tf32_resident(device: DeviceInfo, tile: str) -> int:
     """Blocks of ``tf32mma``'s ``tile`` one SM of ``device`` holds at once: its threads at up to
-    255 registers each (the split mode's kernels use 249-255), its shared memory plus the 1 KiB
-    the driver reserves, its threads."""
+    255 registers each (the split mode's kernels use 249-255) unless the tile caps them for
+    ``min_blocks`` a SM, its shared memory plus the 1 KiB the driver reserves, its threads."""
     from .kernels.tf32mma import CONFIGS, smem_bytes
 
     threads = CONFIGS[tile]["threads"]
-    return max(1, min(device.regs_per_sm // (256 * threads), device.sm_smem // (smem_bytes(tile) + 1024),
-                      device.threads_per_sm // threads))
+    by_registers = max(CONFIGS[tile].get("min_blocks", 0), device.regs_per_sm // (256 * threads))
+    return max(1, min(by_registers, device.sm_smem // (smem_bytes(tile) + 1024), device.threads_per_sm // threads))
 
 
 def choose_tf32_tile(precision: str, m: int, n: int, k: int, device: DeviceInfo = H100, *,
@@ -158,9 +161,9 @@ def choose_tf32_tile(precision: str, m: int, n: int, k: int, device: DeviceInfo 
         return small
     costs = {}
     for tile, suffix in ((precision, ""), (small, "_small")):
-        side, fixed_rate = tf32_tile_side(tile), TF32_TILE_COST[suffix]
+        (rows, cols), fixed_rate = tf32_tile_shape(tile), TF32_TILE_COST[suffix]
         slices = choose_split_k("tf32mma", np.float32, m, n, k, tile, device) if split else 1
-        blocks = -(-m // side) * -(-n // side) * slices
+        blocks = -(-m // rows) * -(-n // cols) * slices
         waves = -(-blocks // (tf32_resident(device, tile) * device.sm_count))
         costs[tile] = waves * (fixed_rate[0] + fixed_rate[1] * -(-k // slices))
     return small if costs[small] < costs[precision] else precision
@@ -469,9 +472,9 @@ def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: 
     K on skinny outputs, not for cubes; and only where the split tile :func:`tile_fits` ``device``.
     """
     if backend == "tf32mma":
-        side = tf32_tile_side(tile)
+        rows, cols = tf32_tile_shape(tile)
         resident = tf32_resident(device, tile.removesuffix("_split"))
-        tiles = -(-m // side) * -(-n // side)
+        tiles = -(-m // rows) * -(-n // cols)
         if k < TF32MMA_SPLIT_MIN_K or 2 * tiles > resident * device.sm_count:
             return 1
         return max(1, min(resident * device.sm_count // tiles, k // TF32MMA_MIN_SLICE_K, TF32MMA_MAX_SLICES))
