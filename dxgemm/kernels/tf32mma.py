@@ -55,9 +55,10 @@ What makes it fast (the figures: ``docs/performance.md``):
 * **Unchecked copies** for interior blocks with aligned operands, as in warptile's float64
   path (``_device.make_async_tile_stream``).
 
-The kernel runs one block of 8 warps a SM on ``mma.sync``; cuBLAS's TF32 runs on
-``wgmma``, which Numba cannot issue, so ``tf32`` stays well below cuBLAS TF32 and
-``tf32x3`` (three mmas per product) near cuBLAS SGEMM.
+Two tiles: 128x128 on 8 warps (one block a SM) and 64x64 on 4 warps (two a SM, for outputs
+that give the large tile too few blocks; :func:`dxgemm.policy.choose_tf32_tile` picks).  Both
+run ``mma.sync``; cuBLAS's TF32 runs on ``wgmma``, which this kernel does not issue, so
+``tf32`` stays well below cuBLAS TF32 and ``tf32x3`` (three mmas per product) near cuBLAS SGEMM.
 """
 
 from __future__ import annotations
