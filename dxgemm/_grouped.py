@@ -31,7 +31,7 @@ from . import _arrays, policy
 from ._arrays import as_operand, data_pointer, matrix_signature
 from ._checks import check_backend, check_extra, check_pair, check_rung_fits, check_scalar, output_operand
 from ._streams import stream_handle
-from .epilogues._base import AlphaBeta, Chain, Epilogue, EpilogueContext
+from .epilogues._base import AlphaBeta, Chain, Epilogue, EpilogueContext, Span
 from .kernels import KernelSpec
 from .runtime import env
 from .runtime.batch_launch import GroupedLaunch, is_device_array, launch_grouped, replace_at
@@ -260,15 +260,15 @@ class _KeptGrouped:
             if at < len(live) and live[at] == g:
                 pa, pb, pd = data_pointer(problem[0]), data_pointer(problem[1]), data_pointer(out)
                 bytes_a, bytes_b, bytes_d = self.bytes[g]
+                output = Span("c", pd, pd + bytes_d)
                 if make is None:  # an output given must not overlap its problem's A or B (as check_output_overlap)
                     for name, p, size in (("a", pa, bytes_a), ("b", pb, bytes_b)):
-                        if size and bytes_d and pd < p + size and p < pd + bytes_d:
+                        if output.overlaps(Span(name, p, p + size)):
                             raise ValueError(f"problem {g}: c overlaps {name} in memory; the output must not share "
                                              "memory with an input")
                 addresses = epi_addresses[g] + [pa, pb, pd]
                 for index, size, name in self.reads[at]:  # a read must not overlap the output (check_spans' rule)
-                    lo = addresses[index]
-                    if size and bytes_d and lo < pd + bytes_d and pd < lo + size:
+                    if output.overlaps(Span(name, addresses[index], addresses[index] + size)):
                         raise ValueError(f"problem {g}: {name} overlaps the output c in memory; the kernel would read "
                                          "it while other threads write it")
                 pointers.append((pa, pb, pd))

@@ -112,8 +112,7 @@ on one wave.  The 64x64 tile runs two blocks a SM, each a quarter of the large b
 at a lower mma rate per warp (a 32x32 warp tile loads a fragment for every 1.5 mmas, the
 64x32 one for every 2), so a wave of them costs about half a large one per K; its fixed
 part (prologue, first tiles in flight, the store) is a third.  Fitted on the H100 over 30
-float32 shapes from 256^2 to 4096^2 at K 64..16384, both tiles forced
-(``benchmarks/results/h100_tf32_tiles.log``)."""
+float32 shapes from 256^2 to 4096^2 at K 64..16384, both tiles forced (``docs/performance.md``)."""
 
 
 def tf32_tile_shape(tile: str) -> tuple[int, int]:
@@ -350,7 +349,7 @@ GEMV_DEEP_ROWS_PER_SM = 32
 K = :data:`GEMV_DEEP_MIN_K` on up to this many rows per SM (where a warp a row leaves at most
 four blocks of 8 rows per SM) and from four times that K on any number; else a warp a row
 (``"rows"``).  On the H100 (132 SMs) the deep tile ran 64-1024 rows at K = 16384 1.6-4x as
-fast, 16384 rows at K = 1024-4096 up to 2x slower (``h100_gemv_column_deep.log``)."""
+fast, 16384 rows at K = 1024-4096 up to 2x slower (``docs/performance.md``)."""
 
 
 def gemv_column(m: int, n: int) -> bool:
@@ -460,7 +459,7 @@ def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: 
     loop; its K is sliced so that the tiles times the slices fill the SMs, each slice keeping at
     least :data:`TF32MMA_MIN_SLICE_K` of K, at most :data:`TF32MMA_MAX_SLICES`.  Split from
     K = 512, 256^2 x 1024 and 256 x 1024 x 1024 ran at 0.84-0.95x cuBLAS SGEMM on the H100,
-    unsplit at 0.54-0.63x (``h100_tf32_split_rules.log``).  The slices' sums (each within the
+    unsplit at 0.54-0.63x (``docs/performance.md``).  The slices' sums (each within the
     float32 contract) are added by the reduce in float32, which adds to no bias.
 
     A call whose split tiles (:func:`choose_split_tile`) would fill at most half the GPU runs
