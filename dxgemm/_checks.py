@@ -89,7 +89,8 @@ def check_rung_fits(backend: str, precision: str | None, info: Any, device: int)
     :class:`~dxgemm.gpus.DeviceInfo`) cannot run it (:func:`dxgemm.policy.tf32_rung_fits`)."""
     if backend in policy.TF32_BACKENDS and not policy.tf32_rung_fits(info.cc, info.smem_per_block, precision):
         raise ValueError(f"backend={backend!r} needs compute capability 8.0 and "
-                         f"{smem_bytes(('tf32' if precision == 'tf32' else 'tf32x3') + '_small')} bytes of shared memory per block; GPU {device} has "
+                         f"{smem_bytes(policy.tf32_smallest_tile(precision))} bytes of shared memory per block; "
+                         f"GPU {device} has "
                          f"{info.cc[0]}.{info.cc[1]} and {info.smem_per_block}"
                          f"{' (the figures DXGEMM_DEVICE_AS names)' if env.device_as() else ''}: "
                          "use backend='auto' or 'warptile'")

@@ -86,8 +86,12 @@ def tf32_rung_fits(cc: tuple[int, int], smem_per_block: int, precision: str | No
     128x128 tile's 172 KiB fit an H100, H200 or B200 only, :func:`choose_tf32_tile`)."""
     from .kernels.tf32mma import smem_bytes
 
-    mode = "tf32" if precision == "tf32" else "tf32x3"
-    return tuple(cc) >= (8, 0) and smem_per_block >= smem_bytes(f"{mode}_small")
+    return tuple(cc) >= (8, 0) and smem_per_block >= smem_bytes(tf32_smallest_tile(precision))
+
+
+def tf32_smallest_tile(precision: str | None) -> str:
+    """``tf32mma``'s tile with the least shared memory at ``precision`` (None: the default, ``"tf32x3"``)."""
+    return f"{'tf32' if precision == 'tf32' else 'tf32x3'}_small"
 
 
 TF32_MIN_TENSOR_RATIO = 4.0
