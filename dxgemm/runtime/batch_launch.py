@@ -160,6 +160,18 @@ def _array_facts(value: Any) -> tuple[int, int, int, int, np.dtype]:
     return int(cai["data"][0]), int(np.prod(shape)), len(shape), int(strides[0]) if shape else 0, dtype
 
 
+def gather_arrays(addresses: list[int], elements: list[int], itemsize: int) -> tuple[int, int, list[int]] | None:
+    """``(base, span, offsets)`` of one view over arrays at ``addresses`` (``elements`` each,
+    counted as at least one): the lowest address, the elements from it past the last array's
+    end, and each array's element offset from it; None where an address is not a whole number
+    of elements from the lowest."""
+    base = min(addresses)
+    if any((p - base) % itemsize for p in addresses):
+        return None
+    end = max(p + max(e, 1) * itemsize for p, e in zip(addresses, elements))
+    return base, (end - base) // itemsize, [(p - base) // itemsize for p in addresses]
+
+
 def merge_group_args(groups: list[Any], owner: Any) -> tuple[Any, list, list, list, list]:
     """One argument tuple for the problems of a grouped call, whose bound epilogues share one key.
 
@@ -191,17 +203,16 @@ def merge_group_args(groups: list[Any], owner: Any) -> tuple[Any, list, list, li
                                      "one array for every problem and index it with a custom function's batch "
                                      "parameter")
             itemsize = facts[0][4].itemsize
-            base = min(f[0] for f in facts)
-            end = max(f[0] + max(f[1], 1) * itemsize for f in facts)
-            offsets = []
-            for g, f in enumerate(facts):
-                if (f[0] - base) % itemsize:
-                    raise ValueError(f"problem {g}: an epilogue array's address is not a whole number of elements "
-                                     "from the other problems'")
-                offsets.append((f[0] - base) // itemsize)
+            gathered = gather_arrays([f[0] for f in facts], [f[1] for f in facts], itemsize)
+            if gathered is None:
+                base = min(f[0] for f in facts)
+                bad = next(g for g, f in enumerate(facts) if (f[0] - base) % itemsize)
+                raise ValueError(f"problem {bad}: an epilogue array's address is not a whole number of elements "
+                                 "from the other problems'")
+            base, span, offsets = gathered
             moved_paths.append(path)
             moved_offsets.append(offsets)
-            return flat_view(owner, base, (end - base) // itemsize, facts[0][4])
+            return flat_view(owner, base, span, facts[0][4])
         if all(type(v) is type(first) and v == first for v in values):
             return first
         if isinstance(first, (int, np.integer)) and not isinstance(first, (bool, np.bool_)):
@@ -251,7 +262,6 @@ class GroupedLaunch:
         self.library, self.count = library, len(problems)
         # per problem: its extents in elements (A, B, D) and the fixed table columns around the addresses
         self.extents = [tuple(max(op.extent, 1) for op in p[:3]) for p in problems]
-        self.lds = [(p[0].ld, p[1].ld) for p in problems]
         self.fixed = [([m, n, k, a.ld, b.ld, d.ld], indices[g], [v[g] for v in varying_values])
                       for g, (a, b, d, m, n, k) in enumerate(problems)]
         self.width = 1 + len(problems) * (len(GROUP_FIELDS) + len(moved_paths) + len(varying_paths))
@@ -271,14 +281,14 @@ class GroupedLaunch:
         elements from the lowest."""
         from .._arrays import flat_view
 
-        itemsize, views, offsets = self.itemsize, [], []
+        views, offsets = [], []
         for at, facts in zip(addresses, self.moved_facts):
-            base = min(at)
-            end = max(p + max(f[1], 1) * itemsize for p, f in zip(at, facts))
-            if any((p - base) % itemsize for p in at):
+            gathered = gather_arrays(at, [f[1] for f in facts], self.itemsize)
+            if gathered is None:
                 return None
-            views.append(flat_view(owner, base, (end - base) // itemsize, self.dtype))
-            offsets.append([(p - base) // itemsize for p in at])
+            base, span, placed = gathered
+            views.append(flat_view(owner, base, span, self.dtype))
+            offsets.append(placed)
         return views, offsets
 
     def __call__(self, pointers: list[tuple[int, int, int]], args: Any, handle: int, owner: Any,
@@ -298,9 +308,9 @@ class GroupedLaunch:
             views.append((base, (end - base) // itemsize))
             offsets.append([(p[role] - base) // itemsize for p in pointers])
         rows = [self.count]
-        for g, ((pa, pb, _), (lda, ldb), (head, index, varying)) in enumerate(zip(pointers, self.lds, self.fixed)):
-            rows += head
-            rows += [vector_flags(pa, lda, pb, ldb, itemsize), offsets[0][g], offsets[1][g], offsets[2][g], index]
+        for g, ((pa, pb, _), (head, index, varying)) in enumerate(zip(pointers, self.fixed)):
+            rows += head  # m, n, k, lda, ldb, ldd
+            rows += [vector_flags(pa, head[3], pb, head[4], itemsize), offsets[0][g], offsets[1][g], offsets[2][g], index]
             rows += [o[g] for o in moved]
             rows += varying
         table_host = np.array(rows, dtype=np.int64)
