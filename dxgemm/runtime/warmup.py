@@ -155,14 +155,14 @@ def plain_kernels(dtypes: Iterable[Any], arrangements: Iterable[tuple[str, str]]
     (:func:`dxgemm.policy.tf32_auto`).
     """
     from .. import policy
-    from ..kernels import warptile
+    from ..kernels import tf32mma, warptile
 
     out = []
     for dtype in dtypes:
         name = np.dtype(dtype).name
         tiles = [t for t in ["large"] + [t for t in warptile.TILE_CONFIGS.get(name, {}) if t != "large"]
                  if policy.tile_fits(device, name, t)]
-        tf32 = [t for t in ("tf32x3", "tf32x3_small", "tf32x3_split", "tf32x3_small_split")
+        tf32 = [t for t in tf32mma.CONFIGS if t.startswith("tf32x3")  # float32's default mode, each tile and split
                 if name == "float32" and policy.tf32_auto(device) and policy.tf32_tile_fits(device, t)]
         for arrangement in arrangements:
             layouts = tuple(a.split("_")[0] for a in arrangement) + ("row",)
