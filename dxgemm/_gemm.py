@@ -151,12 +151,12 @@ def gemm(
         spec = KernelSpec(dtype, op_a.layout, op_b.layout, op_d.layout, bound.key, None, tile=tile)
         if SIMULATOR and slices > 1:  # nothing is compiled: Numba's simulated launches, not kept
             launch_simulated(backend, spec, op_a, op_b, op_d, m, n, k, flags, bound, slices,
-                             policy.split_part_tile(backend, tile, n))
+                             policy.split_part_tile(backend, tile, m, n))
             return out
         if SIMULATOR:  # Numba's simulated launch from addresses, as the packed launch on a GPU
             call = SimulatedCall(backend, spec, bound)
         elif slices > 1:
-            call = rung_split(backend, spec, bound, device, slices, policy.split_part_tile(backend, tile, n))
+            call = rung_split(backend, spec, bound, device, slices, policy.split_part_tile(backend, tile, m, n))
         else:
             call = rung_call(backend, spec, bound, device)
         call(matrix_of(op_a), matrix_of(op_b), matrix_of(op_d), m, n, k, flat_values(bound.args), handle)

@@ -90,7 +90,8 @@ def tf32_rung_fits(cc: tuple[int, int], smem_per_block: int, precision: str | No
 
 
 def tf32_smallest_tile(precision: str | None) -> str:
-    """``tf32mma``'s tile with the least shared memory at ``precision`` (None: the default, ``"tf32x3"``)."""
+    """``tf32mma``'s 64x64 tile at ``precision`` (None: the default, ``"tf32x3"``): the least shared
+    memory of the tiles that take any shape (the thin ones take only an output side <= 16)."""
     return f"{'tf32' if precision == 'tf32' else 'tf32x3'}_small"
 
 
@@ -109,14 +110,34 @@ def tf32_auto(device: DeviceInfo, precision: str | None = "tf32x3") -> bool:
             and tf32_tensor_ratio(device.cc) >= TF32_MIN_TENSOR_RATIO)
 
 
-TF32_TILE_COST = {"": (96, 1.0), "_small": (32, 0.52)}
-"""``tf32mma``'s block time per tile (by the suffix after the precision), as ``(fixed, rate)``:
-a wave of resident blocks takes ``fixed + rate * K`` in units of the 128x128 tile's time per K
-on one wave.  The 64x64 tile runs two blocks a SM, each a quarter of the large block's work
-at a lower mma rate per warp (a 32x32 warp tile loads a fragment for every 1.5 mmas, the
-64x32 one for every 2), so a wave of them costs about half a large one per K; its fixed
-part (prologue, first tiles in flight, the store) is a third.  Fitted on the H100 over 30
-float32 shapes from 256^2 to 4096^2 at K 64..16384, both tiles forced (``docs/performance.md``)."""
+TF32_TILE_COST = {"": (96, 1.0, 1), "_small": (32, 0.26, 2)}
+"""``tf32mma``'s cost per tile (by the suffix after the precision), as ``(fixed, rate,
+saturating)`` in units of one 128x128 block's time per K alone on an SM: the busiest SM, holding
+``q`` blocks, takes ``fixed`` per wave of resident blocks (prologue, first tiles in flight, the
+store) plus ``rate * K`` per block, for at least ``saturating`` blocks (fewer leave its tensor
+cores as idle as that many would).  The 64x64 tile does a quarter of the large block's work at
+a lower mma rate per warp (a 32x32 warp tile loads a fragment for every 1.5 mmas, the 64x32
+one for every 2), so two of them take about half a large block's time per K, and one alone
+no less; three resident hide latency the two could not.  Fitted on the H100 over 30 float32
+shapes from 256^2 to 4096^2 at K 64..16384 with both tiles forced, and checked on 20 more
+after the small tile took two stages and three blocks a SM (``docs/performance.md``)."""
+
+
+TF32_THIN_SIDE = 16
+"""An output side of at most this many rows or columns runs ``tf32mma``'s thin tiles
+(:func:`tf32_thin_tile`)."""
+
+
+def tf32_thin_tile(precision: str, m: int, n: int) -> str | None:
+    """``tf32mma``'s thin tile for an ``m x n`` output with a side of at most
+    :data:`TF32_THIN_SIDE`: ``"narrow"`` (128x16) for few columns, ``"flat"`` (16x128) for few
+    rows; None for other outputs.  Such a GEMM streams its long operand (each element feeds at
+    most 16 outputs), and the 64x64 tile would spend three quarters of its mmas on padding: on
+    the H100 the thin tiles ran up to 2.2x cuBLAS SGEMM where the 64x64 tile ran 0.44-0.91x, and
+    within 5 % of it on the smallest such shapes (``docs/performance.md``)."""
+    if min(m, n) > TF32_THIN_SIDE:
+        return None
+    return f"{precision}_narrow" if n <= m else f"{precision}_flat"
 
 
 def tf32_tile_shape(tile: str) -> tuple[int, int]:
@@ -148,27 +169,33 @@ def tf32_resident(device: DeviceInfo, tile: str) -> int:
 def choose_tf32_tile(precision: str, m: int, n: int, k: int, device: DeviceInfo = H100, *,
                      split: bool = True) -> str:
     """``tf32mma``'s tile for an ``m x n x k`` call at ``precision`` (``"tf32x3"`` or ``"tf32"``):
-    the 128x128 tile (named as the precision) or the 64x64 one (``precision + "_small"``).
+    the 128x128 tile (named as the precision), the 64x64 one (``precision + "_small"``) or a
+    thin one (``"_narrow"``, ``"_flat"``).
 
     A wave model with the K split each tile would run (:func:`choose_split_k`): the busiest
-    SM runs ``ceil(blocks / (resident * SMs))`` waves (:func:`tf32_resident`), each costing
-    :data:`TF32_TILE_COST` for its share of K; the cheaper tile wins, ties to the large one.
+    SM runs ``q = ceil(blocks / SMs)`` blocks in ``ceil(q / resident)`` waves
+    (:func:`tf32_resident`), costed by :data:`TF32_TILE_COST` for each block's share of K; the
+    cheaper tile wins, ties to the large one.
     Few output tiles or a short K favour the small tile (more blocks, a smaller fixed cost),
-    full waves of long K the large one.  An output side of at most 64 takes the small tile
-    (the large one would compute half its rows or columns as padding), and so does a device
+    full waves of long K the large one.  An output side of at most :data:`TF32_THIN_SIDE`
+    takes a thin tile (:func:`tf32_thin_tile`), one of at most 64 the small tile (the large
+    one would compute half its rows or columns as padding), and so does a device
     whose blocks cannot take the large tile's shared memory (an A100's 163 KiB, 99 KiB on
     sm_86/89/120).  ``split=False``: a call that is never split over K (a batched one, whose
     entries stacked are ``m`` rows)."""
+    thin = tf32_thin_tile(precision, m, n)
+    if thin is not None:
+        return thin
     small = f"{precision}_small"
     if min(m, n) <= 64 or not tf32_tile_fits(device, precision):
         return small
     costs = {}
     for tile, suffix in ((precision, ""), (small, "_small")):
-        (rows, cols), fixed_rate = tf32_tile_shape(tile), TF32_TILE_COST[suffix]
+        (rows, cols), (fixed, rate, saturating) = tf32_tile_shape(tile), TF32_TILE_COST[suffix]
         slices = choose_split_k("tf32mma", np.float32, m, n, k, tile, device) if split else 1
-        blocks = -(-m // rows) * -(-n // cols) * slices
-        waves = -(-blocks // (tf32_resident(device, tile) * device.sm_count))
-        costs[tile] = waves * (fixed_rate[0] + fixed_rate[1] * -(-k // slices))
+        busiest = -(-(-(-m // rows) * -(-n // cols) * slices) // device.sm_count)
+        waves = -(-busiest // tf32_resident(device, tile))
+        costs[tile] = waves * fixed + rate * -(-k // slices) * max(busiest, saturating)
     return small if costs[small] < costs[precision] else precision
 
 
@@ -235,13 +262,13 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     traits (:class:`EpilogueTraits`); ``device``: the GPU's properties.
 
     float64 runs ``warptile`` where it measured faster: small problems (below K = 128 or
-    ``2**28`` multiply-adds, where the pipeline's fixed host and fill costs dominate);
-    aligned outputs larger than 256 on both sides (its DMMA tiles in cuBLAS's sm_90 shapes
-    beat cuBLASDx's pipeline there), except at K = 128 with an epilogue that keeps it on its
-    small tile (a transcendental stage whose ``medium_min_k`` exceeds K); and aligned skinny
-    outputs of at least 128 x 64 that :func:`choose_split_k` splits over K.  The pipeline keeps
-    the rest: unaligned operands (warptile's checked loads are slower), skinny outputs that
-    are not split, and the heavy epilogues at K = 128.
+    ``2**28`` multiply-adds, where the pipeline's fixed host and fill costs dominate), and
+    aligned outputs wider than :data:`F64_PIPELINE_MAX_SIDE` on both sides: its DMMA tiles in
+    cuBLAS's sm_90 shapes, chosen by wave quantization (:func:`choose_tile`) and split over
+    deep K (:func:`choose_split_k`), beat cuBLASDx's pipeline there, except at K = 128 with an
+    epilogue that keeps it on its small tile (a transcendental stage whose ``medium_min_k``
+    exceeds K).  The pipeline keeps the rest: unaligned operands (warptile's checked loads are
+    slower), outputs with a side of at most 16, and those heavy epilogues at K = 128.
 
     float32 at ``"ieee"`` runs cuBLASDx's SIMT float32 pipeline for an output side of at most
     128 from K = 64 and ``2**30`` multiply-adds (it reads A and B once, far ahead of
@@ -262,15 +289,19 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
         return "warptile"
     if dt == np.float64:
         heavy = transcendental and medium_min_k > k  # an epilogue that keeps warptile on its small tile
-        if k < 128 or m * n * k < 2**28 or (aligned and min(m, n) > 256 and (k > 128 or not heavy)):
-            return "warptile"
-        tile = choose_tile("warptile", dt, m, n, k, device)  # any tile but large: the same split count
-        if aligned and m >= 128 and n >= 64 and choose_split_k("warptile", dt, m, n, k, tile, device) > 1:
+        if k < 128 or m * n * k < 2**28 or (aligned and min(m, n) > F64_PIPELINE_MAX_SIDE and (k > 128 or not heavy)):
             return "warptile"
         return "pipeline"
     if dt == np.float32 and k >= 64 and m * n * k >= 2**30 and min(m, n) <= SIMT_FLOAT32_MAX_SIDE:
         return "pipeline"
     return "warptile"
+
+
+F64_PIPELINE_MAX_SIDE = 16
+"""float64 outputs with a side of at most this many rows or columns stay on the pipeline under
+``auto`` (:func:`choose_backend`): ``warptile``'s narrowest tiles are 64 wide.  From 64 on, the
+H100 ran ``warptile``'s tiles and K split up to several times as fast as the pipeline, which
+ran 0.13-0.79x cuBLAS DGEMM at 28 middling shapes (``docs/performance.md``)."""
 
 
 TF32_PIPELINE_MIN_MACS = 2**30
@@ -390,15 +421,15 @@ def batched_choice(backend: str, dtype: np.dtype, m: int, n: int, k: int, count:
             dtype, m, n, k, pipeline=False, transcendental=traits.transcendental,
             medium_min_k=traits.medium_tile_min_k, device=device, precision=precision)
     if backend in TF32_BACKENDS:
-        return backend, choose_tf32_tile(precision, m * count, n, k, device, split=False) if min(m, n) > 64 \
-            else f"{precision}_small"
+        return backend, (tf32_thin_tile(precision, m, n) or f"{precision}_small" if min(m, n) <= 64
+                         else choose_tf32_tile(precision, m * count, n, k, device, split=False))
     return backend, choose_batched_tile(backend, dtype, m, n, k, count, device, traits.medium_tile_min_k)
 
 
-def choose_split_tile(n: int) -> str:
-    """The float64 split-K tile for an output ``n`` wide: 128x64 up to 64 columns, where the
-    128x128 tile would leave half its columns idle, else 128x128."""
-    return "split_narrow" if n <= 64 else "split"
+def choose_split_tile(m: int, n: int) -> str:
+    """The float64 split-K tile for an ``m x n`` output: 128x64 up to 64 columns and 64x128 up to
+    64 rows, where the 128x128 tile would leave half its columns or rows idle, else 128x128."""
+    return "split_narrow" if n <= 64 else "split_wide" if m <= 64 else "split"
 
 
 @functools.lru_cache(maxsize=None)
@@ -437,11 +468,11 @@ def _f64_tiles(tile: str, m: int, n: int) -> int:
     return -(-m // cfg["BM"]) * -(-n // cfg["BN"])
 
 
-def split_part_tile(backend: str, tile: str, n: int) -> str:
+def split_part_tile(backend: str, tile: str, m: int, n: int) -> str:
     """The tile the K slices of a split ``backend`` call run (:func:`choose_split_k`):
     float64 ``warptile``'s split tile for the width (:func:`choose_split_tile`), or the split
     variant of ``tf32mma``'s mode."""
-    return f"{tile}_split" if backend == "tf32mma" else choose_split_tile(n)
+    return f"{tile}_split" if backend == "tf32mma" else choose_split_tile(m, n)
 
 
 TF32MMA_MAX_SLICES = 64
@@ -452,6 +483,19 @@ TF32MMA_SPLIT_MIN_K = 512
 
 TF32MMA_MIN_SLICE_K = 256
 """The least K a ``tf32mma`` slice keeps (eight 32-deep K tiles; :func:`choose_split_k`)."""
+
+F64_SPLIT_MIN_K = 2048
+"""The shortest K a float64 ``warptile`` call is split over (:func:`choose_split_k`): at
+K = 1024 the unsplit 64x64 tile ran 1.18-1.40x cuBLAS DGEMM on the H100 where 4 to 16 slices
+ran 0.79-0.97x (``docs/performance.md``)."""
+
+F64_MIN_SLICE_K = 256
+"""The least K a float64 slice keeps (16 of the split tiles' 16-deep K tiles)."""
+
+F64_MAX_SLICES = 64
+"""The most K slices a float64 ``warptile`` call is split into.  One to four split tiles at
+K = 16384 (64^2 to 256^2 outputs) ran fastest at 32 or 64 slices on the H100, 1.8-2.7x as
+fast as at 8 (``docs/performance.md``)."""
 
 
 def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: str,
@@ -466,13 +510,14 @@ def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: 
     unsplit at 0.54-0.63x (``docs/performance.md``).  The slices' sums (each within the
     float32 contract) are added by the reduce in float32, which adds to no bias.
 
-    A call whose split tiles (:func:`choose_split_tile`) would fill at most half the GPU runs
-    on the small or tiny tile, at about half the large tile's DMMA rate, on few blocks.
-    Slicing K over ``gridDim.z`` gives the split tile's 64x32 warps enough blocks; the
-    partial sums are reduced by :mod:`dxgemm.kernels.splitk_reduce`
-    (:mod:`dxgemm.runtime.splitk`).  Slices keep at least 16 K tiles each (a slice's start-up
-    is ~10 K tiles' worth), at most 8 slices, and only from K = 2048: the split pays for deep
-    K on skinny outputs, not for cubes; and only where the split tile :func:`tile_fits` ``device``.
+    float64: a call whose split tiles (:func:`choose_split_tile`) would fill at most half the
+    GPU runs on the small or tiny tile, at about half the large tile's DMMA rate, on few
+    blocks.  Slicing K over ``gridDim.z`` gives the split tile's 32x32 or 64x32 warps enough
+    blocks; the partial sums are reduced by :mod:`dxgemm.kernels.splitk_reduce`
+    (:mod:`dxgemm.runtime.splitk`).  Slices keep at least :data:`F64_MIN_SLICE_K` of K each (a
+    slice's start-up is ~10 K tiles' worth), at most :data:`F64_MAX_SLICES`, and only from
+    K = :data:`F64_SPLIT_MIN_K`: the split pays for deep K on small outputs, not for cubes; and
+    only where the split tile :func:`tile_fits` ``device``.
     """
     if backend == "tf32mma":
         rows, cols = tf32_tile_shape(tile)
@@ -481,15 +526,16 @@ def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: 
         if k < TF32MMA_SPLIT_MIN_K or 2 * tiles > resident * device.sm_count:
             return 1
         return max(1, min(resident * device.sm_count // tiles, k // TF32MMA_MIN_SLICE_K, TF32MMA_MAX_SLICES))
-    if backend != "warptile" or np.dtype(dtype) != np.float64 or tile == "large" or k < 2048:
+    if backend != "warptile" or np.dtype(dtype) != np.float64 or tile == "large" or k < F64_SPLIT_MIN_K:
         return 1
-    if not tile_fits(device, dtype, choose_split_tile(n)):
+    split_tile = choose_split_tile(m, n)
+    if not tile_fits(device, dtype, split_tile):
         return 1
     sms = device.sm_count
-    tiles = _f64_tiles(choose_split_tile(n), m, n)
+    tiles = _f64_tiles(split_tile, m, n)
     if 2 * tiles > sms:
         return 1
-    return max(1, min(sms // tiles, -(-k // 16) // 16, 8))
+    return max(1, min(sms // tiles, k // F64_MIN_SLICE_K, F64_MAX_SLICES))
 
 
 def pipeline_config(m: int, n: int, k: int, dtype: Any, info: Any, method: str | None = None) -> PipelineConfig:

@@ -68,15 +68,15 @@ def test_every_decision_fits_the_device(name):
                 slices = policy.choose_split_k(backend, dt, m, n, k, tile, device)
                 assert 1 <= slices <= policy.TF32MMA_MAX_SLICES, where
                 if slices > 1:
-                    assert tf32mma.smem_bytes(policy.split_part_tile(backend, tile, n)) <= device.smem_per_block, where
+                    assert tf32mma.smem_bytes(policy.split_part_tile(backend, tile, m, n)) <= device.smem_per_block, where
                 continue
             assert backend == "warptile", where
             tile = policy.choose_tile(backend, dt, m, n, k, device, 0.0 if mk == math.inf else mk)
             check_warptile(device, dt, tile, f"{where} tile {tile}")
             slices = policy.choose_split_k(backend, dt, m, n, k, tile, device)
-            assert 1 <= slices <= 8, where
+            assert 1 <= slices <= policy.F64_MAX_SLICES, where
             if slices > 1:
-                check_warptile(device, dt, policy.choose_split_tile(n), f"{where} split tile")
+                check_warptile(device, dt, policy.choose_split_tile(m, n), f"{where} split tile")
     # the choices follow the device, not one GPU's figures
     assert ("pipeline" in counts) == (device.cc in TARGETS), counts
     # the tensor cores where they fit and pay: several times the FMA units' rate (gpus.TF32_TENSOR_PER_FP32)
@@ -123,7 +123,7 @@ def test_warmup_lists_what_a_plain_call_runs_on_each_target():
             for m, n, k in SHAPES[::7]:
                 tile = policy.choose_tile("warptile", dtype, m, n, k, device)
                 if policy.choose_split_k("warptile", dtype, m, n, k, tile, device) > 1:
-                    tile = policy.choose_split_tile(n)
+                    tile = policy.choose_split_tile(m, n)
                 assert ("warptile", dtype.name, tile) in listed(device), (name, m, n, k, tile)
 
 

@@ -578,13 +578,13 @@ def test_custom_function_numba_cannot_compile():
     assert "returns_a_pair" in pair and "must return a number" in pair and "UniTuple(float64 x 2)" in pair
 
 
-@pytest.mark.parametrize("m, n, tile", [(70, 46, "split_narrow"), (46, 70, "split")])
+@pytest.mark.parametrize("m, n, tile", [(70, 46, "split_narrow"), (46, 70, "split_wide"), (100, 70, "split")])
 def test_float64_warptile_split_k(monkeypatch, rng, m, n, tile):
-    """float64 warptile calls whose split tiles would fill at most half the SMs, with K >= 2048,
-    run as K slices into a workspace, then one reduce that applies alpha, beta with C, and
-    the epilogue (row/col-dependent: a value sent to the wrong element shows), here into
-    column-major D (the kernel-level tests store row-major).  The simulator is told of 2 SMs:
-    one tile (128x64 for 46 columns, 128x128 for 70), two slices."""
+    """float64 warptile calls whose split tiles would fill at most half the SMs, with K from
+    F64_SPLIT_MIN_K, run as K slices into a workspace, then one reduce that applies alpha, beta
+    with C, and the epilogue (row/col-dependent: a value sent to the wrong element shows), here
+    into column-major D (the kernel-level tests store row-major).  The simulator is told of 2
+    SMs: one tile (128x64 for 46 columns, 64x128 for 46 rows, else 128x128), two slices."""
     import dataclasses
 
     import dxgemm._gemm as gemm_module
@@ -593,7 +593,7 @@ def test_float64_warptile_split_k(monkeypatch, rng, m, n, tile):
 
     monkeypatch.setattr(gemm_module, "device_info", lambda device=None: dataclasses.replace(H100, sm_count=2))
     k = 2048
-    assert policy.choose_split_tile(n) == tile
+    assert policy.choose_split_tile(m, n) == tile
     assert policy.choose_split_k("warptile", np.dtype(np.float64), m, n, k,
                                  policy.choose_tile("warptile", np.float64, m, n, k),
                                  dataclasses.replace(H100, sm_count=2)) == 2

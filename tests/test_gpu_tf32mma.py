@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dxgemm.epilogues.reference import assert_close
+
 from .test_tf32mma_cpu import bound, relative_error, run_tf32mma
 
 pytestmark = pytest.mark.gpu
@@ -20,7 +22,7 @@ def _sgemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return cp.asnumpy(cp.matmul(cp.asarray(a), cp.asarray(b)))
 
 
-TILES = ["tf32x3", "tf32", "tf32x3_small", "tf32_small"]  # each mode on the 128x128 and the 64x64 tile
+TILES = [f"{mode}{tile}" for mode in ("tf32x3", "tf32") for tile in ("", "_small", "_narrow", "_flat")]  # every tile
 
 
 @pytest.mark.parametrize("layouts", ["rrr", "ccc"])  # every layout: benchmarks/tf32mma_bench.py check
@@ -34,7 +36,7 @@ def test_layouts_edges(rng, mode, layouts):
     assert relative_error(out, a, b) <= bound(mode, k)
 
 
-@pytest.mark.parametrize("tile", ["tf32x3", "tf32x3_small"])
+@pytest.mark.parametrize("tile", ["tf32x3", "tf32x3_small", "tf32x3_narrow", "tf32x3_flat"])
 @pytest.mark.parametrize("data,k", [("uniform", 16384), ("uniform", 65536), ("normal", 256), ("normal", 4096)])
 def test_accuracy_contract(rng, data, k, tile):
     m = n = 128
@@ -58,3 +60,23 @@ def test_nan_inf(rng, tile):
     with np.errstate(all="ignore"):
         ref = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
     assert np.array_equal(np.isnan(out), np.isnan(ref)) and np.array_equal(np.isinf(out), np.isinf(ref))
+
+
+@pytest.mark.parametrize("shape", [(4099, 16, 3001), (16384, 3, 4096), (13, 777, 2049), (16, 16, 16384), (300, 7, 64),
+                                   (5, 4096, 1000)])
+def test_auto_thin_outputs_with_an_epilogue(rng, shape):
+    """auto's float32 path on outputs with a side <= 16 (tf32mma's thin tiles, split over K where
+    the output is small): ``bias | gelu`` fused, into NaN-poisoned D, against float64."""
+    cp = pytest.importorskip("cupy")
+    import dxgemm
+    from dxgemm.epilogues import bias, gelu
+
+    m, n, k = shape
+    a = rng.uniform(0.0, 1.0, (m, k)).astype(np.float32)  # same sign: a lost or doubled slice shows
+    b = rng.uniform(-1.0, 1.0, (k, n)).astype(np.float32)
+    v = rng.standard_normal(n).astype(np.float32)
+    d = cp.full((m, n), cp.nan, cp.float32)
+    epilogue = bias(cp.asarray(v)) | gelu()
+    dxgemm.gemm(cp.asarray(a), cp.asarray(b), d, epilogue=epilogue)
+    assert not bool(cp.isnan(d).any())
+    assert_close(d, epilogue, cp.asarray(a), cp.asarray(b), np.dtype(np.float32))

@@ -65,10 +65,30 @@ def test_tf32mma_split_k_rule():
     assert choose_split_k("tf32mma", f32, 16, 16, 16384, "tf32x3_small", h100) == TF32MMA_MAX_SLICES
     assert choose_split_k("tf32mma", f32, 256, 256, 4096, "tf32", h100) == 4096 // TF32MMA_MIN_SLICE_K  # 4 tiles
     assert choose_split_k("tf32mma", f32, 1024, 1024, 16384, "tf32x3", h100) == 2  # 64 tiles on 132 SMs
-    assert choose_split_k("tf32mma", f32, 1024, 1024, 16384, "tf32x3_small", h100) == 1  # 256 of 264 resident
+    assert choose_split_k("tf32mma", f32, 1024, 1024, 16384, "tf32x3_small", h100) == 1  # 256 of 396 resident
     assert choose_split_k("tf32mma", f32, 4096, 4096, 4096, "tf32x3", h100) == 1  # a full GPU of tiles
     assert choose_split_k("tf32mma", f32, 16, 16, TF32MMA_SPLIT_MIN_K - 1, "tf32x3", h100) == 1  # K too short
-    for mode in ("tf32x3", "tf32", "tf32x3_small", "tf32_small"):
-        assert split_part_tile("tf32mma", mode, 16) in CONFIGS
-        assert CONFIGS[split_part_tile("tf32mma", mode, 16)]["mode"] == mode.removesuffix("_small")
-    assert split_part_tile("warptile", "small", 64) == "split_narrow"
+    for tile in [t for t in CONFIGS if t != "large" and not t.endswith("_split")]:
+        assert split_part_tile("tf32mma", tile, 16, 16) in CONFIGS
+        assert CONFIGS[split_part_tile("tf32mma", tile, 16, 16)]["mode"] == tile.split("_")[0]
+    assert split_part_tile("warptile", "small", 4096, 64) == "split_narrow"
+    assert split_part_tile("warptile", "small", 64, 4096) == "split_wide"
+
+
+def test_thin_outputs_take_the_thin_tiles():
+    """An output side <= 16 runs tf32mma's 128x16 (few columns) or 16x128 (few rows) tile,
+    unbatched and batched; 17 and wider the wave model's 64x64 or 128x128 tile."""
+    from dxgemm.policy import EpilogueTraits, TF32_THIN_SIDE, batched_choice, choose_tf32_tile
+
+    f32 = np.dtype(np.float32)
+    assert choose_tf32_tile("tf32x3", 16384, 16, 16384) == "tf32x3_narrow"
+    assert choose_tf32_tile("tf32", 4096, 1, 4096) == "tf32_narrow"
+    assert choose_tf32_tile("tf32x3", 16, 4096, 4096) == "tf32x3_flat"
+    assert choose_tf32_tile("tf32x3", 16, 16, 16384) == "tf32x3_narrow"  # a tie: the columns decide
+    assert choose_tf32_tile("tf32x3", 4096, TF32_THIN_SIDE + 1, 4096) == "tf32x3_small"
+    assert choose_tf32_tile("tf32x3", 4096, 4096, 4096) == "tf32x3"
+    traits = EpilogueTraits.of(None)
+    assert batched_choice("auto", f32, 4096, 8, 4096, 32, single_rows=False, traits=traits,
+                          precision="tf32x3") == ("tf32mma", "tf32x3_narrow")
+    assert batched_choice("auto", f32, 64, 64, 64, 4096, single_rows=False, traits=traits,
+                          precision="tf32x3") == ("tf32mma", "tf32x3_small")

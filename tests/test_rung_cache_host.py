@@ -192,7 +192,7 @@ def test_plain_kernels_hold_every_tile_a_plain_call_can_take():
                 for k in depths:
                     tile = choose_tile("warptile", dtype, m, n, k)
                     if choose_split_k("warptile", dtype, m, n, k, tile) > 1:
-                        tile = choose_split_tile(n)
+                        tile = choose_split_tile(m, n)
                     chosen.add(("warptile", dtype.name, tile))
     assert chosen <= listed, chosen - listed
     assert {t for b, d, t in chosen if d == "float64"} >= {"large", "medium", "small", "split", "split_narrow"}
@@ -214,13 +214,13 @@ def test_warmup_builds_rungs_without_a_gpu_and_plain_calls_find_them(tmp_path):
                            "--arrangements", "row_major/row_major", "--jobs", "1"],
                           capture_output=True, text=True, env=env, timeout=600)
     assert warm.returncode == 0, warm.stderr[-3000:]
-    # warptile x3, gemv's three tiles, tf32mma's two and their split parts (float32's default), the split-K reduce
-    assert "11 kernels ready" in warm.stdout, warm.stdout[-2000:]
+    # warptile x3, gemv's three tiles, tf32mma's four and their split parts (float32's default), the split-K reduce
+    assert "15 kernels ready" in warm.stdout, warm.stdout[-2000:]
     stored = KernelCache(tmp_path).entries()
-    assert sorted(e.meta["name"] for e in stored) == ["gemv/large", "gemv/rows", "gemv/rows_deep", "splitk_reduce/large", "tf32mma/tf32x3",
-                                                      "tf32mma/tf32x3_small", "tf32mma/tf32x3_small_split",
-                                                      "tf32mma/tf32x3_split", "warptile/large", "warptile/small",
-                                                      "warptile/tiny"]
+    tf32 = [f"tf32mma/tf32x3{tile}{part}" for tile in ("", "_flat", "_narrow", "_small") for part in ("", "_split")]
+    assert sorted(e.meta["name"] for e in stored) == sorted(["gemv/large", "gemv/rows", "gemv/rows_deep",
+                                                             "splitk_reduce/large", "warptile/large", "warptile/small",
+                                                             "warptile/tiny", *tf32])
     assert all(e.fields["kind"] == "rung" and e.fields["cc"] == [9, 0] and e.blobs["cubin"][:4] == b"\x7fELF"
                for e in stored)
     replay = f"""

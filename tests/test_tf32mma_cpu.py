@@ -113,6 +113,23 @@ def test_tile_edges(rng, shape, aligned):
     assert relative_error(out, a, b) <= bound("tf32x3", k)
 
 
+@pytest.mark.parametrize("tile, shape", [
+    ("tf32x3_narrow", (131, 13, 70)),  # two row blocks, 13 of 16 columns, a K tail
+    ("tf32_narrow", (37, 16, 33)),
+    ("tf32x3_flat", (11, 150, 70)),  # two column blocks, 11 of 16 rows
+    ("tf32_flat", (16, 129, 40)),
+])
+@pytest.mark.parametrize("layouts", ["rrr", "ccc"])
+def test_thin_tiles(rng, tile, shape, layouts):
+    """The thin tiles (128x16 and 16x128, for an output side <= 16) in their shipped
+    configuration: every element of D written once, within the mode's bound."""
+    m, n, k = shape
+    a, b = _data(rng, m, n, k)
+    out = run_tf32mma(a, b, tile, layouts)
+    assert not np.isnan(out).any()
+    assert relative_error(out, a, b) <= bound(tile, k), (tile, layouts)
+
+
 def test_accurate_mode_beats_one_pass(rng):
     """The split is what makes tf32x3 accurate: one pass misses float32's bound, three meet it."""
     a, b = _data(rng, 17, 19, 40)

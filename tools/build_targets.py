@@ -52,13 +52,14 @@ KNOWN = {
 
 def kernels():
     """``(backend, dtype, tile)``: one kernel of every rung (float32; warptile in both dtypes, its
-    float64 tile the DMMA one), gemv's row and column tiles, the split-K reduce, and tf32mma's
-    two tiles in both modes."""
+    float64 tile the DMMA one), gemv's row and column tiles, the split-K reduce, and every
+    tf32mma tile in both modes (``tf32mma.CONFIGS``; their split parts differ by a flag)."""
+    from dxgemm.kernels.tf32mma import CONFIGS
+
     out = [(rung, "float32", "large") for rung in RUNGS]
     out += [("warptile", "float64", "tiny"), ("gemv", "float64", "large"), ("gemv", "float32", "rows"),
-            ("gemv", "float64", "rows_deep"), ("splitk_reduce", "float64", "large"),
-            ("tf32mma", "float32", "tf32x3"), ("tf32mma", "float32", "tf32"), ("tf32mma", "float32", "tf32x3_small"),
-            ("tf32mma", "float32", "tf32_small")]
+            ("gemv", "float64", "rows_deep"), ("splitk_reduce", "float64", "large")]
+    out += [("tf32mma", "float32", tile) for tile in CONFIGS if tile != "large" and not tile.endswith("_split")]
     return out
 
 

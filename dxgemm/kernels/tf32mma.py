@@ -96,15 +96,25 @@ CONFIGS: dict[str, dict[str, Any]] = {
 CONFIGS["large"] = CONFIGS["tf32x3"]
 # The small tile, 64x64 as 4 warps of 32x32 (2x4 m16n8 blocks), for outputs that give the
 # 128x128 tile too few blocks to fill the SMs (and entries of a batch narrower than it):
-# four times the blocks, up to three resident a SM (71 KiB each), at a lower mma rate per
-# warp (a 32x32 warp tile loads a fragment for every 1.5 mmas, the 64x32 one for every 2).
+# four times the blocks at a lower mma rate per warp (a 32x32 warp tile loads a fragment for
+# every 1.5 mmas, the 64x32 one for every 2).  tf32x3 keeps two cp.async stages and three
+# blocks a SM (54 KiB, registers held to 168 without spills): a third block hides more latency
+# than a third stage does, 3-8 % faster from K = 16 to 8192 (docs/performance.md).
 # It is also the tile that fits GPUs with 99 KiB of shared memory a block (sm_86, sm_89, sm_120).
-CONFIGS["tf32x3_small"] = dict(CONFIGS["tf32x3"], threads=128, BM=64, BN=64, WM=32, WN=32)
+CONFIGS["tf32x3_small"] = dict(CONFIGS["tf32x3"], threads=128, BM=64, BN=64, WM=32, WN=32, stages=2, min_blocks=3)
 CONFIGS["tf32_small"] = dict(CONFIGS["tf32"], threads=128, BM=64, BN=64, WM=32, WN=32)
+# The thin tiles, for an output side of at most 16: there every element of the long operand is
+# used once per 16 outputs, so the GEMM streams that operand, and a 64-wide tile would spend
+# three quarters of its mmas on padding.  "narrow" is 128x16 (4 warps of 32x16 down the rows,
+# two stages: many blocks in flight, each short-lived), "flat" 16x128 (4 warps of 16x32 across
+# the columns, four stages: each block walks K over a B panel 128 wide); both three a SM.
+for _mode in MODES:
+    CONFIGS[f"{_mode}_narrow"] = dict(CONFIGS[_mode], threads=128, BM=128, BN=16, WM=32, WN=16, stages=2, min_blocks=3)
+    CONFIGS[f"{_mode}_flat"] = dict(CONFIGS[_mode], threads=128, BM=16, BN=128, WM=16, WN=32, stages=4, min_blocks=3)
 # The K-split parts (``dxgemm.policy.choose_split_k``): each block sums one K slice
 # (``blockIdx.z`` of ``gridDim.z``) into its slice of a workspace, which the split-K reduce
 # adds up and passes through the caller's epilogue.
-for _tile in ("tf32x3", "tf32", "tf32x3_small", "tf32_small"):
+for _tile in [t for t in CONFIGS if t != "large"]:
     CONFIGS[f"{_tile}_split"] = dict(CONFIGS[_tile], split_k=True)
 
 

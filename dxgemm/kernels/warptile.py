@@ -50,7 +50,7 @@ What else makes this rung fast (the figures: ``docs/performance.md``):
 * **K split over the grid for few output tiles** (float64).  A skinny output with deep K
   has too few tiles to fill the SMs; its K slices run as the grid's z, each into a
   workspace laid out like D, and :mod:`~.splitk_reduce` adds them and applies the
-  epilogue (``TILE_CONFIGS["float64"]["split"]`` and ``"split_narrow"``,
+  epilogue (``TILE_CONFIGS["float64"]["split"]``, ``"split_narrow"`` and ``"split_wide"``,
   ``dxgemm.policy.choose_split_k``).
 * **16-byte stores.**  A thread's neighbours in a row of D (a lane's pair of the DMMA
   accumulator, a thread's four float32 columns) leave in one ``STG.E.128`` when D is
@@ -126,6 +126,8 @@ TILE_CONFIGS = {
         # outputs at most 64 columns wide: cuBLAS's 1000^3 shape (128x64x32, 8 warps of 32x32, 3
         # stages) over K slices, which wastes no columns of a 128-wide tile
         "split_narrow": dict(CONFIGS["float64"], BN=64, BK=32, WM=32, WN=32, stages=3, split_k=True, group_m=0),
+        # outputs at most 64 rows tall: the same tile turned, 64x128 (8 warps of 32x32)
+        "split_wide": dict(CONFIGS["float64"], BM=64, BK=32, WM=32, WN=32, stages=3, split_k=True, group_m=0),
     },
 }
 """Other tiles by ``spec.tile`` (``dxgemm.policy.choose_tile`` decides); a dtype or name without
