@@ -123,19 +123,19 @@ shapes from 256^2 to 4096^2 at K 64..16384 with both tiles forced, and checked o
 after the small tile took two stages and three blocks a SM (``docs/performance.md``)."""
 
 
-TF32_THIN_SIDE = 16
-"""An output side of at most this many rows or columns runs ``tf32mma``'s thin tiles
-(:func:`tf32_thin_tile`)."""
+THIN_SIDE = 16
+"""An output side of at most this many rows or columns runs a thin tile: ``tf32mma``'s
+(:func:`tf32_thin_tile`) or float64 ``warptile``'s (:func:`choose_tile`)."""
 
 
 def tf32_thin_tile(precision: str, m: int, n: int) -> str | None:
     """``tf32mma``'s thin tile for an ``m x n`` output with a side of at most
-    :data:`TF32_THIN_SIDE`: ``"narrow"`` (128x16) for few columns, ``"flat"`` (16x128) for few
+    :data:`THIN_SIDE`: ``"narrow"`` (128x16) for few columns, ``"flat"`` (16x128) for few
     rows; None for other outputs.  Such a GEMM streams its long operand (each element feeds at
     most 16 outputs), and the 64x64 tile would spend three quarters of its mmas on padding: on
     the H100 the thin tiles ran up to 2.2x cuBLAS SGEMM where the 64x64 tile ran 0.44-0.91x, and
     within 5 % of it on the smallest such shapes (``docs/performance.md``)."""
-    if min(m, n) > TF32_THIN_SIDE:
+    if min(m, n) > THIN_SIDE:
         return None
     return f"{precision}_narrow" if n <= m else f"{precision}_flat"
 
@@ -177,7 +177,7 @@ def choose_tf32_tile(precision: str, m: int, n: int, k: int, device: DeviceInfo 
     (:func:`tf32_resident`), costed by :data:`TF32_TILE_COST` for each block's share of K; the
     cheaper tile wins, ties to the large one.
     Few output tiles or a short K favour the small tile (more blocks, a smaller fixed cost),
-    full waves of long K the large one.  An output side of at most :data:`TF32_THIN_SIDE`
+    full waves of long K the large one.  An output side of at most :data:`THIN_SIDE`
     takes a thin tile (:func:`tf32_thin_tile`), one of at most 64 the small tile (the large
     one would compute half its rows or columns as padding), and so does a device
     whose blocks cannot take the large tile's shared memory (an A100's 163 KiB, 99 KiB on
@@ -263,12 +263,12 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
 
     float64 runs ``warptile`` where it measured faster: small problems (below K = 128 or
     ``2**28`` multiply-adds, where the pipeline's fixed host and fill costs dominate), and
-    aligned outputs wider than :data:`F64_PIPELINE_MAX_SIDE` on both sides: its DMMA tiles in
-    cuBLAS's sm_90 shapes, chosen by wave quantization (:func:`choose_tile`) and split over
-    deep K (:func:`choose_split_k`), beat cuBLASDx's pipeline there, except at K = 128 with an
-    epilogue that keeps it on its small tile (a transcendental stage whose ``medium_min_k``
-    exceeds K).  The pipeline keeps the rest: unaligned operands (warptile's checked loads are
-    slower), outputs with a side of at most 16, and those heavy epilogues at K = 128.
+    aligned operands: its DMMA tiles in cuBLAS's sm_90 shapes and its thin tiles, chosen by
+    wave quantization (:func:`choose_tile`) and split over deep K (:func:`choose_split_k`),
+    beat cuBLASDx's pipeline there (it ran 0.13-0.79x cuBLAS DGEMM at 28 middling shapes),
+    except at K = 128 with an epilogue that keeps it on its small tile (a transcendental stage
+    whose ``medium_min_k`` exceeds K).  The pipeline keeps the rest: unaligned operands
+    (warptile's checked loads are slower) and those heavy epilogues at K = 128.
 
     float32 at ``"ieee"`` runs cuBLASDx's SIMT float32 pipeline for an output side of at most
     128 from K = 64 and ``2**30`` multiply-adds (it reads A and B once, far ahead of
@@ -289,19 +289,12 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
         return "warptile"
     if dt == np.float64:
         heavy = transcendental and medium_min_k > k  # an epilogue that keeps warptile on its small tile
-        if k < 128 or m * n * k < 2**28 or (aligned and min(m, n) > F64_PIPELINE_MAX_SIDE and (k > 128 or not heavy)):
+        if k < 128 or m * n * k < 2**28 or (aligned and (k > 128 or not heavy)):
             return "warptile"
         return "pipeline"
     if dt == np.float32 and k >= 64 and m * n * k >= 2**30 and min(m, n) <= SIMT_FLOAT32_MAX_SIDE:
         return "pipeline"
     return "warptile"
-
-
-F64_PIPELINE_MAX_SIDE = 16
-"""float64 outputs with a side of at most this many rows or columns stay on the pipeline under
-``auto`` (:func:`choose_backend`): ``warptile``'s narrowest tiles are 64 wide.  From 64 on, the
-H100 ran ``warptile``'s tiles and K split up to several times as fast as the pipeline, which
-ran 0.13-0.79x cuBLAS DGEMM at 28 middling shapes (``docs/performance.md``)."""
 
 
 TF32_PIPELINE_MIN_MACS = 2**30
@@ -333,7 +326,9 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, device: D
     float32: the 64x64 tile below ``2**19`` outputs, 64x128 below ``2**22``, 128x128 above
     (finer tiles fill the SMs where there are few outputs).
 
-    float64 is wave quantization: the busiest SM runs ``ceil(blocks / sms)`` blocks, each
+    float64: an output side of at most :data:`THIN_SIDE` takes the thin tile (``"n16"``,
+    128x16, or ``"m16"``, 16x128) where it fits.  Otherwise wave quantization: the busiest SM
+    runs ``ceil(blocks / sms)`` blocks, each
     costing :data:`F64_BLOCK_COST`; the cheapest tile wins, ties to the larger, within three
     limits the costs do not capture: below ``2**19`` outputs the tiny tile; below K = 1024
     not the large tile (it pads K to 16 and pays a long prologue for few K tiles); the medium
@@ -356,6 +351,10 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, device: D
     if dt != np.float64:
         return "large"
     sms, l2_bytes = device.sm_count, device.l2_bytes
+    if min(m, n) <= THIN_SIDE:
+        thin = "n16" if n <= m else "m16"
+        if tile_fits(device, dt, thin):
+            return thin
     if m * n < 2**19:
         return "tiny"
     costs = {}
@@ -427,8 +426,11 @@ def batched_choice(backend: str, dtype: np.dtype, m: int, n: int, k: int, count:
 
 
 def choose_split_tile(m: int, n: int) -> str:
-    """The float64 split-K tile for an ``m x n`` output: 128x64 up to 64 columns and 64x128 up to
-    64 rows, where the 128x128 tile would leave half its columns or rows idle, else 128x128."""
+    """The float64 split-K tile for an ``m x n`` output: the thin tile's split part for a side of
+    at most :data:`THIN_SIDE`, 128x64 up to 64 columns and 64x128 up to 64 rows, where the
+    128x128 tile would leave half its columns or rows idle, else 128x128."""
+    if min(m, n) <= THIN_SIDE:
+        return "split_n16" if n <= m else "split_m16"
     return "split_narrow" if n <= 64 else "split_wide" if m <= 64 else "split"
 
 
@@ -511,8 +513,8 @@ def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: 
     float32 contract) are added by the reduce in float32, which adds to no bias.
 
     float64: a call whose split tiles (:func:`choose_split_tile`) would fill at most half the
-    GPU runs on the small or tiny tile, at about half the large tile's DMMA rate, on few
-    blocks.  Slicing K over ``gridDim.z`` gives the split tile's 32x32 or 64x32 warps enough
+    blocks the GPU holds at once runs on the small, tiny or thin tile, at about half the large
+    tile's DMMA rate, on few blocks.  Slicing K over ``gridDim.z`` gives the split tile's 32x32 or 64x32 warps enough
     blocks; the partial sums are reduced by :mod:`dxgemm.kernels.splitk_reduce`
     (:mod:`dxgemm.runtime.splitk`).  Slices keep at least :data:`F64_MIN_SLICE_K` of K each (a
     slice's start-up is ~10 K tiles' worth), at most :data:`F64_MAX_SLICES`, and only from
@@ -531,11 +533,11 @@ def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: 
     split_tile = choose_split_tile(m, n)
     if not tile_fits(device, dtype, split_tile):
         return 1
-    sms = device.sm_count
+    slots = device.sm_count * max(1, tile_smem(dtype, split_tile)[2])  # blocks resident at once
     tiles = _f64_tiles(split_tile, m, n)
-    if 2 * tiles > sms:
+    if 2 * tiles > slots:
         return 1
-    return max(1, min(sms // tiles, k // F64_MIN_SLICE_K, F64_MAX_SLICES))
+    return max(1, min(slots // tiles, k // F64_MIN_SLICE_K, F64_MAX_SLICES))
 
 
 def pipeline_config(m: int, n: int, k: int, dtype: Any, info: Any, method: str | None = None) -> PipelineConfig:

@@ -601,3 +601,28 @@ def test_float64_warptile_split_k(monkeypatch, rng, m, n, tile):
     c = rng.standard_normal((m, n))
     _run_and_check(_make("custom", rng, np.float64, m, n), a, b, np.float64, backend="warptile", alpha=0.75,
                    beta=-1.5, c=c, layout_c="col")
+
+
+@pytest.mark.parametrize("m, n, k, tile", [(131, 13, 70, "n16"), (11, 150, 70, "m16"), (70, 16, 2048, "n16"),
+                                           (9, 100, 2048, "m16")])
+def test_float64_thin_tiles(monkeypatch, rng, m, n, k, tile):
+    """float64 outputs with a side <= THIN_SIDE run warptile's thin tiles (128x16, 16x128),
+    split over K at depth (the simulator is told of 2 SMs: 6 slots of the 3-a-SM tile, one
+    tile, so six slices); alpha, beta with C and a row/col-dependent epilogue checked into
+    column-major D."""
+    import dataclasses
+
+    import dxgemm._gemm as gemm_module
+    from dxgemm import policy
+    from dxgemm.runtime.device import H100
+
+    two_sms = dataclasses.replace(H100, sm_count=2)
+    monkeypatch.setattr(gemm_module, "device_info", lambda device=None: two_sms)
+    assert policy.choose_tile("warptile", np.float64, m, n, k, two_sms) == tile
+    slices = policy.choose_split_k("warptile", np.dtype(np.float64), m, n, k, tile, two_sms)
+    assert slices == (6 if k >= policy.F64_SPLIT_MIN_K else 1)
+    assert policy.choose_split_tile(m, n) == f"split_{tile}"
+    a, b = _operands(rng, np.float64, m, n, k)
+    c = rng.standard_normal((m, n))
+    _run_and_check(_make("custom", rng, np.float64, m, n), a, b, np.float64, backend="warptile", alpha=0.75,
+                   beta=-1.5, c=c, layout_c="col")

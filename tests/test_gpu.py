@@ -155,6 +155,15 @@ def test_warptile_fp64_short_tile(cp, shape):
     _check_chosen_float64_tile(cp, shape, "short", alpha=0.75, beta=-1.5)
 
 
+@pytest.mark.parametrize("shape,tile", [((16384, 16, 16384), "n16"), ((4099, 13, 3001), "n16"), ((16, 4096, 4096), "m16"),
+                                        ((11, 777, 2049), "m16"), ((300, 16, 64), "n16")],
+                         ids=lambda s: "x".join(map(str, s)) if isinstance(s, tuple) else s)
+def test_warptile_fp64_thin_tiles(cp, shape, tile):
+    """float64 outputs with a side <= 16 on ``warptile``'s thin tiles, split over K where deep:
+    aligned and odd operands, into row- and column-major C with alpha and beta."""
+    _check_chosen_float64_tile(cp, shape, tile, alpha=0.5, beta=2.0)
+
+
 def _check_chosen_float64_tile(cp, shape, tile, alpha, beta):
     """``choose_tile`` takes ``tile`` for ``shape``, and ``warptile`` on it computes ``alpha A B +
     beta C`` into row- and column-major C."""

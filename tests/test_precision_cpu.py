@@ -78,17 +78,37 @@ def test_tf32mma_split_k_rule():
 def test_thin_outputs_take_the_thin_tiles():
     """An output side <= 16 runs tf32mma's 128x16 (few columns) or 16x128 (few rows) tile,
     unbatched and batched; 17 and wider the wave model's 64x64 or 128x128 tile."""
-    from dxgemm.policy import EpilogueTraits, TF32_THIN_SIDE, batched_choice, choose_tf32_tile
+    from dxgemm.policy import EpilogueTraits, THIN_SIDE, batched_choice, choose_tf32_tile
 
     f32 = np.dtype(np.float32)
     assert choose_tf32_tile("tf32x3", 16384, 16, 16384) == "tf32x3_narrow"
     assert choose_tf32_tile("tf32", 4096, 1, 4096) == "tf32_narrow"
     assert choose_tf32_tile("tf32x3", 16, 4096, 4096) == "tf32x3_flat"
     assert choose_tf32_tile("tf32x3", 16, 16, 16384) == "tf32x3_narrow"  # a tie: the columns decide
-    assert choose_tf32_tile("tf32x3", 4096, TF32_THIN_SIDE + 1, 4096) == "tf32x3_small"
+    assert choose_tf32_tile("tf32x3", 4096, THIN_SIDE + 1, 4096) == "tf32x3_small"
     assert choose_tf32_tile("tf32x3", 4096, 4096, 4096) == "tf32x3"
     traits = EpilogueTraits.of(None)
     assert batched_choice("auto", f32, 4096, 8, 4096, 32, single_rows=False, traits=traits,
                           precision="tf32x3") == ("tf32mma", "tf32x3_narrow")
     assert batched_choice("auto", f32, 64, 64, 64, 4096, single_rows=False, traits=traits,
                           precision="tf32x3") == ("tf32mma", "tf32x3_small")
+
+
+def test_float64_thin_outputs_take_warptile_thin_tiles():
+    """float64 with an output side <= THIN_SIDE runs warptile's 128x16 or 16x128 tile under
+    auto (not the pipeline), split with the slots of its three blocks a SM; where three do not
+    fit an SM (Ada, A100) the 64x64 tile."""
+    from dxgemm.gpus import DEVICES
+    from dxgemm.policy import THIN_SIDE, choose_backend, choose_split_k, choose_split_tile, choose_tile
+
+    f64 = np.dtype(np.float64)
+    h100 = DEVICES["H100"]
+    assert choose_backend(f64, 16384, 16, 16384, pipeline=True, device=h100) == "warptile"
+    assert choose_tile("warptile", f64, 16384, 16, 16384, h100) == "n16"
+    assert choose_tile("warptile", f64, 16, 4096, 4096, h100) == "m16"
+    assert choose_tile("warptile", f64, 4096, THIN_SIDE + 1, 4096, h100) != "n16"
+    assert choose_split_tile(16384, 16) == "split_n16" and choose_split_tile(16, 4096) == "split_m16"
+    assert choose_split_k("warptile", f64, 16384, 16, 16384, "n16", h100) == 3  # 128 tiles in 396 slots
+    assert choose_split_k("warptile", f64, 16, 4096, 4096, "m16", h100) == 12  # 32 tiles, 256 K a slice at least
+    assert choose_tile("warptile", f64, 16384, 16, 16384, DEVICES["L40S"]) == "tiny"
+    assert choose_tile("warptile", f64, 16384, 16, 16384, DEVICES["A100"]) == "tiny"

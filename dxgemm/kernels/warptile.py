@@ -50,7 +50,8 @@ What else makes this rung fast (the figures: ``docs/performance.md``):
 * **K split over the grid for few output tiles** (float64).  A skinny output with deep K
   has too few tiles to fill the SMs; its K slices run as the grid's z, each into a
   workspace laid out like D, and :mod:`~.splitk_reduce` adds them and applies the
-  epilogue (``TILE_CONFIGS["float64"]["split"]``, ``"split_narrow"`` and ``"split_wide"``,
+  epilogue (``TILE_CONFIGS["float64"]["split"]``, ``"split_narrow"``, ``"split_wide"``, and the
+  thin ``"split_n16"`` and ``"split_m16"``,
   ``dxgemm.policy.choose_split_k``).
 * **16-byte stores.**  A thread's neighbours in a row of D (a lane's pair of the DMMA
   accumulator, a thread's four float32 columns) leave in one ``STG.E.128`` when D is
@@ -105,6 +106,9 @@ _F64_SMALL = dict(kind="dmma", copy="async", threads=256, BM=128, BN=64, BK=8, W
 _F64_MEDIUM = dict(kind="dmma", copy="async", mma_sm90=(16, 8), threads=128, BM=128, BN=64, BK=16, WM=64, WN=32,
                    stages=3, min_blocks=2, unchecked_prologue=True, staged_epilogue=8)
 
+_F64_THIN_N = dict(kind="dmma", copy="async", threads=128, BM=128, BN=16, BK=16, WM=32, WN=16, stages=3, min_blocks=3)
+_F64_THIN_M = dict(_F64_THIN_N, BM=16, BN=128, WM=16, WN=32)
+
 TILE_CONFIGS = {
     "float32": {
         "small": dict(threads=256, BM=64, BN=128, BK=16, WM=32, WN=32, WNITER=2, TM=4, TN=4, stages=2, unroll=2),
@@ -128,6 +132,13 @@ TILE_CONFIGS = {
         "split_narrow": dict(CONFIGS["float64"], BN=64, BK=32, WM=32, WN=32, stages=3, split_k=True, group_m=0),
         # outputs at most 64 rows tall: the same tile turned, 64x128 (8 warps of 32x32)
         "split_wide": dict(CONFIGS["float64"], BM=64, BK=32, WM=32, WN=32, stages=3, split_k=True, group_m=0),
+        # outputs with a side of at most 16 (dxgemm.policy.THIN_SIDE): 128x16 (4 warps of 32x16
+        # down the rows) and 16x128 (4 warps of 16x32 across the columns), three blocks a SM; such
+        # a GEMM streams its long operand, which a 64-wide tile would read for three quarters padding
+        "n16": _F64_THIN_N,
+        "m16": _F64_THIN_M,
+        "split_n16": dict(_F64_THIN_N, split_k=True),
+        "split_m16": dict(_F64_THIN_M, split_k=True),
     },
 }
 """Other tiles by ``spec.tile`` (``dxgemm.policy.choose_tile`` decides); a dtype or name without
