@@ -607,8 +607,8 @@ def test_float64_warptile_split_k(monkeypatch, rng, m, n, tile):
                                            (9, 100, 2048, "m16")])
 def test_float64_thin_tiles(monkeypatch, rng, m, n, k, tile):
     """float64 outputs with a side <= THIN_SIDE run warptile's thin tiles (128x16, 16x128),
-    split over K at depth (the simulator is told of 2 SMs: 6 slots of the 3-a-SM tile, one
-    tile, so six slices); alpha, beta with C and a row/col-dependent epilogue checked into
+    split over K at depth (the simulator is told of 2 SMs: 4 slots of the 2-a-SM tile, one
+    tile, so four slices); alpha, beta with C and a row/col-dependent epilogue checked into
     column-major D."""
     import dataclasses
 
@@ -620,7 +620,7 @@ def test_float64_thin_tiles(monkeypatch, rng, m, n, k, tile):
     monkeypatch.setattr(gemm_module, "device_info", lambda device=None: two_sms)
     assert policy.choose_tile("warptile", np.float64, m, n, k, two_sms) == tile
     slices = policy.choose_split_k("warptile", np.dtype(np.float64), m, n, k, tile, two_sms)
-    assert slices == (6 if k >= policy.F64_SPLIT_MIN_K else 1)
+    assert slices == (4 if k >= policy.F64_SPLIT_MIN_K else 1)
     assert policy.choose_split_tile(m, n) == f"split_{tile}"
     a, b = _operands(rng, np.float64, m, n, k)
     c = rng.standard_normal((m, n))

@@ -646,14 +646,16 @@ def test_choose_backend():
     from dxgemm.policy import choose_backend
 
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 4096, pipeline=False) == "warptile"
-    # float64: warptile where aligned and not skinny (h100_auto_choice_f64_s15.log, h100_warptile_f64_tiles_s15.log)
+    # float64: warptile wherever operands are aligned (h100_auto_choice_f64_s15.log, h100_f64_mid_ab.log,
+    # h100_f64_thin_tiles.log); the pipeline for unaligned operands
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 4096, pipeline=True) == "warptile"
     assert choose_backend(np.dtype(np.float64), 4097, 4097, 4097, pipeline=True, aligned=False) == "pipeline"
-    # skinny, deep K: warptile split over K (h100_splitk_ab_s17.log), at least 128 rows and 64 columns
+    # skinny, deep K: warptile split over K (h100_splitk_ab_s17.log, h100_f64_slices_ab.log)
     assert choose_backend(np.dtype(np.float64), 2048, 256, 8192, pipeline=True) == "warptile"
     assert choose_backend(np.dtype(np.float64), 4096, 128, 4096, pipeline=True) == "warptile"
     assert choose_backend(np.dtype(np.float64), 2048, 256, 8192, pipeline=True, aligned=False) == "pipeline"
-    assert choose_backend(np.dtype(np.float64), 2048, 256, 1024, pipeline=True) == "pipeline"  # K < 2048: no split
+    assert choose_backend(np.dtype(np.float64), 2048, 256, 1024, pipeline=True) == "warptile"  # unsplit, tiled
+    assert choose_backend(np.dtype(np.float64), 16384, 16, 16384, pipeline=True) == "warptile"  # the thin tile
     assert choose_backend(np.dtype(np.float64), 8192, 8192, 512, pipeline=True) == "warptile"  # the medium tile
     # a transcendental chain that keeps warptile on its small tile (a custom stage): warptile from K = 256,
     # the pipeline at K = 128 (h100_backends_gelu64_s20.log, when the exact GELU ran there too)
@@ -678,8 +680,8 @@ def test_choose_backend():
     assert choose_backend(np.dtype(np.float64), 1024, 1024, 1024, pipeline=True) == "warptile"
     assert choose_backend(np.dtype(np.float64), 1024, 1024, 1024, pipeline=True, aligned=False) == "pipeline"
     assert choose_backend(np.dtype(np.float64), 4096, 64, 4096, pipeline=True) == "warptile"  # the 128x64 split tile
-    assert choose_backend(np.dtype(np.float64), 4096, 32, 4096, pipeline=True) == "pipeline"
-    assert choose_backend(np.dtype(np.float64), 64, 4096, 4096, pipeline=True) == "pipeline"
+    assert choose_backend(np.dtype(np.float64), 4096, 32, 4096, pipeline=True) == "warptile"  # split, 128x64
+    assert choose_backend(np.dtype(np.float64), 64, 4096, 4096, pipeline=True) == "warptile"  # split, 64x128
     assert choose_backend(np.dtype(np.float64), 512, 512, 512, pipeline=True) == "warptile"
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 64, pipeline=True) == "warptile"  # K < 128
     assert choose_backend(np.dtype(np.float64), 4096, 4096, 128, pipeline=True) == "warptile"
@@ -1289,7 +1291,7 @@ def test_resolve_precision():
 
 
 def test_tf32_rung_fits_by_device_properties():
-    """tf32mma needs TF32 mma.sync (8.0) and its small tile's shared memory (70 KiB); its large
+    """tf32mma needs TF32 mma.sync (8.0) and its small tile's shared memory (52 KiB); its large
     tile (172 KiB) fits an H100 and not an A100 (163 KiB a block).  auto runs it only where the
     tensor cores are several times the FMA units: an A100 or H100, not an Ada GPU."""
     from dxgemm.gpus import DEVICES
@@ -1300,7 +1302,7 @@ def test_tf32_rung_fits_by_device_properties():
     assert tf32_rung_fits((9, 0), 227 * 1024) and tf32_rung_fits((8, 0), 163 * 1024)
     assert tf32_rung_fits((8, 9), 99 * 1024)  # it can run there (backend="tf32mma")
     assert not tf32_rung_fits((7, 5), 227 * 1024)
-    assert not tf32_rung_fits((8, 9), 64 * 1024)
+    assert not tf32_rung_fits((8, 9), 48 * 1024)
     a100, l40s = DEVICES["A100"], DEVICES["L40S"]
     assert tf32_auto(a100) and not tf32_tile_fits(a100, "tf32x3")
     assert choose_tf32_tile("tf32x3", 4096, 4096, 4096, a100) == "tf32x3_small"

@@ -96,7 +96,7 @@ def test_thin_outputs_take_the_thin_tiles():
 
 def test_float64_thin_outputs_take_warptile_thin_tiles():
     """float64 with an output side <= THIN_SIDE runs warptile's 128x16 or 16x128 tile under
-    auto (not the pipeline), split with the slots of its three blocks a SM; where three do not
+    auto (not the pipeline), split with the slots of its two blocks a SM; where two do not
     fit an SM (Ada, A100) the 64x64 tile."""
     from dxgemm.gpus import DEVICES
     from dxgemm.policy import THIN_SIDE, choose_backend, choose_split_k, choose_split_tile, choose_tile
@@ -108,7 +108,7 @@ def test_float64_thin_outputs_take_warptile_thin_tiles():
     assert choose_tile("warptile", f64, 16, 4096, 4096, h100) == "m16"
     assert choose_tile("warptile", f64, 4096, THIN_SIDE + 1, 4096, h100) != "n16"
     assert choose_split_tile(16384, 16) == "split_n16" and choose_split_tile(16, 4096) == "split_m16"
-    assert choose_split_k("warptile", f64, 16384, 16, 16384, "n16", h100) == 3  # 128 tiles in 396 slots
-    assert choose_split_k("warptile", f64, 16, 4096, 4096, "m16", h100) == 12  # 32 tiles, 256 K a slice at least
+    assert choose_split_k("warptile", f64, 16384, 16, 16384, "n16", h100) == 2  # 128 tiles in 264 slots
+    assert choose_split_k("warptile", f64, 16, 4096, 4096, "m16", h100) == 8  # 32 tiles in 264 slots
     assert choose_tile("warptile", f64, 16384, 16, 16384, DEVICES["L40S"]) == "tiny"
     assert choose_tile("warptile", f64, 16384, 16, 16384, DEVICES["A100"]) == "tiny"
