@@ -487,9 +487,10 @@ TF32MMA_MIN_SLICE_K = 256
 """The least K a ``tf32mma`` slice keeps (eight 32-deep K tiles; :func:`choose_split_k`)."""
 
 F64_SPLIT_MIN_K = 2048
-"""The shortest K a float64 ``warptile`` call is split over (:func:`choose_split_k`): at
-K = 1024 the unsplit 64x64 tile ran 1.18-1.40x cuBLAS DGEMM on the H100 where 4 to 16 slices
-ran 0.79-0.97x (``docs/performance.md``)."""
+"""The shortest K a float64 ``warptile`` call is split over (:func:`choose_split_k`).  At
+K = 1024 the outputs a split would serve take 25-50 us a call, paced by the host as much as
+the GPU, and four slices and the unsplit 64x64 tile traded places between H100 runs
+(``docs/performance.md``)."""
 
 F64_MIN_SLICE_K = 256
 """The least K a float64 slice keeps (16 of the split tiles' 16-deep K tiles)."""
