@@ -28,6 +28,7 @@ from .pipelines.config import (_DEEP_K_TILES_F64, _SHALLOW_K_TILES, _SHALLOW_K_T
 from .gpus import H100, DeviceInfo, tf32_tensor_ratio
 
 __all__ = ["EpilogueTraits", "PRECISIONS", "resolve_precision", "choose_backend", "choose_tile", "choose_split_tile",
+           "thin_orientation",
            "split_part_tile", "choose_split_k", "choose_tf32_tile", "gemv_column",
            "pipeline_config", "pipeline_split_k", "check_split_count", "F64_BLOCK_COST", "MIN_SLICE_TILES", "tile_fits",
            "tile_smem", "PIPELINE_TARGETS"]
@@ -128,6 +129,15 @@ THIN_SIDE = 16
 (:func:`tf32_thin_tile`) or float64 ``warptile``'s (:func:`choose_tile`)."""
 
 
+def thin_orientation(m: int, n: int) -> str | None:
+    """Which thin tile an ``m x n`` output takes: ``"n"`` (few columns: a tile 16 wide, tall),
+    ``"m"`` (few rows), or None where both sides exceed :data:`THIN_SIDE`.  A tie goes to the
+    columns."""
+    if min(m, n) > THIN_SIDE:
+        return None
+    return "n" if n <= m else "m"
+
+
 def tf32_thin_tile(precision: str, m: int, n: int) -> str | None:
     """``tf32mma``'s thin tile for an ``m x n`` output with a side of at most
     :data:`THIN_SIDE`: ``"narrow"`` (128x16) for few columns, ``"flat"`` (16x128) for few
@@ -135,9 +145,8 @@ def tf32_thin_tile(precision: str, m: int, n: int) -> str | None:
     most 16 outputs), and the 64x64 tile would spend three quarters of its mmas on padding: on
     the H100 the thin tiles ran up to 2.2x cuBLAS SGEMM where the 64x64 tile ran 0.44-0.91x, and
     within 5 % of it on the smallest such shapes (``docs/performance.md``)."""
-    if min(m, n) > THIN_SIDE:
-        return None
-    return f"{precision}_narrow" if n <= m else f"{precision}_flat"
+    side = thin_orientation(m, n)
+    return None if side is None else f"{precision}_{'narrow' if side == 'n' else 'flat'}"
 
 
 def tf32_tile_shape(tile: str) -> tuple[int, int]:
@@ -351,10 +360,9 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, device: D
     if dt != np.float64:
         return "large"
     sms, l2_bytes = device.sm_count, device.l2_bytes
-    if min(m, n) <= THIN_SIDE:
-        thin = "n16" if n <= m else "m16"
-        if tile_fits(device, dt, thin):
-            return thin
+    side = thin_orientation(m, n)
+    if side is not None and tile_fits(device, dt, f"{side}16"):
+        return f"{side}16"
     if m * n < 2**19:
         return "tiny"
     costs = {}
@@ -429,8 +437,9 @@ def choose_split_tile(m: int, n: int) -> str:
     """The float64 split-K tile for an ``m x n`` output: the thin tile's split part for a side of
     at most :data:`THIN_SIDE`, 128x64 up to 64 columns and 64x128 up to 64 rows, where the
     128x128 tile would leave half its columns or rows idle, else 128x128."""
-    if min(m, n) <= THIN_SIDE:
-        return "split_n16" if n <= m else "split_m16"
+    side = thin_orientation(m, n)
+    if side is not None:
+        return f"split_{side}16"
     return "split_narrow" if n <= 64 else "split_wide" if m <= 64 else "split"
 
 

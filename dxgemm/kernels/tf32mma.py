@@ -98,8 +98,9 @@ CONFIGS["large"] = CONFIGS["tf32x3"]
 # 128x128 tile too few blocks to fill the SMs (and entries of a batch narrower than it):
 # four times the blocks at a lower mma rate per warp (a 32x32 warp tile loads a fragment for
 # every 1.5 mmas, the 64x32 one for every 2).  tf32x3 keeps two cp.async stages and three
-# blocks a SM (54 KiB, registers held to 168 without spills): a third block hides more latency
-# than a third stage does, 3-8 % faster from K = 16 to 8192 (docs/performance.md).
+# blocks a SM (52 KiB, registers held to 168 without spills): a third block hides more latency
+# than a third stage does, 0-8 % faster at 14 of 15 shapes from K = 16 to 8192
+# (docs/performance.md).
 # It is also the tile that fits GPUs with 99 KiB of shared memory a block (sm_86, sm_89, sm_120).
 CONFIGS["tf32x3_small"] = dict(CONFIGS["tf32x3"], threads=128, BM=64, BN=64, WM=32, WN=32, stages=2, min_blocks=3)
 CONFIGS["tf32_small"] = dict(CONFIGS["tf32"], threads=128, BM=64, BN=64, WM=32, WN=32)

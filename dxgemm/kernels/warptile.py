@@ -134,7 +134,7 @@ TILE_CONFIGS = {
         "split_wide": dict(CONFIGS["float64"], BM=64, BK=32, WM=32, WN=32, stages=3, split_k=True, group_m=0),
         # outputs with a side of at most 16 (dxgemm.policy.THIN_SIDE): 128x16 (4 warps of 32x16
         # down the rows) and 16x128 (4 warps of 16x32 across the columns), four cp.async stages
-        # and two blocks a SM (faster than three stages at three a SM at 15 of 16 thin shapes);
+        # and two blocks a SM (as fast as three stages at three a SM or faster, at 15 of 16 thin shapes);
         # such a GEMM streams its long operand, which a 64-wide tile would read for three
         # quarters padding
         "n16": _F64_THIN_N,
