@@ -524,8 +524,8 @@ def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: 
 
     float64: a call whose split tiles (:func:`choose_split_tile`) would fill at most half the
     blocks the GPU holds at once runs on the small, tiny or thin tile, at about half the large
-    tile's DMMA rate, on few blocks.  Slicing K over ``gridDim.z`` gives the split tile's 32x32 or 64x32 warps enough
-    blocks; the partial sums are reduced by :mod:`dxgemm.kernels.splitk_reduce`
+    tile's DMMA rate, on few blocks.  Slicing K over ``gridDim.z`` gives the split tile's warps
+    enough blocks; the partial sums are reduced by :mod:`dxgemm.kernels.splitk_reduce`
     (:mod:`dxgemm.runtime.splitk`).  Slices keep at least :data:`F64_MIN_SLICE_K` of K each (a
     slice's start-up is ~10 K tiles' worth), at most :data:`F64_MAX_SLICES`, and only from
     K = :data:`F64_SPLIT_MIN_K`: the split pays for deep K on small outputs, not for cubes; and

@@ -108,7 +108,8 @@ CONFIGS["tf32_small"] = dict(CONFIGS["tf32"], threads=128, BM=64, BN=64, WM=32, 
 # used once per 16 outputs, so the GEMM streams that operand, and a 64-wide tile would spend
 # three quarters of its mmas on padding.  "narrow" is 128x16 (4 warps of 32x16 down the rows,
 # two stages: many blocks in flight, each short-lived), "flat" 16x128 (4 warps of 16x32 across
-# the columns, four stages: each block walks K over a B panel 128 wide); both three a SM.
+# the columns, four stages: each block walks K over a B panel 128 wide).  Both hold registers
+# for three a SM; the flat tile's 88 KiB of shared memory leaves it two.
 for _mode in MODES:
     CONFIGS[f"{_mode}_narrow"] = dict(CONFIGS[_mode], threads=128, BM=128, BN=16, WM=32, WN=16, stages=2, min_blocks=3)
     CONFIGS[f"{_mode}_flat"] = dict(CONFIGS[_mode], threads=128, BM=16, BN=128, WM=16, WN=32, stages=4, min_blocks=3)
