@@ -167,11 +167,12 @@ def tf32_tile_fits(device: DeviceInfo, tile: str) -> bool:
 def tf32_resident(device: DeviceInfo, tile: str) -> int:
     """Blocks of ``tf32mma``'s ``tile`` one SM of ``device`` holds at once: its threads at up to
     255 registers each (the split mode's kernels use 249-255) unless the tile caps them for
-    ``min_blocks`` a SM, its shared memory plus the 1 KiB the driver reserves, its threads."""
-    from .kernels.tf32mma import CONFIGS, smem_bytes
+    some blocks a SM on this target (``tile_min_blocks``), its shared memory plus the 1 KiB the
+    driver reserves, its threads."""
+    from .kernels.tf32mma import CONFIGS, smem_bytes, tile_min_blocks
 
     threads = CONFIGS[tile]["threads"]
-    by_registers = max(CONFIGS[tile].get("min_blocks", 0), device.regs_per_sm // (256 * threads))
+    by_registers = max(tile_min_blocks(tile, device.cc), device.regs_per_sm // (256 * threads))
     return max(1, min(by_registers, device.sm_smem // (smem_bytes(tile) + 1024), device.threads_per_sm // threads))
 
 

@@ -35,6 +35,7 @@ from numba import typeof  # noqa: E402
 from dxgemm import policy  # noqa: E402
 from dxgemm.kernels import RUNGS, KernelSpec, Layout, compile_rung  # noqa: E402
 from dxgemm.kernels._device import dmma_shape_for  # noqa: E402
+from dxgemm.kernels.tf32mma import tile_min_blocks  # noqa: E402
 from dxgemm.runtime.device import target_device  # noqa: E402
 from dxgemm.runtime.rungs import plain_epilogue  # noqa: E402
 
@@ -93,8 +94,10 @@ def build_rows(job) -> tuple[list[str], int]:
     spec = KernelSpec(np.dtype(dtype), R, R, R, bound.key, bound.make(), tile=tile)
     compiled, lines, failures = {}, [], 0
     for cc in targets:
-        # float64 warptile's mma shape depends on the target: one build per shape
+        # float64 warptile's mma shape and tf32mma's register bound depend on the target: one build each
         overrides = {"mma": dmma_shape_for(cc)} if backend == "warptile" and dtype == "float64" and cc < (9, 0) else {}
+        if backend == "tf32mma":
+            overrides = {"min_blocks": tile_min_blocks(tile, cc)}
         key = tuple(sorted(overrides.items()))
         name = f"{backend}/{tile} {dtype}"
         device = target_device(cc)

@@ -834,6 +834,12 @@ DMMA_SHAPES = ((8, 4), (16, 4), (16, 8), (16, 16))
 """The FP64 ``mma.sync`` shapes (M, K); N is always 8."""
 
 
+def current_cc() -> tuple[int, int]:
+    """The compute capability kernels are compiled for now: the current device's (the stand-in
+    driver's target when building without a GPU), sm_90 under the simulator."""
+    return (9, 0) if SIMULATOR else tuple(cuda.get_current_device().compute_capability)
+
+
 def dmma_shape_for(cc: tuple[int, int]) -> tuple[int, int]:
     """The FP64 mma shape a kernel for compute capability ``cc`` uses unless its tile names
     its own (``mma_sm90``): m16n8k4 on sm_90 and later, m8n8k4 before.  In warptile's

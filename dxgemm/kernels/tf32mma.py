@@ -72,8 +72,8 @@ import numpy as np
 from numba import cuda, from_dtype
 from numba import uint64 as index_type
 
-from ._device import (SIMULATOR, U, cp_async_commit, cp_async_wait, make_async_tile_stream, make_offset,
-                      make_tile_async_copier)
+from ._device import (SIMULATOR, U, cp_async_commit, cp_async_wait, current_cc, make_async_tile_stream,
+                      make_offset, make_tile_async_copier)
 from ._spec import BuiltKernel, KernelSpec, Layout
 
 WARP = 32
@@ -97,12 +97,14 @@ CONFIGS["large"] = CONFIGS["tf32x3"]
 # The small tile, 64x64 as 4 warps of 32x32 (2x4 m16n8 blocks), for outputs that give the
 # 128x128 tile too few blocks to fill the SMs (and entries of a batch narrower than it):
 # four times the blocks at a lower mma rate per warp (a 32x32 warp tile loads a fragment for
-# every 1.5 mmas, the 64x32 one for every 2).  tf32x3 keeps two cp.async stages and three
-# blocks a SM (52 KiB, registers held to 168 without spills): a third block hides more latency
-# than a third stage does, 0-8 % faster at 14 of 15 shapes from K = 16 to 8192
-# (docs/performance.md).
+# every 1.5 mmas, the 64x32 one for every 2).  tf32x3 keeps two cp.async stages (52 KiB) and,
+# on sm_90, three blocks a SM (registers held to 168): a third block hides more latency than a
+# third stage does, 0-8 % faster at 14 of 15 shapes from K = 16 to 8192 (docs/performance.md).
+# Only there: at 168 registers ptxas 13.0 (the ctk130 extra) spills 32 bytes on sm_80 and 100
+# on sm_100, where the tile keeps its registers and two blocks a SM (:func:`tile_min_blocks`).
 # It is also the tile that fits GPUs with 99 KiB of shared memory a block (sm_86, sm_89, sm_120).
-CONFIGS["tf32x3_small"] = dict(CONFIGS["tf32x3"], threads=128, BM=64, BN=64, WM=32, WN=32, stages=2, min_blocks=3)
+CONFIGS["tf32x3_small"] = dict(CONFIGS["tf32x3"], threads=128, BM=64, BN=64, WM=32, WN=32, stages=2,
+                               min_blocks_sm90=3)
 CONFIGS["tf32_small"] = dict(CONFIGS["tf32"], threads=128, BM=64, BN=64, WM=32, WN=32)
 # The thin tiles, for an output side of at most 16: there every element of the long operand is
 # used once per 16 outputs, so the GEMM streams that operand, and a 64-wide tile would spend
@@ -366,6 +368,15 @@ def smem_bytes(tile: str = "tf32x3") -> int:
                    for _, _, sa, sb in [_stage_layout(cfg, ka, kb)])
 
 
+def tile_min_blocks(tile: str, cc: tuple[int, int]) -> int:
+    """The blocks a SM ``tile``'s kernel for compute capability ``cc`` holds registers for (its
+    launch bound; 0: none): ``min_blocks_sm90`` on sm_90 where the tile names one, else ``min_blocks``."""
+    cfg = CONFIGS[tile]
+    if "min_blocks_sm90" in cfg and tuple(cc) == (9, 0):
+        return cfg["min_blocks_sm90"]
+    return cfg.get("min_blocks", 0)
+
+
 def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     """The kernel for ``spec`` (float32 only): ``spec.tile`` names the mode's configuration
     (``"tf32x3"``, the default ``"large"``, or ``"tf32"``); ``overrides`` change any of its
@@ -616,6 +627,7 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
         else:
             store_tile(d, U(ldd), um, un, row0, col0, w_row, w_col, lane, acc, epi_args)
 
+    min_blocks = overrides.get("min_blocks", tile_min_blocks(spec.tile, current_cc()))
     return BuiltKernel(tf32mma_gemm, (threads,), BM, BN,
                        dynamic_smem=(a_elems + b_elems + (acc_elems * threads if FOLD else 0)) * dt.itemsize,
-                       min_blocks=cfg.get("min_blocks", 0))
+                       min_blocks=min_blocks)

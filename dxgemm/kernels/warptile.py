@@ -76,9 +76,9 @@ from __future__ import annotations
 from numba import cuda, from_dtype
 from numba import uint64 as index_type
 
-from ._device import (SIMULATOR, SMEM_ALIGN, U, cp_async_commit, cp_async_wait, dmma_shape_for, is_aligned16,
-                      make_async_tile_stream, make_dmma, make_offset, make_tile_async_copier, make_tile_stager,
-                      store_vec)
+from ._device import (SIMULATOR, SMEM_ALIGN, U, cp_async_commit, cp_async_wait, current_cc, dmma_shape_for,
+                      is_aligned16, make_async_tile_stream, make_dmma, make_offset, make_tile_async_copier,
+                      make_tile_stager, store_vec)
 from ._spec import BuiltKernel, KernelSpec, Layout
 
 WARP = 32
@@ -882,7 +882,7 @@ def _run_store(width: int, epilogue, d_off, vector: bool):
 def _device_dmma_shape(sm90: tuple[int, int] | None = None) -> tuple[int, int]:
     """The FP64 mma shape for the device kernels are compiled for: ``sm90`` (a tile's own
     choice) on sm_90 and later where given, else :func:`~._device.dmma_shape_for`."""
-    cc = (9, 0) if SIMULATOR else tuple(cuda.get_current_device().compute_capability)
+    cc = current_cc()
     if sm90 is not None and cc >= (9, 0):
         return tuple(sm90)
     return dmma_shape_for(cc)
