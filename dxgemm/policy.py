@@ -31,7 +31,7 @@ __all__ = ["EpilogueTraits", "PRECISIONS", "resolve_precision", "choose_backend"
            "thin_orientation",
            "split_part_tile", "choose_split_k", "choose_tf32_tile", "gemv_column",
            "pipeline_config", "pipeline_split_k", "check_split_count", "F64_BLOCK_COST", "MIN_SLICE_TILES", "tile_fits",
-           "tile_smem", "PIPELINE_TARGETS"]
+           "tile_smem", "warptile_resident", "PIPELINE_TARGETS"]
 
 
 @dataclass(frozen=True)
@@ -459,6 +459,12 @@ def tile_smem(dtype: Any, tile: str) -> tuple[int, tuple[int, ...], int]:
     return max(b.dynamic_smem for b in built), tuple(built[0].block), built[0].min_blocks
 
 
+def warptile_resident(dtype: Any, tile: str) -> int:
+    """Blocks of ``warptile``'s ``tile`` an SM holds as designed: the ``min_blocks`` its
+    registers are capped for (1 where uncapped)."""
+    return max(1, tile_smem(dtype, tile)[2])
+
+
 def tile_fits(device: DeviceInfo, dtype: Any, tile: str) -> bool:
     """Whether ``warptile``'s ``tile`` runs as designed on ``device``: DMMA (float64) needs
     compute capability 8.0; its shared memory must fit a block, and the ``min_blocks`` blocks
@@ -467,9 +473,9 @@ def tile_fits(device: DeviceInfo, dtype: Any, tile: str) -> bool:
     dt = np.dtype(dtype)
     if dt == np.float64 and tuple(device.cc) < (8, 0):
         return False
-    smem, block, min_blocks = tile_smem(dt, tile)
+    smem, block, _ = tile_smem(dt, tile)
     threads = math.prod(block)
-    resident = max(1, min_blocks)
+    resident = warptile_resident(dt, tile)
     return (smem <= device.smem_per_block and resident * (smem + 1024) <= device.sm_smem
             and resident * threads <= device.threads_per_sm)
 
@@ -544,7 +550,7 @@ def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: 
     split_tile = choose_split_tile(m, n)
     if not tile_fits(device, dtype, split_tile):
         return 1
-    slots = device.sm_count * max(1, tile_smem(dtype, split_tile)[2])  # blocks resident at once
+    slots = device.sm_count * warptile_resident(dtype, split_tile)  # blocks resident at once
     tiles = _f64_tiles(split_tile, m, n)
     if 2 * tiles > slots:
         return 1
