@@ -26,7 +26,7 @@ from .runtime import pipeline as _pipeline
 from .runtime.device import device_info, gpu_usable
 from .runtime.launch import flat_values, matrix_of
 from .runtime.rungs import rung_call
-from .runtime.splitk import SimulatedCall, launch_simulated, rung_split
+from .runtime.splitk import SimulatedCall, launch_simulated, rung_serial_split, rung_split
 
 def gemm(
     a: Any,
@@ -149,12 +149,16 @@ def gemm(
             tile = policy.choose_tile(backend, dtype, m, n, k, info, traits.medium_tile_min_k)
         slices = policy.choose_split_k(backend, dtype, m, n, k, tile, info)
         spec = KernelSpec(dtype, op_a.layout, op_b.layout, op_d.layout, bound.key, None, tile=tile)
+        serial = slices > 1 and env.split_reduce() == "serial"
         if SIMULATOR and slices > 1:  # nothing is compiled: Numba's simulated launches, not kept
             launch_simulated(backend, spec, op_a, op_b, op_d, m, n, k, flags, bound, slices,
-                             policy.split_part_tile(backend, tile, m, n))
+                             policy.split_part_tile(backend, tile, m, n), serial=serial)
             return out
         if SIMULATOR:  # Numba's simulated launch from addresses, as the packed launch on a GPU
             call = SimulatedCall(backend, spec, bound)
+        elif serial:
+            call = rung_serial_split(backend, spec, bound, device, slices, policy.split_part_tile(backend, tile, m, n),
+                                     m, n, handle)
         elif slices > 1:
             call = rung_split(backend, spec, bound, device, slices, policy.split_part_tile(backend, tile, m, n))
         else:

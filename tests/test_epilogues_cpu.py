@@ -626,3 +626,45 @@ def test_float64_thin_tiles(monkeypatch, rng, m, n, k, tile):
     c = rng.standard_normal((m, n))
     _run_and_check(_make("custom", rng, np.float64, m, n), a, b, np.float64, backend="warptile", alpha=0.75,
                    beta=-1.5, c=c, layout_c="col")
+
+
+@pytest.mark.parametrize("dtype, backend, m, n, k, tile, slices", [
+    (np.float64, "warptile", 131, 13, 2048, "split_n16", 2),  # two 128x16 tiles, two slices each
+    (np.float32, "tf32mma", 131, 13, 1024, "tf32x3_narrow_split", 3),  # two 128x16 tiles, three slices
+    (np.float32, "tf32mma", 60, 60, 600, "tf32x3_small_split", 2),  # one 64x64 tile
+])
+def test_serial_split_k(monkeypatch, rng, dtype, backend, m, n, k, tile, slices):
+    """DXGEMM_SPLIT_REDUCE=serial: a split call's slices are summed in the slices' own kernel by
+    each tile's last slice (splitk_reduce.make_serial_finish), which applies alpha, beta with C
+    and a row/col-dependent epilogue into column-major D, and leaves every arrival count at zero
+    (launch_simulated checks).  The simulator is told of 2 SMs."""
+    import dataclasses
+
+    import dxgemm._gemm as gemm_module
+    from dxgemm import policy
+    from dxgemm.runtime.device import H100
+
+    two_sms = dataclasses.replace(H100, sm_count=2)
+    monkeypatch.setattr(gemm_module, "device_info", lambda device=None: two_sms)
+    monkeypatch.setenv("DXGEMM_SPLIT_REDUCE", "serial")
+    chosen = (policy.choose_tf32_tile("tf32x3", m, n, k, two_sms) if backend == "tf32mma"
+              else policy.choose_tile(backend, dtype, m, n, k, two_sms))
+    assert policy.split_part_tile(backend, chosen, m, n) == tile
+    assert policy.choose_split_k(backend, np.dtype(dtype), m, n, k, chosen, two_sms) == slices
+    a, b = _operands(rng, dtype, m, n, k)
+    c = rng.standard_normal((m, n)).astype(dtype)
+    _run_and_check(_make("custom", rng, dtype, m, n), a, b, dtype, backend=backend, alpha=0.75, beta=-1.5, c=c,
+                   layout_c="col")
+
+
+def test_split_reduce_variable_is_checked(monkeypatch):
+    """DXGEMM_SPLIT_REDUCE takes "separate" or "serial"; anything else is a clear error."""
+    from dxgemm.runtime import env
+
+    monkeypatch.delenv("DXGEMM_SPLIT_REDUCE", raising=False)
+    assert env.split_reduce() == "separate"
+    monkeypatch.setenv("DXGEMM_SPLIT_REDUCE", "Serial")
+    assert env.split_reduce() == "serial"
+    monkeypatch.setenv("DXGEMM_SPLIT_REDUCE", "fused")
+    with pytest.raises(ValueError, match="DXGEMM_SPLIT_REDUCE='fused': set it to one of separate, serial"):
+        env.split_reduce()

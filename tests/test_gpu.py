@@ -224,6 +224,55 @@ def test_warptile_split_k_repeat_calls(cp, order):
     assert len(kept) == 1 and kept[0].size >= largest
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_serial_split_k(cp, monkeypatch, dtype):
+    """``DXGEMM_SPLIT_REDUCE=serial``: split calls whose tiles' last slices sum them in the slices'
+    kernel (``dxgemm.runtime.splitk.SerialSplitCall``), on a non-default stream, shapes of one and
+    of many output tiles, thin and square, plain and ``bias | gelu``, each first call and its
+    remembered repeats with new values and alpha; results on poisoned outputs within the bound,
+    and every arrival count back at zero afterwards (the next call on the stream relies on it)."""
+    from dxgemm.epilogues import bias, gelu
+    from dxgemm.epilogues.reference import check
+    from dxgemm.policy import (TF32_BACKENDS, choose_backend, choose_split_k, choose_tf32_tile, choose_tile,
+                               resolve_precision)
+    from dxgemm.runtime import calls as _calls
+    from dxgemm.runtime import splitk as _splitk
+    from dxgemm.runtime.device import device_info
+
+    monkeypatch.setenv("DXGEMM_SPLIT_REDUCE", "serial")
+    monkeypatch.setenv("DXGEMM_AUTO_PIPELINE", "0")
+    info, dt = device_info(), np.dtype(dtype)
+    stream = cp.cuda.Stream(non_blocking=True)
+    _calls.clear()
+    ran = 0
+    with stream:
+        for m, n, k in [(16384, 16, 16384), (13, 4099, 3001), (200, 300, 4000), (64, 64, 16384), (1000, 1000, 8192)]:
+            precision = resolve_precision(dt, "auto", None)
+            backend = choose_backend(dt, m, n, k, device=info, precision=precision)
+            tile = (choose_tf32_tile(precision, m, n, k, info) if backend in TF32_BACKENDS
+                    else choose_tile(backend, dt, m, n, k, info))
+            if choose_split_k(backend, dt, m, n, k, tile, info) == 1:
+                continue
+            ran += 1
+            b = cp.random.default_rng(k).standard_normal((k, n), dtype=dt)
+            v = cp.random.default_rng(n).standard_normal(n, dtype=dt)
+            for call, alpha in enumerate((0.5, -2.0, 1.0)):
+                a = cp.random.default_rng(call).standard_normal((m, k), dtype=dt)
+                for epi in (None, bias(v) | gelu()):
+                    d = cp.full((m, n), cp.nan, dt)
+                    dxgemm.gemm(a, b, d, alpha=alpha, epilogue=epi, stream=stream)
+                    ratio = check(d, epi, a.astype(np.float64), b.astype(np.float64), dt, alpha=alpha)
+                    assert ratio <= 1, ((m, n, k), call, epi, ratio)
+    stream.synchronize()
+    assert ran >= 2, "no shape split on this GPU"
+    remembered = [e.call for e in _calls._entries.values() if isinstance(e.call, _splitk.SerialSplitCall)]
+    assert len(remembered) == 2 * ran
+    counts = _splitk._counts._buffers[(0, stream.ptr)]
+    left = cp.ndarray((counts.size // 4,), np.int32, cp.cuda.MemoryPointer(
+        cp.cuda.UnownedMemory(int(counts.handle), counts.size, counts), 0))
+    assert int(cp.count_nonzero(left)) == 0
+
+
 @pytest.mark.parametrize("backend", ["warptile", "auto", "pipeline"])
 def test_arrays_on_a_gpu_that_is_not_current(cp, backend):
     """Operands on GPU 1 while GPU 0 is current: the kernel is loaded and launched on GPU 1 (first

@@ -182,6 +182,39 @@ else:
         return sig, codegen
 
 
+# ---------------------------------------------------------------------------------------
+# Loads past L1.  A block that reads what other blocks of the same kernel wrote (split-K's
+# serial finish, after their count says they are done) must not hit a line its SM's L1 took
+# earlier: L1 is not coherent across SMs.  ``load_l2(array, index)`` is ``ld.global.cg``
+# (cached in L2 only) and, being volatile, is never moved above the fence before it.
+# ---------------------------------------------------------------------------------------
+if SIMULATOR:
+
+    def load_l2(array, index):
+        return array[index]
+
+else:
+
+    @intrinsic
+    def load_l2(typingctx, array, index):
+        """``array[index]`` (float32 or float64) read from L2 (``ld.global.cg``)."""
+        if not (isinstance(array, types.Array) and isinstance(index, types.Integer)
+                and array.dtype in (types.float32, types.float64)):
+            return None
+        wide = array.dtype == types.float64
+        sig = array.dtype(array, index)
+
+        def codegen(context, builder, sig, args):
+            ptr, element = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+            address = builder.ptrtoint(ptr, ir.IntType(64))
+            asm = ir.InlineAsm(ir.FunctionType(element, [ir.IntType(64)]),
+                               f"ld.global.cg.{'f64' if wide else 'f32'} $0, [$1];",
+                               f"={'d' if wide else 'f'},l,~{{memory}}", side_effect=True)
+            return builder.call(asm, [address])
+
+        return sig, codegen
+
+
 class _TilePlan(NamedTuple):
     """How ``nthreads`` threads split a ``rows x cols`` tile copy (shared by loader and stager)."""
 

@@ -118,8 +118,11 @@ for _mode in MODES:
 # The K-split parts (``dxgemm.policy.choose_split_k``): each block sums one K slice
 # (``blockIdx.z`` of ``gridDim.z``) into its slice of a workspace, which the split-K reduce
 # adds up and passes through the caller's epilogue.
+# Each part's serial form: the tile's last slice to arrive sums the slices and writes D
+# (``splitk_reduce.make_serial_finish``), one launch instead of two.
 for _tile in [t for t in CONFIGS if t != "large"]:
     CONFIGS[f"{_tile}_split"] = dict(CONFIGS[_tile], split_k=True)
+    CONFIGS[f"{_tile}_split_serial"] = dict(CONFIGS[_tile], split_k=True, serial=True)
 
 
 TF32_MAX = float(np.float32((2 - 2.0**-10) * 2.0**127))
@@ -404,7 +407,8 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     MI, NI, KSTEPS = WM // 16, WN // 8, BK // 8
     ALD, BLD, A_STAGE, B_STAGE = _stage_layout(cfg, A_KMAJOR, B_KMAJOR)
 
-    from .warptile import _make_dmma_store, _run_store  # the fused epilogue store every warptile kernel uses
+    from .splitk_reduce import make_serial_finish
+    from .warptile import _identity, _make_dmma_store, _run_store  # the fused epilogue store every warptile kernel uses
 
     dt = spec.dtype
     nb = dt.type
@@ -423,6 +427,11 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     uLAST = U(NSTAGES - 1)
     uFOLD = U(max(FOLD, 1))
     SPLIT_K = bool(cfg.get("split_k", False))  # K sliced over gridDim.z, partial sums into a workspace
+    SERIAL = SPLIT_K and bool(cfg.get("serial", False))  # ... summed by the tile's last slice (finish)
+    if SERIAL:  # the slices go to the workspace as they are; the caller's epilogue runs in finish
+        store_slice = _make_dmma_store(MI * 2, NI, _run_store(2, _identity, d_off, False), _identity, d_off, False,
+                                       BM, BN)
+        finish = make_serial_finish(spec, BM, BN, threads)
     D_ROWS = spec.layout_d == Layout.ROW
     GROUP_M = int(cfg.get("group_m", 0))
     uGROUP = U(max(GROUP_M, 1))
@@ -621,7 +630,12 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
         if FOLD:
             for i in range(acc_elems):
                 acc[i] += total[tot + U(i * threads)]
-        if SPLIT_K:  # slice z of a workspace laid out like D, one m x n matrix after another
+        if SERIAL:  # epi_args: (the caller's arguments, workspace, arrival counts)
+            w = epi_args[1]
+            store_slice(w[U(cuda.blockIdx.z) * um * un:], un if D_ROWS else um, um, un, row0, col0, w_row, w_col,
+                        lane, acc, epi_args[0])
+            finish(w, epi_args[2], d, ldd, um, un, row0, col0, tid, epi_args[0])
+        elif SPLIT_K:  # slice z of a workspace laid out like D, one m x n matrix after another
             store_tile(d[U(cuda.blockIdx.z) * (um if D_ROWS else un) * U(ldd):], U(ldd), um, un, row0, col0, w_row,
                        w_col, lane, acc, epi_args)
         else:

@@ -80,6 +80,7 @@ from ._device import (SIMULATOR, SMEM_ALIGN, U, cp_async_commit, cp_async_wait, 
                       is_aligned16, make_async_tile_stream, make_dmma, make_offset, make_tile_async_copier,
                       make_tile_stager, store_vec)
 from ._spec import BuiltKernel, KernelSpec, Layout
+from .splitk_reduce import make_serial_finish
 
 WARP = 32
 
@@ -143,6 +144,10 @@ TILE_CONFIGS = {
         "split_m16": dict(_F64_THIN_M, split_k=True),
     },
 }
+# Each split tile's serial form: the tile's last slice to arrive sums the slices and writes D
+# (dxgemm.kernels.splitk_reduce.make_serial_finish), one launch instead of two.
+TILE_CONFIGS["float64"].update({f"{name}_serial": dict(cfg, serial=True)
+                                for name, cfg in list(TILE_CONFIGS["float64"].items()) if cfg.get("split_k")})
 """Other tiles by ``spec.tile`` (``dxgemm.policy.choose_tile`` decides); a dtype or name without
 an entry uses :data:`CONFIGS` (``"large"``).
 
@@ -336,6 +341,7 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
 
     GROUP_M = cfg.get("group_m", 0)
     SPLIT = bool(cfg.get("split_k", False))  # K sliced over gridDim.z, partial sums into a workspace
+    SERIAL = SPLIT and bool(cfg.get("serial", False))  # ... summed by the tile's last slice (finish)
     if SPLIT and not ASYNC:
         raise ValueError("a split-K DMMA warptile needs copy='async'")
     STAGED_ROWS = int(cfg.get("staged_epilogue", 0))  # blocks inside D: the epilogue through shared memory
@@ -413,6 +419,10 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
                     mma(a_frag, i, b_frag, j, acc, lo, lo + 2 * NI)
 
     store_tile = _make_dmma_store(MI * HALVES, NI, store_run, epilogue, d_off, D_ROW, BM, BN)
+    if SERIAL:  # the slices go to the workspace as they are; the caller's epilogue runs in finish
+        store_slice = _make_dmma_store(MI * HALVES, NI, _run_store(2, _identity, d_off, D_ROW), _identity, d_off,
+                                       D_ROW, BM, BN)
+        finish = make_serial_finish(spec, BM, BN, threads)
 
     if ASYNC:
         copy_a = make_tile_async_copier(dt, spec.layout_a, BM, BK, threads, ALD)
@@ -654,7 +664,12 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
                                         U(0), U(0), b, b_src, U(0), U(0))
                 use, fill = nxt, next_stage(fill)
                 t += one
-            if SPLIT:  # slice z of a workspace laid out like D, one m x n matrix after another
+            if SERIAL:  # epi_args: (the caller's arguments, workspace, arrival counts)
+                w = epi_args[1]
+                store_slice(w[U(cuda.blockIdx.z) * um * un:], un if D_ROWS else um, um, un, row0, col0, w_row,
+                            w_col, lane, acc, epi_args[0])
+                finish(w, epi_args[2], d, ldd, um, un, row0, col0, tid, epi_args[0])
+            elif SPLIT:  # slice z of a workspace laid out like D, one m x n matrix after another
                 store_tile(d[U(cuda.blockIdx.z) * (um if D_ROWS else un) * U(ldd):], U(ldd), um, un, row0, col0, w_row,
                            w_col, lane, acc, epi_args)
             elif STAGED_ROWS and row0 + uBM <= um and col0 + uBN <= un:
@@ -724,6 +739,12 @@ def _make_straight_store(runs: list, row_len: int, store_run):
     ns = {"U": U, "store_run": store_run}
     exec(src, ns)
     return cuda.jit(device=True, inline="always")(ns["store_tile"])
+
+
+@cuda.jit(device=True, inline="always")
+def _identity(value, row, col, args):
+    """The epilogue of a serial split's slice stores: the partial sum as it is."""
+    return value
 
 
 def _make_dmma_store(blocks_m: int, blocks_n: int, store_run, epilogue, d_off, d_row: bool, BM: int, BN: int):

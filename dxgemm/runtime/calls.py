@@ -102,9 +102,9 @@ def probe(a: Any, b: Any, c: Any, alpha: Any, beta: Any, epilogue: Any, backend:
         return None, addresses
     # A's and B's 16-byte alignment: auto's backend rule reads it (the kernels take it per call)
     aligned = (data_pointer(a) % 16 == 0, data_pointer(b) % 16 == 0)
-    # the testing switch DXGEMM_DEVICE_AS changes every decision, a handwritten kernel's tile too
+    # the testing switches DXGEMM_DEVICE_AS and DXGEMM_SPLIT_REDUCE change a handwritten kernel's launch too
     return (sig_a, sig_b, sig_c, kind_alpha, kind_beta, beta == 0, epi, backend, precision, aligned,
-            env.device_as_text()), addresses
+            env.device_as_text(), env.split_reduce_text()), addresses
 
 
 def epilogue_signature(epilogue: Any, addresses: list) -> tuple | None:

@@ -24,6 +24,12 @@ variable                    default                                      effect
                                                                          tile, split, pipeline availability);
                                                                          kernels are still built for and run on
                                                                          the real GPU
+``DXGEMM_SPLIT_REDUCE``     ``separate``                                 how a handwritten call split over K sums
+                                                                         its slices: ``separate`` (a reduce kernel
+                                                                         after the slices' kernel) or ``serial``
+                                                                         (the last slice of each tile sums it, in
+                                                                         the slices' kernel: one launch); for
+                                                                         measuring the two
 ==========================  ===========================================  ==========================================
 
 Each is read when it is used (a test or a script may set it between calls), never at import.
@@ -40,10 +46,10 @@ if TYPE_CHECKING:
     from ..gpus import DeviceInfo
 
 __all__ = ["cache_dir", "auto_pipeline", "compile_workers", "c_compiler", "simulator_requested", "device_as",
-           "steering_state", "VARIABLES"]
+           "split_reduce", "steering_state", "VARIABLES"]
 
 VARIABLES = ("DXGEMM_CACHE_DIR", "XDG_CACHE_HOME", "DXGEMM_AUTO_PIPELINE", "DXGEMM_COMPILE_WORKERS", "CC",
-             "NUMBA_ENABLE_CUDASIM", "DXGEMM_DEVICE_AS")
+             "NUMBA_ENABLE_CUDASIM", "DXGEMM_DEVICE_AS", "DXGEMM_SPLIT_REDUCE")
 """Every variable the table above lists."""
 
 
@@ -110,6 +116,24 @@ def device_as_text() -> str | None:
     return os.environ.get("DXGEMM_DEVICE_AS")
 
 
+SPLIT_REDUCES = ("separate", "serial")
+"""The values ``DXGEMM_SPLIT_REDUCE`` takes."""
+
+
+def split_reduce() -> str:
+    """How a handwritten split-K call sums its slices (``DXGEMM_SPLIT_REDUCE``, default
+    ``"separate"``); ValueError for a value not in :data:`SPLIT_REDUCES`."""
+    text = os.environ.get("DXGEMM_SPLIT_REDUCE", "").strip().lower() or "separate"
+    if text not in SPLIT_REDUCES:
+        raise ValueError(f"DXGEMM_SPLIT_REDUCE={text!r}: set it to one of {', '.join(SPLIT_REDUCES)}, or unset it")
+    return text
+
+
+def split_reduce_text() -> str | None:
+    """``DXGEMM_SPLIT_REDUCE`` as set (None when unset): what the repeat-call memo keys on."""
+    return os.environ.get("DXGEMM_SPLIT_REDUCE")
+
+
 def _squeeze(name: str) -> str:
     return "".join(ch for ch in name.lower() if ch not in " -_")
 
@@ -130,4 +154,4 @@ def steering_state() -> tuple:
     memo, :mod:`.calls`, keys on it)."""
     env = os.environ
     return (env.get("DXGEMM_AUTO_PIPELINE"), env.get("DXGEMM_CACHE_DIR"), env.get("XDG_CACHE_HOME"),
-            env.get("DXGEMM_DEVICE_AS"))
+            env.get("DXGEMM_DEVICE_AS"), env.get("DXGEMM_SPLIT_REDUCE"))

@@ -350,6 +350,11 @@ class KeptBuffers:
             except Exception:  # noqa: BLE001 - at exit: nothing left to report to
                 pass
 
+    def size(self, key: Any) -> int:
+        """Bytes of the buffer kept for ``key`` (0 when none is)."""
+        buf = self._buffers.get(key)
+        return 0 if buf is None else int(buf.size)
+
     def get(self, key: Any, device: Any, stream: Any, nbytes: int) -> tuple[int, bool]:
         """``(pointer, replaced)``: at least ``nbytes`` for ``key``; ``replaced`` when a new buffer was taken."""
         buf = self._buffers.get(key)

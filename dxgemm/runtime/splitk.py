@@ -35,11 +35,12 @@ from ..kernels import KernelSpec
 from .launch import KeptBuffers, KernelCall, Matrix, aligned_ld, core_stream, flat_values
 from .rungs import numba_kernel, plain_epilogue, rung_call
 
-__all__ = ["SplitKCall", "SplitKernelCall", "SplitRepeat", "SimulatedCall", "workspace", "prepare_split", "reduce_kernel",
-           "rung_split",
+__all__ = ["SplitKCall", "SplitKernelCall", "SplitRepeat", "SerialSplitCall", "SerialRepeat", "SimulatedCall",
+           "workspace", "arrival_counts", "prepare_split", "reduce_kernel", "rung_split", "rung_serial_split",
            "launch_simulated"]
 
 _workspaces = KeptBuffers()
+_counts = KeptBuffers()
 
 
 def workspace(device: int, core_device: Any, handle: int, stream: Any, nbytes: int) -> int:
@@ -50,6 +51,92 @@ def workspace(device: int, core_device: Any, handle: int, stream: Any, nbytes: i
     small (:class:`~.launch.KeptBuffers`).
     """
     return _workspaces.get((device, handle), core_device, stream, nbytes)[0]
+
+
+def arrival_counts(device: int, core_device: Any, handle: int, stream: Any, tiles: int) -> int:
+    """At least ``tiles`` int32 arrival counts, all zero, for serial split calls on stream
+    ``handle`` (:func:`dxgemm.kernels.splitk_reduce.make_serial_finish`), kept between calls.
+
+    A new buffer is zeroed on the stream once; every serial kernel leaves the counts of the
+    tiles it ran at zero again, so calls of any shape in stream order share the buffer."""
+    ptr, replaced = _counts.get((device, handle), core_device, stream, 4 * tiles)
+    if replaced:
+        from cuda.bindings import driver
+
+        (err,) = driver.cuMemsetD32Async(ptr, 0, _counts.size((device, handle)) // 4, driver.CUstream(handle))
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cannot zero the split-K arrival counts: {err!r}")
+    return ptr
+
+
+def _vector_slots(ptr: int, count: int, itemsize: int) -> list:
+    """Numba's flattened 1-D C array of ``count`` elements at ``ptr`` (as ``Matrix.vector_slots``)."""
+    count = max(count, 1)
+    return [0, 0, count, itemsize, ptr, count, itemsize]
+
+
+class SerialSplitCall:
+    """A handwritten rung's call split into K slices whose last slice to finish each output
+    tile sums it and writes D (the *serial* split, :func:`rung_serial_split`): one launch.
+
+    The kernel takes ``(the caller's epilogue arguments, workspace, arrival counts)``: the
+    caller's flattened slots followed by two 1-D arrays, the workspace kept per device and
+    stream (:func:`workspace`, shared with the other split calls) and the counts
+    (:func:`arrival_counts`)."""
+
+    def __init__(self, call: KernelCall, slices: int, device: int, itemsize: int):
+        from cuda.core import Device
+
+        self.call, self.slices, self.device, self.itemsize = call, slices, device, itemsize
+        self._core_device = Device(device)
+
+    def buffers(self, m: int, n: int, stream: int) -> tuple[int, int]:
+        """``(workspace, counts)`` addresses for an ``m x n`` call on ``stream``."""
+        return serial_buffers(self.device, self._core_device, stream, self.slices * m * n * self.itemsize,
+                              _tiles(m, n, self.call.tile_m, self.call.tile_n))
+
+    def extra_slots(self, m: int, n: int, w: int, counts: int) -> list:
+        """The workspace's and the counts' flattened slots."""
+        return (_vector_slots(w, self.slices * m * n, self.itemsize)
+                + _vector_slots(counts, _tiles(m, n, self.call.tile_m, self.call.tile_n), 4))
+
+    def __call__(self, a: Any, b: Any, d: Any, m: int, n: int, k: int, epi_args: list, stream: int) -> None:
+        w, counts = self.buffers(m, n, stream)
+        self.call(a, b, d, m, n, k, [*epi_args, *self.extra_slots(m, n, w, counts)], stream)
+
+    def repeat(self, a: Matrix, b: Matrix, d: Matrix, m: int, n: int, k: int, epi_args: list) -> "SerialRepeat":
+        """The launch laid out once for this problem (:class:`~.launch.RepeatLaunch`)."""
+        return SerialRepeat(self, a, b, d, m, n, k, epi_args)
+
+
+def _tiles(m: int, n: int, tile_m: int, tile_n: int) -> int:
+    return -(-m // tile_m) * -(-n // tile_n)
+
+
+def serial_buffers(device: int, core_device: Any, stream: int, nbytes: int, tiles: int) -> tuple[int, int]:
+    """``(workspace, counts)``: :func:`workspace` of ``nbytes`` and :func:`arrival_counts` for
+    ``tiles`` output tiles, kept for ``stream``."""
+    cs = core_stream(core_device, stream)
+    return workspace(device, core_device, stream, cs, nbytes), arrival_counts(device, core_device, stream, cs, tiles)
+
+
+class SerialRepeat:
+    """A :class:`SerialSplitCall` for one problem: its launch's parameters fixed but for the
+    addresses (A, B, D, the workspace and counts kept for the stream) and alpha/beta's slots."""
+
+    __slots__ = ("split", "launch", "mn", "w_at", "counts_at")
+
+    def __init__(self, split: SerialSplitCall, a: Matrix, b: Matrix, d: Matrix, m: int, n: int, k: int,
+                 epi_args: list):
+        self.split, self.mn = split, (m, n)
+        self.w_at = len(epi_args) + 4  # the data slots of the two arrays after the caller's slots
+        self.counts_at = self.w_at + 7
+        self.launch = split.call.repeat(a, b, d, m, n, k, [*epi_args, *split.extra_slots(m, n, 0, 0)])
+
+    def __call__(self, a_ptr: int, b_ptr: int, d_ptr: int, head: list | None, stream: int,
+                 patches: Any = ()) -> None:
+        w, counts = self.split.buffers(*self.mn, stream)
+        self.launch(a_ptr, b_ptr, d_ptr, head, stream, (*patches, (self.w_at, w), (self.counts_at, counts)))
 
 
 class SplitKernelCall:
@@ -196,11 +283,54 @@ def rung_split(backend: str, spec: Any, bound: Any, device: int, slices: int, sp
     return SplitKernelCall(part, reduce, slices, flat_values(plain.args), device)
 
 
+def serial_tile(split_tile: str) -> str:
+    """The serial form of a split part tile (``warptile``'s and ``tf32mma``'s ``*_serial`` tiles)."""
+    return f"{split_tile}_serial"
+
+
+def rung_serial_split(backend: str, spec: Any, bound: Any, device: int, slices: int, split_tile: str,
+                      m: int, n: int, stream: int) -> SerialSplitCall:
+    """``D = epilogue(A @ B)`` as ``slices`` K slices of ``backend``'s ``split_tile`` in its serial
+    form: one launch, the last slice of each output tile summing it with ``bound``'s chain.
+    The kernel's argument types are read off views of ``stream``'s buffers, made here."""
+    from cuda.core import Device
+
+    from ..epilogues._device_arrays import _numba_view
+
+    serial = dataclasses.replace(spec, tile=serial_tile(split_tile))
+    dtype = np.dtype(spec.dtype)
+    tiles = _tiles(m, n, *_tile_shape(backend, dtype, serial.tile))
+    w, counts = serial_buffers(device, Device(device), stream, slices * m * n * dtype.itemsize, tiles)
+    views = (_numba_view(device, w, (slices * m * n,), (dtype.itemsize,), dtype.str),
+             _numba_view(device, counts, (tiles,), (4,), np.dtype(np.int32).str))
+    call = rung_call(backend, serial, _SerialBound(bound, views), device, slices=slices)
+    return SerialSplitCall(call, slices, device, dtype.itemsize)
+
+
+def _tile_shape(backend: str, dtype: Any, tile: str) -> tuple[int, int]:
+    """``(BM, BN)``: the output tile of ``backend``'s ``tile`` (``warptile`` or ``tf32mma``)."""
+    from ..kernels import tf32mma, warptile
+
+    name = np.dtype(dtype).name
+    cfg = (tf32mma.CONFIGS[tile] if backend == "tf32mma"
+           else warptile.TILE_CONFIGS.get(name, {}).get(tile, warptile.CONFIGS[name]))
+    return cfg["BM"], cfg["BN"]
+
+
+class _SerialBound:
+    """A bound chain as a serial split kernel takes it: the caller's arguments, then the
+    workspace and counts (``views``); the same epilogue function and key."""
+
+    def __init__(self, bound: Any, views: tuple):
+        self.key, self.make, self.args = bound.key, bound.make, (bound.args, *views)
+
+
 def launch_simulated(backend: str, spec: KernelSpec, op_a: Any, op_b: Any, op_d: Any, m: int, n: int, k: int,
-                     flags: int, bound: Any, slices: int, split_tile: str) -> None:
+                     flags: int, bound: Any, slices: int, split_tile: str, serial: bool = False) -> None:
     """The rung's launch under Numba's CUDA simulator, which loads no cubin: through Numba's
     launch (split K: the slices into a workspace, then the reduce, as :class:`SplitKernelCall`
-    does on a GPU)."""
+    does on a GPU; ``serial``: the slices' kernel alone, summing as :class:`SerialSplitCall`'s
+    does, and its arrival counts checked to be left at zero)."""
     from .. import _arrays
     from .._streams import numba_stream
     from ..kernels import Layout
@@ -213,6 +343,19 @@ def launch_simulated(backend: str, spec: KernelSpec, op_a: Any, op_b: Any, op_d:
                         bound.args)
         return
     rows = op_d.layout == Layout.ROW
+    if serial:
+        from numba import cuda
+
+        serial = dataclasses.replace(spec, tile=serial_tile(split_tile))
+        w = cuda.to_device(np.zeros(slices * m * n, dtype))
+        counts = cuda.to_device(np.zeros(_tiles(m, n, *_tile_shape(backend, dtype, serial.tile)), np.int32))
+        args = (bound.args, w, counts)
+        part = numba_kernel(backend, serial, args, bound.make)
+        part.launch(stream, op_a.flat(), op_b.flat(), op_d.flat(), m, n, k, op_a.ld, op_b.ld, op_d.ld, flags, args,
+                    slices=slices)
+        if counts.copy_to_host().any():
+            raise AssertionError("a serial split left arrival counts behind")
+        return
     workspace = _arrays.as_operand(_arrays.empty_like_library(op_a, (slices * m, n) if rows else (slices * n, m)),
                                    "workspace", output=True)
     ldw = n if rows else m
