@@ -165,7 +165,7 @@ def gemm(
             call = rung_call(backend, spec, bound, device)
         call(matrix_of(op_a), matrix_of(op_b), matrix_of(op_d), m, n, k, flat_values(bound.args), handle)
         _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta, c is not None,
-                        pipeline=False, addresses=addresses)
+                        pipeline=False, addresses=addresses, split=slices > 1)
         return out
 
 

@@ -130,6 +130,18 @@ def test_lookup_follows_the_steering_state(monkeypatch, tmp_path):
         assert _calls.lookup(auto) is not None and _calls.lookup(rung) is not None
     monkeypatch.setenv("DXGEMM_AUTO_PIPELINE", "0")
     assert _calls.lookup(auto) is None and _calls.lookup(rung) is not None
+    monkeypatch.delenv("DXGEMM_AUTO_PIPELINE")
+
+    # a handwritten split call also follows how its slices are summed; an unsplit one does not
+    split_auto, _, _ = _remembered(c_given=False, beta=0.0, a=a, b=b, backend="auto", pipeline=False, split=True)
+    split_rung, _, _ = _remembered(c_given=False, beta=0.0, a=a, b=b, backend="warptile", pipeline=False, split=True)
+    monkeypatch.setenv("DXGEMM_SPLIT_REDUCE", "serial")
+    assert _calls.lookup(split_auto) is None and _calls.lookup(split_rung) is None
+    monkeypatch.delenv("DXGEMM_SPLIT_REDUCE")
+    assert _calls.lookup(split_auto) is not None and _calls.lookup(split_rung) is not None
+    rung, _, _ = _remembered(c_given=False, beta=0.0, a=a, b=b, backend="warptile", pipeline=False)
+    monkeypatch.setenv("DXGEMM_SPLIT_REDUCE", "serial")
+    assert _calls.lookup(rung) is not None
 
 
 SHIFT = 1.0
@@ -180,7 +192,7 @@ class RecordingCall:
         self.calls.append((a, b, d, m, n, k, list(epi), stream))
 
 
-def _remembered(c_given=True, beta=1.0, bound=None, a=None, b=None, backend="pipeline", pipeline=True):
+def _remembered(c_given=True, beta=1.0, bound=None, a=None, b=None, backend="pipeline", pipeline=True, split=False):
     m, n, k = 64, 48, 32
     a = FakeArray((m, k), 1 << 20) if a is None else a
     b = FakeArray((k, n), 2 << 20, order="F") if b is None else b
@@ -193,7 +205,8 @@ def _remembered(c_given=True, beta=1.0, bound=None, a=None, b=None, backend="pip
         head = (np.float32(2.0), np.float32(beta), d_flat, np.int64(n)) if beta != 0 else (np.float32(2.0),)
         bound = BoundEpilogue(("chain",), (head, (np.float32(0.5),)), lambda: None)
     key = sig(a, b, c if c_given else None, 2.0, beta, backend=backend)
-    _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, 2.0, beta, c_given, pipeline=pipeline)
+    _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, 2.0, beta, c_given, pipeline=pipeline,
+                    split=split)
     return key, call, (a, b, c)
 
 

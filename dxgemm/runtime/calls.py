@@ -20,7 +20,8 @@ Addresses are not part of it.  The state that steers the decisions besides the a
 is checked when an entry is found (:func:`lookup`): for a pipeline call the variables of
 :func:`.env.steering_state`, :func:`~dxgemm.pipelines.config.use_config`,
 :class:`~.pipeline.use_split_k` and the autotune table's modification time; for ``auto``'s
-choice of a handwritten kernel whether ``auto`` may pick the pipeline; nothing for a
+choice of a handwritten kernel whether ``auto`` may pick the pipeline; for a handwritten call
+split over K how its slices are summed (``DXGEMM_SPLIT_REDUCE``); nothing else for a
 handwritten kernel named explicitly.  A changed state sends the call the full way, and
 that call's decisions replace the entry.
 
@@ -72,6 +73,17 @@ def _auto_state() -> tuple:
     return (env.auto_pipeline(),)
 
 
+def _split_state() -> tuple:
+    """What, besides the arguments, changes a handwritten split call's launch: how its slices are
+    summed (``DXGEMM_SPLIT_REDUCE``)."""
+    return (env.split_reduce_text(),)
+
+
+def _auto_split_state() -> tuple:
+    """:func:`_auto_state` and :func:`_split_state`, for ``auto``'s handwritten split calls."""
+    return (env.auto_pipeline(), env.split_reduce_text())
+
+
 def signature(a: Any, b: Any, c: Any, alpha: Any, beta: Any, epilogue: Any, backend: str,
               precision: str | None = None) -> tuple | None:
     """The call's signature (module docstring), or None when the call must be validated in full."""
@@ -102,9 +114,9 @@ def probe(a: Any, b: Any, c: Any, alpha: Any, beta: Any, epilogue: Any, backend:
         return None, addresses
     # A's and B's 16-byte alignment: auto's backend rule reads it (the kernels take it per call)
     aligned = (data_pointer(a) % 16 == 0, data_pointer(b) % 16 == 0)
-    # the testing switches DXGEMM_DEVICE_AS and DXGEMM_SPLIT_REDUCE change a handwritten kernel's launch too
+    # the testing switch DXGEMM_DEVICE_AS changes every decision, a handwritten kernel's tile too
     return (sig_a, sig_b, sig_c, kind_alpha, kind_beta, beta == 0, epi, backend, precision, aligned,
-            env.device_as_text(), env.split_reduce_text()), addresses
+            env.device_as_text()), addresses
 
 
 def epilogue_signature(epilogue: Any, addresses: list) -> tuple | None:
@@ -314,7 +326,7 @@ def output_factory(library: str, device_id: int, shape: tuple[int, int], dtype: 
 
 def remember(key: tuple | None, call: Any, op_a: Any, op_b: Any, op_d: Any, originals: tuple, m: int, n: int,
              k: int, bound: Any, alpha: Any, beta: Any, c_given: bool, *, pipeline: bool = True,
-             addresses: list = ()) -> None:
+             addresses: list = (), split: bool = False) -> None:
     """Keep a successful call's decisions under ``key`` (from :func:`signature`); ``call`` launches it.
 
     ``originals``: the caller's A and B; a call whose inputs had to be copied (no unit
@@ -325,7 +337,8 @@ def remember(key: tuple | None, call: Any, op_a: Any, op_b: Any, op_d: Any, orig
     arguments and spans hold it (a kernel argument's data pointer, a span around it), or the
     call is not kept.  ``pipeline``: whether the decisions may depend on
     the pipeline's steering state (:func:`lookup`); False for a handwritten kernel, which then
-    depends only on ``auto``'s pipeline switch when ``auto`` chose it.
+    depends only on ``auto``'s pipeline switch when ``auto`` chose it and, ``split`` over K, on
+    how its slices are summed.
     """
     if key is None or op_a.obj is not originals[0] or op_b.obj is not originals[1]:
         return
@@ -353,7 +366,9 @@ def remember(key: tuple | None, call: Any, op_a: Any, op_b: Any, op_d: Any, orig
     if pipeline:
         entry.steering = _steering_state
     elif key[7] == "auto":
-        entry.steering = _auto_state
+        entry.steering = _auto_split_state if split else _auto_state
+    elif split:
+        entry.steering = _split_state
     if entry.steering is not None:
         entry.steered_by = entry.steering()
     if len(_entries) >= _MAX_ENTRIES:

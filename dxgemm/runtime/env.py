@@ -154,4 +154,4 @@ def steering_state() -> tuple:
     memo, :mod:`.calls`, keys on it)."""
     env = os.environ
     return (env.get("DXGEMM_AUTO_PIPELINE"), env.get("DXGEMM_CACHE_DIR"), env.get("XDG_CACHE_HOME"),
-            env.get("DXGEMM_DEVICE_AS"), env.get("DXGEMM_SPLIT_REDUCE"))
+            env.get("DXGEMM_DEVICE_AS"))
