@@ -200,7 +200,7 @@ def activate_standin() -> None:
     _arrays.flat_view = lambda owner, ptr, elements, dtype: _View(ptr, (max(elements, 1),), (np.dtype(dtype).itemsize,),
                                                                    np.dtype(dtype).str)
     splitk.workspace = lambda ordinal, core_device, handle, stream, nbytes: _address(nbytes)
-    splitk.arrival_counts = lambda ordinal, core_device, handle, stream, tiles: _address(4 * tiles)
+    splitk.serial_buffers = lambda ordinal, handle, nbytes, tiles: (_address(nbytes), _address(4 * tiles))
     splitk.core_stream = lambda core_device, handle: None
     cuda.core.Device = _Device  # what a split call names its device with
 

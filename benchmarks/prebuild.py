@@ -183,6 +183,7 @@ def stub_the_device(recorder: Recorder) -> None:
     rt_pipeline.availability = lambda device: None
     rt_pipeline.PipelineCall.__call__ = lambda self, *a, **k: None
     splitk.SplitKCall.__call__ = lambda self, *a, **k: None
+    splitk.serial_buffers = lambda device, stream, nbytes, tiles: (1 << 40, 1 << 41)  # a serial split's buffers
     calls.remember = lambda *a, **k: None
     kernels.get_kernel = recorder
     record_rungs(recorder)  # the rungs: no load or launch

@@ -27,6 +27,7 @@ one stream are ordered, so they can share it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import numpy as np
@@ -84,21 +85,17 @@ class SerialSplitCall:
     stream (:func:`workspace`, shared with the other split calls) and the counts
     (:func:`arrival_counts`)."""
 
-    def __init__(self, call: KernelCall, slices: int, device: int, itemsize: int):
-        from cuda.core import Device
-
-        self.call, self.slices, self.device, self.itemsize = call, slices, device, itemsize
-        self._core_device = Device(device)
+    def __init__(self, call: KernelCall, slices: int, device: int, itemsize: int, tile: tuple[int, int]):
+        self.call, self.slices, self.device, self.itemsize, self.tile = call, slices, device, itemsize, tile
 
     def buffers(self, m: int, n: int, stream: int) -> tuple[int, int]:
         """``(workspace, counts)`` addresses for an ``m x n`` call on ``stream``."""
-        return serial_buffers(self.device, self._core_device, stream, self.slices * m * n * self.itemsize,
-                              _tiles(m, n, self.call.tile_m, self.call.tile_n))
+        return serial_buffers(self.device, stream, self.slices * m * n * self.itemsize, _tiles(m, n, *self.tile))
 
     def extra_slots(self, m: int, n: int, w: int, counts: int) -> list:
         """The workspace's and the counts' flattened slots."""
         return (_vector_slots(w, self.slices * m * n, self.itemsize)
-                + _vector_slots(counts, _tiles(m, n, self.call.tile_m, self.call.tile_n), 4))
+                + _vector_slots(counts, _tiles(m, n, *self.tile), 4))
 
     def __call__(self, a: Any, b: Any, d: Any, m: int, n: int, k: int, epi_args: list, stream: int) -> None:
         w, counts = self.buffers(m, n, stream)
@@ -113,11 +110,20 @@ def _tiles(m: int, n: int, tile_m: int, tile_n: int) -> int:
     return -(-m // tile_m) * -(-n // tile_n)
 
 
-def serial_buffers(device: int, core_device: Any, stream: int, nbytes: int, tiles: int) -> tuple[int, int]:
-    """``(workspace, counts)``: :func:`workspace` of ``nbytes`` and :func:`arrival_counts` for
-    ``tiles`` output tiles, kept for ``stream``."""
-    cs = core_stream(core_device, stream)
-    return workspace(device, core_device, stream, cs, nbytes), arrival_counts(device, core_device, stream, cs, tiles)
+def serial_buffers(device: int, stream: int, nbytes: int, tiles: int) -> tuple[int, int]:
+    """``(workspace, counts)`` on GPU ``device``: :func:`workspace` of ``nbytes`` and
+    :func:`arrival_counts` for ``tiles`` output tiles, kept for ``stream``."""
+    core = _core_device(device)
+    cs = core_stream(core, stream)
+    return workspace(device, core, stream, cs, nbytes), arrival_counts(device, core, stream, cs, tiles)
+
+
+@functools.lru_cache(maxsize=None)
+def _core_device(device: int) -> Any:
+    """cuda.core's ``Device`` for GPU ``device``, made once."""
+    from cuda.core import Device
+
+    return Device(device)
 
 
 class SerialRepeat:
@@ -293,18 +299,17 @@ def rung_serial_split(backend: str, spec: Any, bound: Any, device: int, slices: 
     """``D = epilogue(A @ B)`` as ``slices`` K slices of ``backend``'s ``split_tile`` in its serial
     form: one launch, the last slice of each output tile summing it with ``bound``'s chain.
     The kernel's argument types are read off views of ``stream``'s buffers, made here."""
-    from cuda.core import Device
-
     from ..epilogues._device_arrays import _numba_view
 
     serial = dataclasses.replace(spec, tile=serial_tile(split_tile))
     dtype = np.dtype(spec.dtype)
-    tiles = _tiles(m, n, *_tile_shape(backend, dtype, serial.tile))
-    w, counts = serial_buffers(device, Device(device), stream, slices * m * n * dtype.itemsize, tiles)
+    tile = _tile_shape(backend, dtype, serial.tile)
+    tiles = _tiles(m, n, *tile)
+    w, counts = serial_buffers(device, stream, slices * m * n * dtype.itemsize, tiles)
     views = (_numba_view(device, w, (slices * m * n,), (dtype.itemsize,), dtype.str),
              _numba_view(device, counts, (tiles,), (4,), np.dtype(np.int32).str))
     call = rung_call(backend, serial, _SerialBound(bound, views), device, slices=slices)
-    return SerialSplitCall(call, slices, device, dtype.itemsize)
+    return SerialSplitCall(call, slices, device, dtype.itemsize, tile)
 
 
 def _tile_shape(backend: str, dtype: Any, tile: str) -> tuple[int, int]:
