@@ -630,7 +630,6 @@ def test_float64_thin_tiles(monkeypatch, rng, m, n, k, tile):
 
 @pytest.mark.parametrize("dtype, backend, m, n, k, tile, slices", [
     (np.float64, "warptile", 131, 13, 2048, "split_n16", 2),  # two 128x16 tiles, two slices each
-    (np.float32, "tf32mma", 131, 13, 1024, "tf32x3_narrow_split", 3),  # two 128x16 tiles, three slices
     (np.float32, "tf32mma", 60, 60, 600, "tf32x3_small_split", 2),  # one 64x64 tile
 ])
 def test_serial_split_k(monkeypatch, rng, dtype, backend, m, n, k, tile, slices):

@@ -79,7 +79,8 @@ def kernels():
 
 
 def used_on(backend, dtype, tile, device) -> bool:
-    """Whether the policy runs this kernel on ``device``."""
+    """Whether the policy runs this kernel on ``device`` (a serial form: where its split tile runs)."""
+    tile = tile.removesuffix("_serial")
     if backend == "tf32mma":
         return policy.tf32_auto(device) and policy.tf32_tile_fits(device, tile)
     if backend == "warptile":

@@ -118,11 +118,23 @@ for _mode in MODES:
 # The K-split parts (``dxgemm.policy.choose_split_k``): each block sums one K slice
 # (``blockIdx.z`` of ``gridDim.z``) into its slice of a workspace, which the split-K reduce
 # adds up and passes through the caller's epilogue.
-# Each part's serial form: the tile's last slice to arrive sums the slices and writes D
-# (``splitk_reduce.make_serial_finish``), one launch instead of two.
 for _tile in [t for t in CONFIGS if t != "large"]:
     CONFIGS[f"{_tile}_split"] = dict(CONFIGS[_tile], split_k=True)
-    CONFIGS[f"{_tile}_split_serial"] = dict(CONFIGS[_tile], split_k=True, serial=True)
+
+
+def tile_config(tile: str) -> dict:
+    """The configuration of ``tile``: its :data:`CONFIGS` entry or, for ``"<split part>_serial"``,
+    that part's serial form, whose last slice to arrive at an output tile sums the slices and
+    writes D (``splitk_reduce.make_serial_finish``): one launch instead of two."""
+    base = tile.removesuffix("_serial")
+    if base not in CONFIGS:
+        raise ValueError(f"tf32mma has the tiles {sorted(CONFIGS)} (and each split part's '_serial' form), "
+                         f"got {tile!r}")
+    if base == tile:
+        return CONFIGS[tile]
+    if not CONFIGS[base].get("split_k"):
+        raise ValueError(f"{tile!r}: only a split part has a serial form, and {base!r} is not one")
+    return dict(CONFIGS[base], serial=True)
 
 
 TF32_MAX = float(np.float32((2 - 2.0**-10) * 2.0**127))
@@ -364,7 +376,7 @@ def _stage_layout(cfg: dict, a_kmajor: bool, b_kmajor: bool) -> tuple[int, int, 
 def smem_bytes(tile: str = "tf32x3") -> int:
     """The most dynamic shared memory ``tile``'s kernel takes, over the layouts of A and B: the
     policy runs this rung only on a device whose blocks may have that much."""
-    cfg = CONFIGS[tile]
+    cfg = tile_config(tile)
     acc = (cfg["WM"] // 16) * 2 * (cfg["WN"] // 8) * 2 * cfg["threads"] if cfg.get("fold", 0) else 0
     stages = cfg.get("stages", 3)
     return 4 * max(stages * (sa + sb) + acc for ka in (False, True) for kb in (False, True)
@@ -374,7 +386,7 @@ def smem_bytes(tile: str = "tf32x3") -> int:
 def tile_min_blocks(tile: str, cc: tuple[int, int]) -> int:
     """The blocks a SM ``tile``'s kernel for compute capability ``cc`` holds registers for (its
     launch bound; 0: none): ``min_blocks_sm90`` on sm_90 where the tile names one, else ``min_blocks``."""
-    cfg = CONFIGS[tile]
+    cfg = tile_config(tile)
     if "min_blocks_sm90" in cfg and tuple(cc) == (9, 0):
         return cfg["min_blocks_sm90"]
     return cfg.get("min_blocks", 0)
@@ -387,9 +399,7 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     ``group_m``, ``fold``, ``unroll_steps``, ``unchecked``, ``min_blocks``, ``split_k``)."""
     if spec.dtype != np.float32:
         raise ValueError(f"tf32mma computes float32 GEMMs, got dtype {spec.dtype}")
-    if spec.tile not in CONFIGS:
-        raise ValueError(f"tf32mma has the tiles {sorted(CONFIGS)}, got {spec.tile!r}")
-    cfg = dict(CONFIGS[spec.tile], **overrides)
+    cfg = dict(tile_config(spec.tile), **overrides)
     mode = cfg["mode"]
     threads, BM, BN, BK, WM, WN = (cfg[x] for x in ("threads", "BM", "BN", "BK", "WM", "WN"))
     NSTAGES = cfg.get("stages", 3)

@@ -144,10 +144,20 @@ TILE_CONFIGS = {
         "split_m16": dict(_F64_THIN_M, split_k=True),
     },
 }
-# Each split tile's serial form: the tile's last slice to arrive sums the slices and writes D
-# (dxgemm.kernels.splitk_reduce.make_serial_finish), one launch instead of two.
-TILE_CONFIGS["float64"].update({f"{name}_serial": dict(cfg, serial=True)
-                                for name, cfg in list(TILE_CONFIGS["float64"].items()) if cfg.get("split_k")})
+
+
+def tile_config(dtype_name: str, tile: str) -> dict:
+    """The configuration of ``tile`` for ``dtype_name``: :data:`TILE_CONFIGS`' entry (``"large"`` and
+    unnamed tiles: :data:`CONFIGS`), or, for ``"<split tile>_serial"``, that split tile's serial
+    form, whose last slice to arrive at an output tile sums the slices and writes D
+    (:func:`dxgemm.kernels.splitk_reduce.make_serial_finish`): one launch instead of two."""
+    base = tile.removesuffix("_serial")
+    cfg = TILE_CONFIGS.get(dtype_name, {}).get(base, CONFIGS[dtype_name])
+    if base == tile:
+        return cfg
+    if not cfg.get("split_k"):
+        raise ValueError(f"{tile!r}: only a split-K tile has a serial form, and {base!r} is not one")
+    return dict(cfg, serial=True)
 """Other tiles by ``spec.tile`` (``dxgemm.policy.choose_tile`` decides); a dtype or name without
 an entry uses :data:`CONFIGS` (``"large"``).
 
@@ -177,8 +187,7 @@ def _check_stages(cfg: dict) -> None:
 
 
 def build(spec: KernelSpec, **overrides) -> BuiltKernel:
-    tile = TILE_CONFIGS.get(spec.dtype.name, {}).get(spec.tile, CONFIGS[spec.dtype.name])
-    cfg = dict(tile, **overrides)
+    cfg = dict(tile_config(spec.dtype.name, spec.tile), **overrides)
     if cfg.pop("kind", "simt") == "dmma":
         return _build_dmma(spec, cfg)
     threads, BM, BN, BK = cfg["threads"], cfg["BM"], cfg["BN"], cfg["BK"]

@@ -94,6 +94,8 @@ def tile_config(backend: str, spec: KernelSpec) -> dict | None:
     (``warptile``'s ``TILE_CONFIGS`` / ``CONFIGS``); None for rungs with a single tile."""
     module = importlib.import_module(f"dxgemm.kernels.{backend}")
     dtype = np.dtype(spec.dtype).name
+    if spec.tile.endswith("_serial"):  # a split tile's serial form, named by suffix (its module derives it)
+        return module.tile_config(dtype, spec.tile) if backend == "warptile" else module.tile_config(spec.tile)
     tiles = getattr(module, "TILE_CONFIGS", {}).get(dtype, {})
     return tiles.get(spec.tile, getattr(module, "CONFIGS", {}).get(dtype))
 

@@ -316,9 +316,7 @@ def _tile_shape(backend: str, dtype: Any, tile: str) -> tuple[int, int]:
     """``(BM, BN)``: the output tile of ``backend``'s ``tile`` (``warptile`` or ``tf32mma``)."""
     from ..kernels import tf32mma, warptile
 
-    name = np.dtype(dtype).name
-    cfg = (tf32mma.CONFIGS[tile] if backend == "tf32mma"
-           else warptile.TILE_CONFIGS.get(name, {}).get(tile, warptile.CONFIGS[name]))
+    cfg = tf32mma.tile_config(tile) if backend == "tf32mma" else warptile.tile_config(np.dtype(dtype).name, tile)
     return cfg["BM"], cfg["BN"]
 
 
