@@ -144,20 +144,6 @@ TILE_CONFIGS = {
         "split_m16": dict(_F64_THIN_M, split_k=True),
     },
 }
-
-
-def tile_config(dtype_name: str, tile: str) -> dict:
-    """The configuration of ``tile`` for ``dtype_name``: :data:`TILE_CONFIGS`' entry (``"large"`` and
-    unnamed tiles: :data:`CONFIGS`), or, for ``"<split tile>_serial"``, that split tile's serial
-    form, whose last slice to arrive at an output tile sums the slices and writes D
-    (:func:`dxgemm.kernels.splitk_reduce.make_serial_finish`): one launch instead of two."""
-    base = tile.removesuffix("_serial")
-    cfg = TILE_CONFIGS.get(dtype_name, {}).get(base, CONFIGS[dtype_name])
-    if base == tile:
-        return cfg
-    if not cfg.get("split_k"):
-        raise ValueError(f"{tile!r}: only a split-K tile has a serial form, and {base!r} is not one")
-    return dict(cfg, serial=True)
 """Other tiles by ``spec.tile`` (``dxgemm.policy.choose_tile`` decides); a dtype or name without
 an entry uses :data:`CONFIGS` (``"large"``).
 
@@ -175,6 +161,20 @@ float32 ``"small"`` (64x128, 8 warps of 32x32) and ``"tiny"`` (64x64, 8 warps of
 give small and skinny problems the blocks the 128x128 tile leaves idle; from 2048^3 the
 128x128 tile is fastest.  The measurements behind each tile are in
 ``docs/performance.md``."""
+
+
+def tile_config(dtype_name: str, tile: str) -> dict:
+    """The configuration of ``tile`` for ``dtype_name``: :data:`TILE_CONFIGS`' entry (``"large"`` and
+    unnamed tiles: :data:`CONFIGS`), or, for ``"<split tile>_serial"``, that split tile's serial
+    form, whose last slice to arrive at an output tile sums the slices and writes D
+    (:func:`dxgemm.kernels.splitk_reduce.make_serial_finish`): one launch instead of two."""
+    base = tile.removesuffix("_serial")
+    cfg = TILE_CONFIGS.get(dtype_name, {}).get(base, CONFIGS[dtype_name])
+    if base == tile:
+        return cfg
+    if not cfg.get("split_k"):
+        raise ValueError(f"{tile!r}: only a split-K tile has a serial form, and {base!r} is not one")
+    return dict(cfg, serial=True)
 
 
 STAGES = 2
