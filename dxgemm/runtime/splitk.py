@@ -22,6 +22,11 @@ Everything runs on the caller's stream, the slices as one launch: one launch per
 streams of their own cost more in event skew and host time than they gained.  The
 workspace (``S x m x n`` elements, laid out like D) is kept per caller's stream: calls on
 one stream are ordered, so they can share it.
+
+A handwritten call may instead sum in the slices' kernel (``DXGEMM_SPLIT_REDUCE=serial``,
+:class:`SerialSplitCall`): each output tile's last slice to finish adds the tile up and
+applies the chain, counted in by one int32 per tile that the kernel leaves at zero again
+(:func:`arrival_counts`, kept per stream beside the workspace).  One launch instead of two.
 """
 
 from __future__ import annotations
