@@ -97,33 +97,34 @@ def measure(args) -> list[dict]:
                 epi = bias(v) | gelu() if epilogue == "bias_gelu" else None
                 kern = _gelu_bias_kernel(cp, dt)
 
-                def call(mode: str):
-                    def run() -> None:
-                        os.environ["DXGEMM_SPLIT_REDUCE"] = mode
-                        dxgemm.gemm(a, b, d, epilogue=epi, stream=stream)
-                    return run
+                def ours() -> None:  # the sum DXGEMM_SPLIT_REDUCE names, set before each round
+                    dxgemm.gemm(a, b, d, epilogue=epi, stream=stream)
 
                 def baseline() -> None:
                     cp.matmul(a, b, out=d_base)
                     if epi is not None:
                         kern(v, d_base)
 
-                runs = {mode: call(mode) for mode in MODES}
                 with stream:
-                    for f in (*runs.values(), baseline):
-                        f()
-                        f()
+                    for mode in MODES:
+                        os.environ["DXGEMM_SPLIT_REDUCE"] = mode
+                        ours()
+                        ours()
+                    baseline()
+                    baseline()
                 stream.synchronize()
                 times = {name: [] for name in (*MODES, "baseline")}
                 for _ in range(args.rounds):
-                    for mode, f in runs.items():
-                        times[mode].append(per_call_ms(cp, f, stream, args.target_ms))
+                    for mode in MODES:
+                        os.environ["DXGEMM_SPLIT_REDUCE"] = mode
+                        times[mode].append(per_call_ms(cp, ours, stream, args.target_ms))
                     times["baseline"].append(per_call_ms(cp, baseline, stream, args.target_ms))
                 worst = 0.0
-                for f in runs.values():
+                for mode in MODES:
+                    os.environ["DXGEMM_SPLIT_REDUCE"] = mode
                     with stream:
                         d.fill(cp.nan)
-                        f()
+                        ours()
                         stream.synchronize()
                         worst = max(worst, check(d, epi, a.astype(np.float64), b.astype(np.float64), dt))
                 med = {name: statistics.median(t) for name, t in times.items()}
