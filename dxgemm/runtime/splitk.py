@@ -308,7 +308,7 @@ def rung_serial_split(backend: str, spec: Any, bound: Any, device: int, slices: 
 
     serial = dataclasses.replace(spec, tile=serial_tile(split_tile))
     dtype = np.dtype(spec.dtype)
-    tile = _tile_shape(backend, dtype, serial.tile)
+    tile = _tile_shape(backend, serial)
     tiles = _tiles(m, n, *tile)
     w, counts = serial_buffers(device, stream, slices * m * n * dtype.itemsize, tiles)
     views = (_numba_view(device, w, (slices * m * n,), (dtype.itemsize,), dtype.str),
@@ -317,11 +317,11 @@ def rung_serial_split(backend: str, spec: Any, bound: Any, device: int, slices: 
     return SerialSplitCall(call, slices, device, dtype.itemsize, tile)
 
 
-def _tile_shape(backend: str, dtype: Any, tile: str) -> tuple[int, int]:
-    """``(BM, BN)``: the output tile of ``backend``'s ``tile`` (``warptile`` or ``tf32mma``)."""
-    from ..kernels import tf32mma, warptile
+def _tile_shape(backend: str, spec: KernelSpec) -> tuple[int, int]:
+    """``(BM, BN)``: the output tile of ``backend``'s ``spec.tile`` (a serial form's)."""
+    from .rungs import tile_config
 
-    cfg = tf32mma.tile_config(tile) if backend == "tf32mma" else warptile.tile_config(np.dtype(dtype).name, tile)
+    cfg = tile_config(backend, spec)
     return cfg["BM"], cfg["BN"]
 
 
@@ -354,11 +354,11 @@ def launch_simulated(backend: str, spec: KernelSpec, op_a: Any, op_b: Any, op_d:
     if serial:
         from numba import cuda
 
-        serial = dataclasses.replace(spec, tile=serial_tile(split_tile))
+        serial_spec = dataclasses.replace(spec, tile=serial_tile(split_tile))
         w = cuda.to_device(np.zeros(slices * m * n, dtype))
-        counts = cuda.to_device(np.zeros(_tiles(m, n, *_tile_shape(backend, dtype, serial.tile)), np.int32))
+        counts = cuda.to_device(np.zeros(_tiles(m, n, *_tile_shape(backend, serial_spec)), np.int32))
         args = (bound.args, w, counts)
-        part = numba_kernel(backend, serial, args, bound.make)
+        part = numba_kernel(backend, serial_spec, args, bound.make)
         part.launch(stream, op_a.flat(), op_b.flat(), op_d.flat(), m, n, k, op_a.ld, op_b.ld, op_d.ld, flags, args,
                     slices=slices)
         if counts.copy_to_host().any():
