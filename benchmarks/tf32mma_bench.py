@@ -6,6 +6,8 @@
     python benchmarks/tf32mma_bench.py peak       # mma.sync m16n8k8 TF32 from registers only
     python benchmarks/tf32mma_bench.py resources [--cc 80,90]  # registers / spills, no GPU needed
 
+``--rung tf32wgmma`` runs the same checks on Hopper's ``wgmma`` kernel (its variants: ``WG_VARIANTS``).
+
 ``--json FILE`` appends one JSON record a line.  Error = max |D - D64| / (|A| @ |B|)
 elementwise; ``ratio_to_sgemm`` = error / max(cuBLAS SGEMM's error on the same inputs, 2^-22).
 cuBLAS TF32 is PyTorch's matmul with ``allow_tf32``.
@@ -36,6 +38,19 @@ VARIANTS = {  # name: (spec tile, overrides)
     "tf32_s4": ("tf32", dict(stages=4)),
     "tf32_2blk_nofold": ("tf32", dict(fold=0, min_blocks=2)),
 }
+
+WG_VARIANTS = {  # --rung tf32wgmma: name: (spec tile, overrides)
+    "tf32x3": ("tf32x3", {}),
+    "tf32x3_s2": ("tf32x3", dict(stages=2)),
+    "tf32x3_s4": ("tf32x3", dict(stages=4)),
+    "tf32x3_n64x2": ("tf32x3", dict(BN=64, stages=2, min_blocks=2)),
+    "tf32x3_checked": ("tf32x3", dict(unchecked=False)),
+    "tf32": ("tf32", {}),
+    "tf32_s4": ("tf32", dict(stages=4)),
+    "tf32_n64x2": ("tf32", dict(BN=64, stages=2, min_blocks=2)),
+}
+RUNG = "tf32mma"
+"""The rung this run measures (``--rung``)."""
 
 PIPELINE_PATHS = {  # --pipeline: whole dxgemm.gemm calls on the cuBLASDx pipeline (split pass included)
     "pipeline_tf32": dict(backend="pipeline", precision="tf32"),
@@ -71,13 +86,13 @@ def kernel(tile: str, overrides: dict, layouts: str, bound):
 
     from dxgemm.kernels import KernelSpec, Layout, compile_rung
 
-    key = (tile, tuple(sorted(overrides.items())), layouts, bound.key, typeof(bound.args))
+    key = (RUNG, tile, tuple(sorted(overrides.items())), layouts, bound.key, typeof(bound.args))
     if key not in _compiled:
         la, lb, ld = (Layout.ROW if x == "r" else Layout.COL for x in layouts)
         spec = KernelSpec(np.dtype(np.float32), la, lb, ld, bound.key, bound.make(), tile=tile)
         t = time.perf_counter()
-        _compiled[key] = compile_rung("tf32mma", spec, typeof(bound.args), **overrides)
-        print(f"  compiled {tile} {overrides} {layouts}: {time.perf_counter() - t:.1f} s", flush=True)
+        _compiled[key] = compile_rung(RUNG, spec, typeof(bound.args), **overrides)
+        print(f"  compiled {RUNG} {tile} {overrides} {layouts}: {time.perf_counter() - t:.1f} s", flush=True)
     return _compiled[key]
 
 
@@ -247,7 +262,7 @@ def accuracy(args) -> None:
                     errs[key] = 0.0
             base = max(errs["sgemm"], tiny)
             for key in ("tf32x3", "tf32", "cublas_tf32"):
-                emit(dict(suite="accuracy", dtype="float32", precision=key, path="tf32mma" if key.startswith("tf32")
+                emit(dict(suite="accuracy", dtype="float32", precision=key, path=RUNG if key.startswith("tf32")
                           and key != "cublas_tf32" else "cublas", data=name, k=k, m=size, n=size, error=errs[key],
                           sgemm_error=errs["sgemm"], ratio_to_sgemm=errs[key] / base, special_mismatch=pattern[key],
                           sgemm_special_mismatch=pattern["sgemm"]), args.json)
@@ -323,7 +338,7 @@ def speed(args) -> None:
         tf = res["cublas_tf32"]
         for name, ms in res.items():
             tflops = flop / ms / 1e9
-            path = "tf32mma" if name in VARIANTS else "pipeline" if name in PIPELINE_PATHS else "cublas"
+            path = RUNG if name in VARIANTS else "pipeline" if name in PIPELINE_PATHS else "cublas"
             precision = (VARIANTS[name][0] if name in VARIANTS else
                          PIPELINE_PATHS[name].get("precision", "pipeline_3xtf32") if name in PIPELINE_PATHS else name)
             emit(dict(suite="speed", dtype="float32", path=path, variant=name,
@@ -444,9 +459,16 @@ def main() -> None:
                         help="resources: layouts of A, B, D to build (r / c each)")
     parser.add_argument("--cc", default="90", type=lambda s: [int(x) for x in s.split(",")],
                         help="resources: compute capabilities to build for, e.g. 80,89,90")
+    parser.add_argument("--rung", default="tf32mma", choices=("tf32mma", "tf32wgmma"),
+                        help="the TF32 rung to run: tf32mma (mma.sync, sm_80+) or tf32wgmma (wgmma, sm_90a)")
     parser.add_argument("--wait", default=[], type=lambda s: [int(x) for x in s.split(",") if x],
                         help="speed: time only after these process ids have ended")
     args = parser.parse_args()
+    if args.rung == "tf32wgmma":
+        global RUNG
+        RUNG = "tf32wgmma"
+        VARIANTS.clear()
+        VARIANTS.update(WG_VARIANTS)
     globals()[args.what](args)
 
 

@@ -1,0 +1,442 @@
+"""float32 GEMM on Hopper's warpgroup tensor-core instructions (``wgmma``), float32-accurate or one pass.
+
+The ``wgmma`` sibling of :mod:`.tf32mma` (sm_90a only: ``wgmma.mma_async`` exists on
+Hopper alone).  On the H100 ``mma.sync`` reaches under half of the TF32 tensor-core rate
+(``docs/performance.md``), so three ``mma.sync`` products per step stay near cuBLAS SGEMM;
+``wgmma`` runs at the full rate, which the accurate sum needs to beat SGEMM by a wide margin.
+
+The block is ``warpgroups`` groups of four warps stacked down M, each computing a 64 x BN
+slab with ``wgmma.m64nBNk8`` (A from registers, B from shared memory).  Per 32-deep K tile:
+
+1. ``cp.async`` brings the raw float32 tiles of A and B into shared memory, ``stages`` deep
+   (the global layouts kept, as in :mod:`.tf32mma`);
+2. the block rewrites the raw B tile as TF32 ``hi = tf32(x)`` and (``tf32x3``) ``lo =
+   tf32(x - hi)``, each N-major line of 32 K values in the 128-byte swizzled layout ``wgmma``
+   reads: TF32 ``wgmma`` takes B K-major only, so this is also where a row-major B turns
+   over, and it is the one copy the split costs (no workspace in global memory);
+3. each thread splits its A fragment in registers as it loads it (as :mod:`.tf32mma` does)
+   and each 8-deep K step runs three ``wgmma`` into a fresh partial, ``lo*hi``, ``hi*lo``,
+   ``hi*hi`` (``lo*lo`` is below float32's rounding), waits for it and adds it into the
+   running float32 sum with rounding FADDs.
+
+Why the fresh partial: the tensor cores truncate their float32 accumulation, so one
+accumulator over all of K drifts one ulp a step in one direction (the cuBLASDx pipeline's
+3xTF32: 52x SGEMM's error at K = 16384 on same-sign data).  A partial of one K step holds
+three truncations of an 8-product sum; the rounding adds then sum the partials as float32
+does, in two levels (every ``fold`` K tiles the running sum joins a total kept in shared
+memory), so no chain of adds is long.  ``tf32`` (one pass, TF32's accuracy) accumulates
+``fold`` K tiles in the tensor cores before the same second level.
+
+Special values behave as in :mod:`.tf32mma` (the same ``hi``/``lo`` rounding functions).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+from numba import cuda, from_dtype
+from numba import uint64 as index_type
+
+from ._device import (SIMULATOR, U, cp_async_commit, cp_async_wait, load_vec, make_async_tile_stream, make_offset,
+                      make_tile_async_copier, store_vec)
+from ._spec import BuiltKernel, KernelSpec, Layout
+from .tf32mma import MODES, _stage_layout, make_tf32_mma, tf32_round, tf32_round_sat
+
+WARP = 32
+BK = 32
+"""K per tile: one 128-byte swizzled line of TF32 values per B column, what ``wgmma`` reads."""
+SWIZZLE_BYTES = 1024
+"""A 128-byte swizzle repeats every 8 lines: the B buffers start on this boundary."""
+ALIGN_SLACK = SWIZZLE_BYTES // 4
+"""Floats reserved in front of the B buffers to align them at run time."""
+
+CONFIGS: dict[str, dict[str, Any]] = {
+    # Two warpgroups of 64 x 128 (a 128 x 128 block, one a SM); fold: K tiles per first-level sum,
+    # as tf32mma's (tf32x3: both levels <= 64 adds up to K = 262144; tf32: 16 truncating steps).
+    "tf32x3": dict(mode="tf32x3", warpgroups=2, BN=128, stages=3, group_m=16, fold=16),
+    "tf32": dict(mode="tf32", warpgroups=2, BN=128, stages=3, group_m=16, fold=4),
+}
+
+ARCH_SUFFIX = "a"
+"""The kernels need the architecture-specific target (``sm_90a``): ``wgmma`` is in no other."""
+CC = (9, 0)
+"""The one compute capability the kernels are built for."""
+
+
+def tile_config(tile: str) -> dict:
+    """The configuration of ``tile`` (a key of :data:`CONFIGS`)."""
+    if tile not in CONFIGS:
+        raise ValueError(f"tf32wgmma has the tiles {sorted(CONFIGS)}, got {tile!r}")
+    return CONFIGS[tile]
+
+
+def swizzled_index(n: int, k: int) -> int:
+    """Float index of ``B[k, n]`` in a buffer of N-major 32-float lines under the 128-byte
+    swizzle: line ``n`` at ``32 n``, its 16-byte chunk ``k // 4`` stored at chunk ``(k // 4) ^ (n % 8)``."""
+    return 32 * n + (((k // 4) ^ (n % 8)) * 4) + k % 4
+
+
+def descriptor(address: int) -> int:
+    """The ``wgmma`` shared-memory descriptor of a K-major operand at shared ``address`` in the
+    128-byte swizzle: start address / 16 (bits 0-13), leading byte offset 16 (unused by a
+    swizzled K-major operand; bits 16-29), stride byte offset 1024 between 8-line groups
+    (bits 32-45), layout type 1 = 128-byte swizzle (bits 62-63).  A K step inside the 32-deep
+    line moves the start address by its bytes (32 per step): the swizzle is applied to the
+    address bits, so the buffer itself must sit on a 1024-byte boundary."""
+    return ((address >> 4) & 0x3FFF) | (1 << 16) | ((SWIZZLE_BYTES >> 4) << 32) | (1 << 62)
+
+
+def smem_bytes(tile: str = "tf32x3") -> int:
+    """The most dynamic shared memory ``tile``'s kernel takes, over the layouts of A and B."""
+    cfg = tile_config(tile)
+    return 4 * max(_smem_floats(cfg, ka, kb)[-1] for ka in (False, True) for kb in (False, True))
+
+
+def _geometry(cfg: dict) -> dict:
+    return dict(cfg, BM=64 * cfg["warpgroups"], BK=BK, threads=128 * cfg["warpgroups"])
+
+
+def _smem_floats(cfg: dict, a_kmajor: bool, b_kmajor: bool) -> tuple[int, int, int, int, int]:
+    """``(B lo offset from B hi, raw A stages' offset, raw B stages' offset, totals' offset, floats)``
+    past the alignment slack: hi and lo B buffers, the raw stages, the second-level sums."""
+    g = _geometry(cfg)
+    _, _, a_stage, b_stage = _stage_layout(g, a_kmajor, b_kmajor)
+    line_floats = g["BN"] * BK
+    buffers = line_floats * (2 if cfg["mode"] == "tf32x3" else 1)
+    a_at = ALIGN_SLACK + buffers
+    b_at = a_at + cfg["stages"] * a_stage
+    tot_at = b_at + cfg["stages"] * b_stage
+    acc = g["BN"] // 2  # accumulators a thread: 64 x BN over 128 threads
+    total = tot_at + (acc * g["threads"] if cfg.get("fold", 0) else 0)
+    return line_floats, a_at, b_at, tot_at, total
+
+
+# ---------------------------------------------------------------------------------------
+# Device primitives, as inline PTX.  The accumulators travel as UniTuples of float32: the
+# instructions read and write them in place (tied operands), and the wait returns them so
+# that no read of a result can move above it.
+# ---------------------------------------------------------------------------------------
+if not SIMULATOR:
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    from ._device import _element_pointer
+
+    @intrinsic
+    def shared_address(typingctx, array, index):
+        """The 32-bit shared-window address of ``array[index]`` (a shared array)."""
+        if not isinstance(array, types.Array) or not isinstance(index, types.Integer):
+            return None
+
+        def codegen(context, builder, sig, args):
+            ptr, _ = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+            shared = builder.addrspacecast(ptr, ir.PointerType(ptr.type.pointee, 3))
+            return builder.zext(builder.ptrtoint(shared, ir.IntType(32)), ir.IntType(64))
+
+        return types.uint64(array, index), codegen
+
+    def _statement(text: str):
+        @intrinsic
+        def statement(typingctx):
+            def codegen(context, builder, sig, args):
+                builder.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}", side_effect=True), [])
+                return context.get_dummy_value()
+
+            return types.void(), codegen
+
+        return statement
+
+    wgmma_fence = _statement("wgmma.fence.sync.aligned;")
+    wgmma_commit = _statement("wgmma.commit_group.sync.aligned;")
+    fence_proxy_async = _statement("fence.proxy.async.shared::cta;")
+
+    @functools.lru_cache(maxsize=None)
+    def make_wgmma(bn: int):
+        """``wgmma(acc, a, desc, accumulate)``: ``acc = A @ B (+ acc if accumulate)`` for the
+        warpgroup, ``m64n{bn}k8`` TF32 (A: this thread's 4 values, B: the descriptor's)."""
+        count = bn // 2
+        f32 = types.float32
+        outs = ", ".join(f"${i}" for i in range(count))
+        a0 = count
+        text = (f"{{ .reg .pred p; setp.ne.b32 p, ${a0 + 5}, 0; "
+                f"wgmma.mma_async.sync.aligned.m64n{bn}k8.f32.tf32.tf32 {{{outs}}}, "
+                f"{{${a0}, ${a0 + 1}, ${a0 + 2}, ${a0 + 3}}}, ${a0 + 4}, p, 1, 1; }}")
+        constraints = ",".join(["=f"] * count + ["r"] * 4 + ["l", "r"] + [str(i) for i in range(count)])
+
+        @intrinsic
+        def wgmma(typingctx, acc, a, desc, accumulate):
+            if acc != types.UniTuple(f32, count) or a != types.UniTuple(f32, 4):
+                return None
+            sig = acc(acc, a, types.uint64, types.int32)
+
+            def codegen(context, builder, sig, args):
+                fl, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
+                ins = [builder.bitcast(builder.extract_value(args[1], i), i32) for i in range(4)]
+                ins += [args[2], args[3]] + [builder.extract_value(args[0], i) for i in range(count)]
+                fnty = ir.FunctionType(ir.LiteralStructType([fl] * count), [i32] * 4 + [i64, i32] + [fl] * count)
+                res = builder.call(ir.InlineAsm(fnty, text, constraints, side_effect=True), ins)
+                return context.make_tuple(builder, sig.return_type, [builder.extract_value(res, i) for i in range(count)])
+
+            return sig, codegen
+
+        return wgmma
+
+    @functools.lru_cache(maxsize=None)
+    def make_wait(count: int):
+        """``wait(acc) -> acc``: ``wgmma.wait_group 0`` with the accumulators passed through it."""
+        f32 = types.float32
+        constraints = ",".join(["=f"] * count + [str(i) for i in range(count)]) + ",~{memory}"
+
+        @intrinsic
+        def wait(typingctx, acc):
+            if acc != types.UniTuple(f32, count):
+                return None
+
+            def codegen(context, builder, sig, args):
+                fl = ir.FloatType()
+                fnty = ir.FunctionType(ir.LiteralStructType([fl] * count), [fl] * count)
+                ins = [builder.extract_value(args[0], i) for i in range(count)]
+                res = builder.call(ir.InlineAsm(fnty, "wgmma.wait_group.sync.aligned 0;", constraints,
+                                                side_effect=True), ins)
+                return context.make_tuple(builder, sig.return_type, [builder.extract_value(res, i) for i in range(count)])
+
+            return acc(acc), codegen
+
+        return wait
+
+
+def _tuple_helpers(count: int, threads: int, blocks_n: int) -> dict:
+    """Straight-line device functions over an accumulator tuple (every index a constant)."""
+    idx = range(count)
+    # acc index of a DMMA-store layout (warptile._make_dmma_store: 8x8 blocks i (rows g + 8i),
+    # j (columns 8j + 2t + e) at 2 (i blocks_n + j) + e) for wgmma's d[4j + 2i + e].
+    perm = {4 * j + 2 * i + e: 2 * (i * blocks_n + j) + e for j in range(blocks_n) for i in range(2) for e in range(2)}
+    src = f"""
+def zeros():
+    z = f32(0)
+    return ({", ".join("z" for _ in idx)},)
+
+def add(r, p):
+    return ({", ".join(f"r[{i}] + p[{i}]" for i in idx)},)
+
+def fold_into(total, at, r):
+{chr(10).join(f"    total[at + U({i * threads})] += r[{i}]" for i in idx)}
+
+def unpack(acc, r, total, at):
+{chr(10).join(f"    acc[{perm[i]}] = r[{i}] + total[at + U({i * threads})]" for i in idx)}
+
+def zero_total(total, at):
+{chr(10).join(f"    total[at + U({i * threads})] = f32(0)" for i in idx)}
+"""
+    ns: dict[str, Any] = {"U": U, "f32": np.float32}
+    exec(src, ns)  # noqa: S102
+    dev = cuda.jit(device=True, inline="always")
+    return {name: dev(ns[name]) for name in ("zeros", "add", "fold_into", "unpack", "zero_total")}
+
+
+def build(spec: KernelSpec, **overrides) -> BuiltKernel:
+    """The kernel for ``spec`` (float32, sm_90a): ``spec.tile`` names the configuration
+    (``"tf32x3"`` or ``"tf32"``); ``overrides`` change its entries (``mode``, ``warpgroups``,
+    ``BN``, ``stages``, ``group_m``, ``fold``, ``unchecked``, ``min_blocks``)."""
+    if spec.dtype != np.float32:
+        raise ValueError(f"tf32wgmma computes float32 GEMMs, got dtype {spec.dtype}")
+    if SIMULATOR:
+        raise NotImplementedError("tf32wgmma issues wgmma, which Numba's CUDA simulator cannot run")
+    cfg = dict(tile_config(spec.tile), **overrides)
+    mode = cfg["mode"]
+    if mode not in MODES:
+        raise ValueError(f"tf32wgmma mode must be one of {MODES}, got {mode!r}")
+    g = _geometry(cfg)
+    threads, BM, BN, NSTAGES = g["threads"], g["BM"], g["BN"], cfg["stages"]
+    if BN % 8 or not 8 <= BN <= 256 or BN * 8 % threads:
+        raise ValueError(f"tf32wgmma's BN must be a multiple of 8 up to 256 whose B tile's {BN * 8} chunks "
+                         f"spread evenly over {threads} threads, got {BN}")
+    FOLD = int(cfg.get("fold", 0))
+    if FOLD < 1:
+        raise ValueError(f"fold must be >= 1 K tiles per first-level sum, got {FOLD}")
+    if not 2 <= NSTAGES <= 5:
+        raise ValueError(f"the cp.async pipeline takes 2 to 5 stages, got {NSTAGES}")
+    SPLIT = mode == "tf32x3"
+    A_KMAJOR = spec.layout_a == Layout.COL
+    B_KMAJOR = spec.layout_b == Layout.ROW  # raw B as (k, j) at k * ld + j
+    ALD, BLD, A_STAGE, B_STAGE = _stage_layout(g, A_KMAJOR, B_KMAJOR)
+    LINE, A_AT, B_AT, TOT_AT, FLOATS = _smem_floats(cfg, A_KMAJOR, B_KMAJOR)
+    load_a = make_tf32_mma(mode, A_KMAJOR, B_KMAJOR).load_a
+    A_VALS = 8 if SPLIT else 4
+    COUNT = BN // 2
+    helpers = _tuple_helpers(COUNT, threads, BN // 8)
+    zeros, add, fold_into, unpack, zero_total = (helpers[x] for x in ("zeros", "add", "fold_into", "unpack",
+                                                                        "zero_total"))
+    wgmma, wait = make_wgmma(BN), make_wait(COUNT)
+
+    from .warptile import _make_dmma_store, _run_store  # the fused epilogue store every warptile kernel uses
+
+    dt = spec.dtype
+    nb = dt.type
+    d_off = make_offset(spec.layout_d)
+    epilogue = spec.epilogue_fn
+    store_tile = _make_dmma_store(2, BN // 8, _run_store(2, epilogue, d_off, False), epilogue, d_off, False, BM, BN)
+    smem_type = from_dtype(dt)
+    uBM, uBN, uBK, uALD, uBLD = U(BM), U(BN), U(BK), U(ALD), U(BLD)
+    uA_STAGE, uB_STAGE, uWARP, one, two = U(A_STAGE), U(B_STAGE), U(WARP), U(1), U(2)
+    uLAST, uFOLD = U(NSTAGES - 1), U(FOLD)
+    GROUP_M = int(cfg.get("group_m", 0))
+    uGROUP = U(max(GROUP_M, 1))
+    CHUNK_ITERS = BN * 8 // threads  # 16-byte chunks of the B tile (BN lines x 8) a thread converts
+    copy_a = make_tile_async_copier(dt, spec.layout_a, BM, BK, threads, ALD)
+    copy_b = make_tile_async_copier(dt, spec.layout_b, BK, BN, threads, BLD)
+    wait_oldest = cp_async_wait[NSTAGES - 2]
+    UNCHECKED = bool(cfg.get("unchecked", True))
+    stream_a = make_async_tile_stream(dt, spec.layout_a, BM, BK, threads, ALD, k_along_rows=False)
+    stream_b = make_async_tile_stream(dt, spec.layout_b, BK, BN, threads, BLD, k_along_rows=True)
+    A_IT, B_IT = stream_a.iters, stream_b.iters
+    A_PSTEP, B_PSTEP = stream_a.place_step, stream_b.place_step
+    DESC_HIGH = U(descriptor(0))
+
+    @cuda.jit(device=True, inline="always")
+    def block_tile():
+        """This block's output tile; with ``group_m`` consecutive blocks sweep that many tile
+        rows column by column, so a wave of blocks shares fewer B column panels in L2."""
+        if GROUP_M:
+            tiles_n, tiles_m = U(cuda.gridDim.x), U(cuda.gridDim.y)
+            pid = U(cuda.blockIdx.y) * tiles_n + U(cuda.blockIdx.x)
+            per_group = uGROUP * tiles_n
+            first = (pid // per_group) * uGROUP
+            rows = min(tiles_m - first, uGROUP)
+            within = pid % per_group
+            return first + within % rows, within // rows
+        return U(cuda.blockIdx.y), U(cuda.blockIdx.x)
+
+    @cuda.jit(device=True, inline="always")
+    def split_b(smem, raw, hi_at, tid):
+        """The raw B tile at ``smem[raw]`` as TF32 ``hi`` (and ``lo``) lines, swizzled, from ``hi_at``."""
+        for it in range(CHUNK_ITERS):
+            q = tid + U(it * threads)
+            nn = q % uBN
+            c = q // uBN
+            if B_KMAJOR:
+                x = (smem[raw + (c * U(4)) * uBLD + nn], smem[raw + (c * U(4) + one) * uBLD + nn],
+                     smem[raw + (c * U(4) + two) * uBLD + nn], smem[raw + (c * U(4) + U(3)) * uBLD + nn])
+            else:
+                x = load_vec(smem, raw + nn * uBLD + c * U(4))
+            at = hi_at + nn * U(32) + ((c ^ (nn & U(7))) * U(4))
+            if SPLIT:
+                h0, h1, h2, h3 = tf32_round_sat(x[0]), tf32_round_sat(x[1]), tf32_round_sat(x[2]), tf32_round_sat(x[3])
+                store_vec(smem, at, (h0, h1, h2, h3))
+                store_vec(smem, at + U(LINE), (tf32_round(x[0] - h0), tf32_round(x[1] - h1), tf32_round(x[2] - h2),
+                                               tf32_round(x[3] - h3)))
+            else:
+                store_vec(smem, at, (tf32_round(x[0]), tf32_round(x[1]), tf32_round(x[2]), tf32_round(x[3])))
+
+    @cuda.jit(device=True, inline="always")
+    def a_base(a_off, w_row, s):
+        if A_KMAJOR:
+            return a_off + U(s * 8) * uALD + w_row
+        return a_off + w_row * uALD + U(s * 8)
+
+    @cuda.jit(device=True, inline="always")
+    def multiply_tile(smem, a_off, w_row, lane, frag, desc_hi, r, p):
+        """This warpgroup's part of the K tile whose A stage starts at ``smem[a_off]`` and whose
+        B lines the descriptor ``desc_hi`` (lo: one buffer on) points to: ``r`` the running sum,
+        ``p`` the partial's registers."""
+        if SPLIT:
+            for s in range(4):
+                load_a(smem, a_base(a_off, w_row, s), uALD, lane, frag, 0)
+                a_hi = (frag[0, 0], frag[0, 1], frag[0, 2], frag[0, 3])
+                a_lo = (frag[0, 4], frag[0, 5], frag[0, 6], frag[0, 7])
+                step = desc_hi + U(2 * s)  # 32 bytes a K step, in 16-byte units
+                wgmma_fence()
+                p = wgmma(p, a_lo, step, 0)
+                p = wgmma(p, a_hi, step + U(LINE * 4 // 16), 1)
+                p = wgmma(p, a_hi, step, 1)
+                wgmma_commit()
+                p = wait(p)
+                r = add(r, p)
+        else:
+            for s in range(4):
+                load_a(smem, a_base(a_off, w_row, s), uALD, lane, frag, s)
+            wgmma_fence()
+            for s in range(4):
+                r = wgmma(r, (frag[s, 0], frag[s, 1], frag[s, 2], frag[s, 3]), desc_hi + U(2 * s), 1)
+            wgmma_commit()
+            r = wait(r)
+        return r, p
+
+    def tf32wgmma_gemm(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args):
+        smem = cuda.shared.array(0, smem_type)
+        frag = cuda.local.array((4, A_VALS), nb)
+        acc = cuda.local.array(COUNT, nb)
+        tid = U(cuda.threadIdx.x)
+        warp = tid // uWARP
+        lane = tid % uWARP
+        w_row = warp * U(16)
+        # The B buffers on a 1024-byte boundary of the shared window (the swizzle's period).
+        base = shared_address(smem, U(0))
+        hi_at = ((U(SWIZZLE_BYTES) - (base & U(SWIZZLE_BYTES - 1))) & U(SWIZZLE_BYTES - 1)) // U(4)
+        desc_hi = DESC_HIGH | (((base + hi_at * U(4)) >> U(4)) & U(0x3FFF))
+        a_tile = smem[A_AT:]
+        b_tile = smem[B_AT:]
+        tot = U(TOT_AT) + tid
+        zero_total(smem, tot)
+        r = zeros()
+        p = zeros()
+        tile_m, tile_n = block_tile()
+        row0, col0 = tile_m * uBM, tile_n * uBN
+        um, un, uk = U(m), U(n), U(k)
+        vec_a = (U(flags) & one) != U(0)
+        vec_b = (U(flags) & two) != U(0)
+        n_tiles = (uk + uBK - one) // uBK
+        for st in range(NSTAGES - 1):
+            if U(st) < n_tiles:
+                copy_a(a, U(lda), row0, U(st) * uBK, um, uk, a_tile[U(st) * uA_STAGE:], tid, vec_a)
+                copy_b(b, U(ldb), U(st) * uBK, col0, uk, un, b_tile[U(st) * uB_STAGE:], tid, vec_b)
+            cp_async_commit()
+        use = U(0)
+        fill = uLAST
+        t = U(0)
+        fast = UNCHECKED and vec_a and vec_b and row0 + uBM <= um and col0 + uBN <= un
+        a_src = cuda.local.array(A_IT, index_type)
+        b_src = cuda.local.array(B_IT, index_type)
+        a_ks, b_ks = stream_a.k_stride(U(lda)), stream_b.k_stride(U(ldb))
+        a_place, b_place = stream_a.place(tid), stream_b.place(tid)
+        if fast:
+            a_origin, a_step = stream_a.origin(U(lda), row0, U(0), tid), stream_a.step(U(lda))
+            b_origin, b_step = stream_b.origin(U(ldb), U(0), col0, tid), stream_b.step(U(ldb))
+            for c in range(A_IT):
+                a_src[c] = a_origin + U(c) * a_step
+            for c in range(B_IT):
+                b_src[c] = b_origin + U(c) * b_step
+        full_tiles = uk // uBK
+        while t < n_tiles:
+            wait_oldest()  # this thread's copies of tile t have landed ...
+            cuda.syncthreads()  # ... everyone's; every wgmma of tile t - 1 has finished
+            ahead = t + uLAST
+            if ahead < n_tiles:
+                if fast and ahead < full_tiles:
+                    dk = ahead * uBK
+                    for c in range(A_IT):
+                        stream_a.copy(a_tile, fill * uA_STAGE + a_place + U(c) * A_PSTEP, a, a_src[c], dk * a_ks)
+                    for c in range(B_IT):
+                        stream_b.copy(b_tile, fill * uB_STAGE + b_place + U(c) * B_PSTEP, b, b_src[c], dk * b_ks)
+                else:
+                    copy_a(a, U(lda), row0, ahead * uBK, um, uk, a_tile[fill * uA_STAGE:], tid, vec_a)
+                    copy_b(b, U(ldb), ahead * uBK, col0, uk, un, b_tile[fill * uB_STAGE:], tid, vec_b)
+            cp_async_commit()
+            split_b(smem, U(B_AT) + use * uB_STAGE, hi_at, tid)
+            fence_proxy_async()  # the generic-proxy stores above, before the async proxy's reads
+            cuda.syncthreads()
+            r, p = multiply_tile(smem, U(A_AT) + use * uA_STAGE, w_row, lane, frag, desc_hi, r, p)
+            t += one
+            if t % uFOLD == U(0):
+                fold_into(smem, tot, r)
+                r = zeros()
+            use = use + one if use < uLAST else U(0)
+            fill = fill + one if fill < uLAST else U(0)
+        unpack(acc, r, smem, tot)
+        store_tile(d, U(ldd), um, un, row0, col0, w_row, U(0), lane, acc, epi_args)
+
+    return BuiltKernel(tf32wgmma_gemm, (threads,), BM, BN, dynamic_smem=FLOATS * dt.itemsize,
+                       min_blocks=int(cfg.get("min_blocks", 1)))
