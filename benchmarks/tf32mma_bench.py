@@ -41,20 +41,23 @@ VARIANTS = {  # name: (spec tile, overrides)
 
 WG_VARIANTS = {  # --rung tf32wgmma: name: (spec tile, overrides)
     "tf32x3": ("tf32x3", {}),
-    "tf32x3_s2": ("tf32x3", dict(stages=2)),
     "tf32x3_s4": ("tf32x3", dict(stages=4)),
-    "tf32x3_n64x2": ("tf32x3", dict(BN=64, stages=2, min_blocks=2)),
-    "tf32x3_checked": ("tf32x3", dict(unchecked=False)),
+    "tf32x3_n64": ("tf32x3", dict(BN=64, stages=4)),
     "tf32": ("tf32", {}),
-    "tf32_s4": ("tf32", dict(stages=4)),
-    "tf32_n64x2": ("tf32", dict(BN=64, stages=2, min_blocks=2)),
+    "tf32_s3": ("tf32", dict(stages=3)),
 }
 RUNG = "tf32mma"
 """The rung this run measures (``--rung``)."""
 
-PIPELINE_PATHS = {  # --pipeline: whole dxgemm.gemm calls on the cuBLASDx pipeline (split pass included)
+PIPELINE_PATHS = {  # --pipeline / --calls: whole dxgemm.gemm calls (the pipeline's split pass included)
     "pipeline_tf32": dict(backend="pipeline", precision="tf32"),
     "pipeline_3xtf32": dict(backend="pipeline"),
+    "auto": dict(),
+    "auto_tf32": dict(precision="tf32"),
+    "call_tf32mma": dict(backend="tf32mma"),
+    "call_tf32wgmma": dict(backend="tf32wgmma"),
+    "call_tf32mma_tf32": dict(backend="tf32mma", precision="tf32"),
+    "call_tf32wgmma_tf32": dict(backend="tf32wgmma", precision="tf32"),
 }
 
 _records: list[dict] = []
@@ -150,26 +153,30 @@ def check(args) -> None:
     for m, n, k in ((1000, 1030, 999), (129, 127, 4097)):
         a = (rng.uniform(0.5, 1.0, (m, k)) * 2.0 ** rng.integers(-6, 7, (m, k))).astype(cp.float32)
         b = rng.standard_normal((k, n)).astype(cp.float32)
-        for mode in ("tf32x3", "tf32"):
+        for name in args.variants:
+            mode, over = VARIANTS[name]
             bnd = (k / 8 + 4) * u32 + (0 if mode == "tf32x3" else 2.5 * tf)
             for layouts in ("rrr", "crr", "rcr", "ccr", "rrc", "ccc") if mode == "tf32x3" else ("rrr", "ccc"):
+                if args.quick and layouts not in ("rrr", "rcr", "ccc"):
+                    continue
                 for offset in ((0, 0), (1, 3)) if layouts == "rrr" else ((0, 0),):
-                    out, _ = run(a, b, mode, {}, layouts, offset=offset)
+                    out, _ = run(a, b, mode, over, layouts, offset=offset)
                     cp.cuda.runtime.deviceSynchronize()
                     nan = int(cp.isnan(out).sum())
                     err = rel_error(out, a, b)
                     ok = nan == 0 and err <= bnd
                     fails += not ok
-                    print(f"check {mode:7} {layouts} {m}x{n}x{k} offset={offset}: error {err:.2e} (bound {bnd:.2e}), "
+                    print(f"check {name:12} {layouts} {m}x{n}x{k} offset={offset}: error {err:.2e} (bound {bnd:.2e}), "
                           f"NaN {nan}: {'ok' if ok else 'FAIL'}", flush=True)
-                    emit(dict(suite="tf32mma_check", mode=mode, layouts=layouts, m=m, n=n, k=k, offset=offset,
+                    emit(dict(suite="tf32mma_check", rung=RUNG, variant=name, mode=mode, layouts=layouts, m=m, n=n, k=k, offset=offset,
                               error=err, bound=bnd, ok=ok), args.json)
     m, n, k = 515, 700, 1500
     a = rng.standard_normal((m, k)).astype(cp.float32)
     b = rng.standard_normal((k, n)).astype(cp.float32)
     v = (rng.standard_normal(n) * 4).astype(cp.float32)
+    x3 = [name for name in args.variants if VARIANTS[name][0] == "tf32x3"][:1] or ["tf32x3"]
     for layouts in ("rrr", "ccc"):
-        out, _ = run(a, b, "tf32x3", {}, layouts, epilogue=E.bias(v) | E.relu())
+        out, _ = run(a, b, *VARIANTS[x3[0]], layouts, epilogue=E.bias(v) | E.relu())
         ref = cp.maximum(a.astype(cp.float64) @ b.astype(cp.float64) + v, 0)
         err = rel_error(out, a, b, ref)
         ok = err <= (k / 8 + 4) * u32 + 1e-6 and bool((out >= 0).all())
@@ -244,8 +251,8 @@ def accuracy(args) -> None:
             tf32_cublas = cp.asarray(ta @ tb)
             torch.backends.cuda.matmul.allow_tf32 = False
             outs = {"sgemm": sgemm, "cublas_tf32": tf32_cublas}
-            for mode in ("tf32x3", "tf32"):
-                outs[mode] = run(a, b, mode)[0].copy()
+            for variant in args.variants:
+                outs[variant] = run(a, b, *VARIANTS[variant])[0].copy()
             cp.cuda.runtime.deviceSynchronize()
             finite = cp.isfinite(ref32)
             errs, pattern = {}, {}
@@ -261,19 +268,18 @@ def accuracy(args) -> None:
                 else:
                     errs[key] = 0.0
             base = max(errs["sgemm"], tiny)
-            for key in ("tf32x3", "tf32", "cublas_tf32"):
-                emit(dict(suite="accuracy", dtype="float32", precision=key, path=RUNG if key.startswith("tf32")
-                          and key != "cublas_tf32" else "cublas", data=name, k=k, m=size, n=size, error=errs[key],
+            for key in (*args.variants, "cublas_tf32"):
+                emit(dict(suite="accuracy", dtype="float32", path=RUNG if key in VARIANTS else "cublas", variant=key,
+                          precision=VARIANTS[key][0] if key in VARIANTS else "tf32", data=name, k=k, m=size, n=size,
+                          error=errs[key],
                           sgemm_error=errs["sgemm"], ratio_to_sgemm=errs[key] / base, special_mismatch=pattern[key],
                           sgemm_special_mismatch=pattern["sgemm"]), args.json)
-            worst = max(worst, errs["tf32x3"] / base)
-            print(f"acc K={k:6d} {name:19} sgemm {errs['sgemm']:.2e} | tf32x3 {errs['tf32x3']:.2e} "
-                  f"({errs['tf32x3'] / base:5.2f}x) | tf32 {errs['tf32']:.2e} ({errs['tf32'] / base:6.1f}x) | "
-                  f"cuBLAS tf32 {errs['cublas_tf32']:.2e} ({errs['cublas_tf32'] / base:6.1f}x) | special mismatches "
-                  f"x3 {pattern['tf32x3']} tf32 {pattern['tf32']} sgemm {pattern['sgemm']} "
-                  f"cublas_tf32 {pattern['cublas_tf32']}", flush=True)
+            worst = max([worst] + [errs[v] / base for v in args.variants if VARIANTS[v][0] == "tf32x3"])
+            cols = " | ".join(f"{key} {errs[key]:.2e} ({errs[key] / base:6.2f}x, special {pattern[key]})"
+                              for key in (*args.variants, "cublas_tf32"))
+            print(f"acc K={k:6d} {name:19} sgemm {errs['sgemm']:.2e} (special {pattern['sgemm']}) | {cols}", flush=True)
             del a, b, ref64, ref32, outs
-    print(f"accuracy: worst tf32x3 ratio to SGEMM {worst:.2f}")
+    print(f"accuracy: worst tf32x3 ratio to SGEMM {worst:.2f} ({', '.join(args.variants)})")
 
 
 # ---------------------------------------------------------------------------------------
@@ -329,7 +335,8 @@ def speed(args) -> None:
         import dxgemm
 
         d2 = cp.full((size, size), cp.nan, cp.float32)
-        for name, kw in PIPELINE_PATHS.items() if args.pipeline else ():
+        calls = args.calls or (["pipeline_tf32", "pipeline_3xtf32"] if args.pipeline else [])
+        for name, kw in ((c, PIPELINE_PATHS[c]) for c in calls):
             dxgemm.gemm(a, b, d2, **kw)  # load (or build) the kernel outside the timing
             res[name] = _median_ms(lambda: dxgemm.gemm(a, b, d2, **kw), args.reps)
             print(f"  {name} error at {size}^3: {rel_error(d2, a, b):.2e}", flush=True)
@@ -338,9 +345,12 @@ def speed(args) -> None:
         tf = res["cublas_tf32"]
         for name, ms in res.items():
             tflops = flop / ms / 1e9
-            path = RUNG if name in VARIANTS else "pipeline" if name in PIPELINE_PATHS else "cublas"
+            call = PIPELINE_PATHS.get(name, {})
+            path = (RUNG if name in VARIANTS else "call:" + call.get("backend", "auto") if name in PIPELINE_PATHS
+                    else "cublas")
+            default = "pipeline_3xtf32" if call.get("backend") == "pipeline" else "tf32x3"
             precision = (VARIANTS[name][0] if name in VARIANTS else
-                         PIPELINE_PATHS[name].get("precision", "pipeline_3xtf32") if name in PIPELINE_PATHS else name)
+                         call.get("precision", default) if name in PIPELINE_PATHS else name)
             emit(dict(suite="speed", dtype="float32", path=path, variant=name,
                       precision=precision, m=size, n=size, k=size, ms=ms,
                       tflops=tflops, vs_sgemm=sg / ms, vs_cublas_tf32=tf / ms), args.json)
@@ -455,10 +465,13 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--pipeline", action="store_true", help="speed: also whole dxgemm.gemm calls on the "
                         "cuBLASDx pipeline, one TF32 pass and its single-accumulator 3xTF32")
+    parser.add_argument("--calls", default=[], type=lambda s: [x for x in s.split(",") if x],
+                        help="speed: whole dxgemm.gemm calls to time too, from PIPELINE_PATHS (auto, call_tf32wgmma, ...)")
     parser.add_argument("--layouts", default="rrr,ccc", type=lambda s: s.split(","),
                         help="resources: layouts of A, B, D to build (r / c each)")
     parser.add_argument("--cc", default="90", type=lambda s: [int(x) for x in s.split(",")],
                         help="resources: compute capabilities to build for, e.g. 80,89,90")
+    parser.add_argument("--quick", action="store_true", help="check: three layouts of A, B, D, not six")
     parser.add_argument("--rung", default="tf32mma", choices=("tf32mma", "tf32wgmma"),
                         help="the TF32 rung to run: tf32mma (mma.sync, sm_80+) or tf32wgmma (wgmma, sm_90a)")
     parser.add_argument("--wait", default=[], type=lambda s: [int(x) for x in s.split(",") if x],

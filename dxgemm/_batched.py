@@ -30,7 +30,7 @@ import numpy as np
 
 from . import _arrays, policy
 from ._arrays import BatchedOperand, as_batched_operand
-from ._checks import check_backend, check_extra, check_rung_fits, check_scalar
+from ._checks import check_backend, check_extra, check_one_matrix, check_rung_fits, check_scalar
 from ._streams import stream_handle
 from .epilogues._base import AlphaBeta, Chain, EpilogueContext, Moved, Span, check_spans
 from .kernels import KernelSpec
@@ -76,9 +76,7 @@ def batched_gemm(a: Any, b: Any, c: Any, alpha: Any, beta: Any, epilogue: Any, b
         raise ValueError(f"beta={beta!r} scales c, but no c was given: pass c (the {(*batch, m, n)} array beta "
                          "multiplies, which receives the result) or leave beta at 0")
     backend = check_backend(backend)
-    if backend == "pipeline":
-        raise ValueError("backend='pipeline' takes one matrix per launch; a batched call runs on the handwritten "
-                         "kernels: use backend='auto', 'warptile' or 'tf32mma'")
+    check_one_matrix(backend, "a batched call")
     precision = policy.resolve_precision(dtype, backend, precision)
     device = _arrays.device_of(op_a.entry)
     if _arrays.device_of(op_b.entry) != device:

@@ -13,14 +13,29 @@ import numpy as np
 
 from . import _arrays, policy
 from ._arrays import as_operand
+from .kernels._device import SIMULATOR
 from .kernels.tf32mma import smem_bytes
+from .kernels.tf32wgmma import CONFIGS as WGMMA_TILES
+from .kernels.tf32wgmma import smem_bytes as wgmma_smem
 from .runtime import env
 from .kernels import RUNGS
 
-BACKENDS: tuple[str, ...] = RUNGS + ("tf32mma", "pipeline")
+BACKENDS: tuple[str, ...] = RUNGS + ("tf32mma", "tf32wgmma", "pipeline")
 """Names ``backend=`` accepts besides ``"auto"``: the handwritten rungs, slowest first, then
-``"tf32mma"`` (float32 on the TF32 tensor cores, :mod:`dxgemm.kernels.tf32mma`) and
-``"pipeline"`` (cuBLASDx device pipeline on tensor cores, :mod:`dxgemm.pipelines`)."""
+``"tf32mma"`` (float32 on the TF32 tensor cores, :mod:`dxgemm.kernels.tf32mma`), ``"tf32wgmma"``
+(the same on Hopper's ``wgmma``, :mod:`dxgemm.kernels.tf32wgmma`) and ``"pipeline"`` (cuBLASDx
+device pipeline on tensor cores, :mod:`dxgemm.pipelines`)."""
+
+ONE_MATRIX_BACKENDS: tuple[str, ...] = ("tf32wgmma", "pipeline")
+"""Backends that take one GEMM a launch: batched and grouped calls refuse them."""
+
+
+def check_one_matrix(backend: str, what: str, unit: str = "matrix") -> None:
+    """ValueError when a batched or grouped call (``what``, made of ``unit``\ s) names a backend of
+    one GEMM a launch."""
+    if backend in ONE_MATRIX_BACKENDS:
+        raise ValueError(f"backend={backend!r} takes one {unit} per launch; {what} runs on the handwritten "
+                         "kernels: use backend='auto', 'warptile' or 'tf32mma'")
 
 BACKEND_DTYPES: dict[str, tuple[np.dtype, ...]] = {
     name: (np.dtype(np.float32),) if name in policy.TF32_BACKENDS else (np.dtype(np.float32), np.dtype(np.float64))
@@ -87,6 +102,15 @@ def output_operand(c: Any, op_a: Any, op_b: Any, device: int) -> tuple[Any, Any]
 def check_rung_fits(backend: str, precision: str | None, info: Any, device: int) -> None:
     """ValueError when ``backend`` is the TF32 rung and GPU ``device`` (``info``: its
     :class:`~dxgemm.gpus.DeviceInfo`) cannot run it (:func:`dxgemm.policy.tf32_rung_fits`)."""
+    if backend == "tf32wgmma":
+        if SIMULATOR or not policy.tf32_wgmma_fits(info):
+            where = "Numba's CUDA simulator" if SIMULATOR else (
+                f"GPU {device} ({info.cc[0]}.{info.cc[1]}, {info.smem_per_block} bytes of shared memory per block"
+                f"{', the figures DXGEMM_DEVICE_AS names' if env.device_as() else ''})")
+            raise ValueError(f"backend='tf32wgmma' issues Hopper's wgmma: it needs compute capability 9.0 and "
+                             f"{max(wgmma_smem(t) for t in WGMMA_TILES)} bytes of shared memory per block, and cannot "
+                             f"run on {where}: use backend='auto' or 'tf32mma'")
+        return
     if backend in policy.TF32_BACKENDS and not policy.tf32_rung_fits(info.cc, info.smem_per_block, precision):
         raise ValueError(f"backend={backend!r} needs compute capability 8.0 and "
                          f"{smem_bytes(policy.tf32_smallest_tile(precision))} bytes of shared memory per block; "

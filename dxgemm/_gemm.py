@@ -121,6 +121,7 @@ def gemm(
     with _arrays.on_device(device):  # choose, load and launch on the arrays' GPU
         info = device_info(device)
         check_rung_fits(backend, precision, info, device)
+        chosen = backend == "auto"
         if backend == "auto":
             backend = policy.choose_backend(dtype, m, n, k, pipeline=_pipeline_reason(device) is None,
                                             aligned=flags == FLAG_VEC_A | FLAG_VEC_B,
@@ -143,7 +144,11 @@ def gemm(
                 _calls.remember(key, call, op_a, op_b, op_d, (a, b), m, n, k, bound, alpha, beta, c is not None,
                                 addresses=addresses)
                 return out
-        if backend in policy.TF32_BACKENDS:
+        if backend == "tf32mma" and chosen:
+            backend, tile = policy.choose_tf32_rung(precision, m, n, k, info, wgmma=not SIMULATOR)
+        elif backend == "tf32wgmma":
+            tile = precision  # one tile a precision, never split
+        elif backend == "tf32mma":
             tile = policy.choose_tf32_tile(precision, m, n, k, info)
         else:
             tile = policy.choose_tile(backend, dtype, m, n, k, info, traits.medium_tile_min_k)
@@ -173,13 +178,15 @@ def available_backends(device: int = 0) -> tuple[str, ...]:
     """The members of :data:`BACKENDS` that can run on GPU ``device``: none without a usable CUDA
     driver and GPU (outside Numba's simulator, which runs every rung); ``"pipeline"`` only on an
     sm_90 GPU with cuda.core, outside the simulator; ``"tf32mma"`` where
-    :func:`dxgemm.policy.tf32_rung_fits` (and under the simulator).  Under ``DXGEMM_DEVICE_AS``
+    :func:`dxgemm.policy.tf32_rung_fits` (and under the simulator); ``"tf32wgmma"`` where
+    :func:`dxgemm.policy.tf32_wgmma_fits`, outside the simulator.  Under ``DXGEMM_DEVICE_AS``
     both are judged for the GPU it names (:func:`dxgemm.runtime.device.device_info`).  Test suites parametrize over this with :data:`BACKEND_DTYPES`."""
     if not gpu_usable(device):
         return ()
     info = device_info(device)
-    tf32 = policy.TF32_BACKENDS if policy.tf32_rung_fits(info.cc, info.smem_per_block) else ()
-    return RUNGS + tf32 + (("pipeline",) if _pipeline.availability(device) is None else ())
+    tf32 = ("tf32mma",) if policy.tf32_rung_fits(info.cc, info.smem_per_block) else ()
+    wgmma = ("tf32wgmma",) if not SIMULATOR and policy.tf32_wgmma_fits(info) else ()
+    return RUNGS + tf32 + wgmma + (("pipeline",) if _pipeline.availability(device) is None else ())
 
 
 def _pipeline_reason(device: int) -> str | None:

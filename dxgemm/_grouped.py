@@ -29,7 +29,8 @@ import numpy as np
 
 from . import _arrays, policy
 from ._arrays import as_operand, data_pointer, matrix_signature
-from ._checks import check_backend, check_extra, check_pair, check_rung_fits, check_scalar, output_operand
+from ._checks import (check_backend, check_extra, check_one_matrix, check_pair, check_rung_fits, check_scalar,
+                      output_operand)
 from ._streams import stream_handle
 from .epilogues._base import AlphaBeta, Chain, Epilogue, EpilogueContext, Span
 from .kernels import KernelSpec
@@ -78,9 +79,7 @@ def grouped_gemm(problems: Sequence[Sequence[Any]], *, alpha: float = 1.0, beta:
     if len(epilogues) != len(problems):
         raise ValueError(f"epilogue has {len(epilogues)} entries for {len(problems)} problems: give one epilogue, "
                          "or one per problem")
-    if backend == "pipeline":
-        raise ValueError("backend='pipeline' takes one problem per launch; grouped_gemm runs on the handwritten "
-                         "kernels: use backend='auto', 'warptile' or 'tf32mma'")
+    check_one_matrix(backend, "grouped_gemm", "problem")
     key, epi_addresses = _signature(problems, alpha, beta, epilogues, backend, precision)
     kept = _kept.get(key) if key is not None else None
     if kept is not None:

@@ -69,8 +69,20 @@ PRECISIONS: tuple[str, ...] = ("tf32x3", "tf32", "ieee")
 PyTorch's ``set_float32_matmul_precision`` levels map as ``"highest"`` -> ``"ieee"`` or
 ``"tf32x3"`` (both float32 accuracy), ``"high"`` / ``"medium"`` -> ``"tf32"``."""
 
-TF32_BACKENDS = ("tf32mma",)
+TF32_BACKENDS = ("tf32mma", "tf32wgmma")
 """Backends that compute float32 on the TF32 tensor cores (``precision`` ``"tf32x3"`` or ``"tf32"``)."""
+
+WGMMA_TARGETS = ((9, 0),)
+"""Compute capabilities ``tf32wgmma`` runs on: ``wgmma`` is Hopper's alone (sm_90a)."""
+
+
+def tf32_wgmma_fits(device: DeviceInfo) -> bool:
+    """Whether ``tf32wgmma`` can run on ``device``: Hopper (:data:`WGMMA_TARGETS`), and blocks
+    that take its shared memory (:func:`dxgemm.kernels.tf32wgmma.smem_bytes`, both modes)."""
+    from .kernels.tf32wgmma import CONFIGS, smem_bytes
+
+    return (tuple(device.cc) in WGMMA_TARGETS
+            and device.smem_per_block >= max(smem_bytes(tile) for tile in CONFIGS))
 
 
 TF32X3_MIN_K = 8
@@ -199,14 +211,45 @@ def choose_tf32_tile(precision: str, m: int, n: int, k: int, device: DeviceInfo 
     small = f"{precision}_small"
     if min(m, n) <= 64 or not tf32_tile_fits(device, precision):
         return small
-    costs = {}
-    for tile, suffix in ((precision, ""), (small, "_small")):
-        (rows, cols), (fixed, rate, saturating) = tf32_tile_shape(tile), TF32_TILE_COST[suffix]
-        slices = choose_split_k("tf32mma", np.float32, m, n, k, tile, device) if split else 1
-        busiest = -(-(-(-m // rows) * -(-n // cols) * slices) // device.sm_count)
-        waves = -(-busiest // tf32_resident(device, tile))
-        costs[tile] = waves * fixed + rate * -(-k // slices) * max(busiest, saturating)
+    costs = {tile: _tf32_cost(tile, TF32_TILE_COST[suffix], m, n, k, device, split)
+             for tile, suffix in ((precision, ""), (small, "_small"))}
     return small if costs[small] < costs[precision] else precision
+
+
+def _tf32_cost(tile: str, cost: tuple, m: int, n: int, k: int, device: DeviceInfo, split: bool) -> float:
+    """:func:`choose_tf32_tile`'s wave model of ``tile`` (a ``tf32mma`` tile, its 128x128 one
+    also standing for ``tf32wgmma``'s, whose block is the same) at ``cost`` (``(fixed, rate,
+    saturating)``), with the K split :func:`choose_split_k` gives it when ``split``."""
+    (rows, cols), (fixed, rate, saturating) = tf32_tile_shape(tile), cost
+    slices = choose_split_k("tf32mma", np.float32, m, n, k, tile, device) if split else 1
+    busiest = -(-(-(-m // rows) * -(-n // cols) * slices) // device.sm_count)
+    waves = -(-busiest // tf32_resident(device, tile))
+    return waves * fixed + rate * -(-k // slices) * max(busiest, saturating)
+
+
+TF32_WGMMA_COST = {"tf32x3": (96, 0.67, 1), "tf32": (96, 0.78, 1)}
+"""``tf32wgmma``'s block cost in :data:`TF32_TILE_COST`'s units, by precision: one 128x128 block a
+SM as ``tf32mma``'s large tile, at the rate measured against it at 4096^3 and 8192^3 (tf32x3
+1.31-1.39x SGEMM against 0.88-0.91x; tf32 2.32-2.51x against 1.81-2.03x); the fixed cost is
+taken as the large tile's (not fitted yet)."""
+
+
+def choose_tf32_rung(precision: str, m: int, n: int, k: int, device: DeviceInfo = H100, *,
+                     wgmma: bool = True) -> tuple[str, str]:
+    """``(backend, tile)`` for a float32 call on the TF32 tensor cores under ``auto``:
+    ``tf32mma``'s choice (:func:`choose_tf32_tile`, with its K split), or on Hopper
+    (:func:`tf32_wgmma_fits`; ``wgmma``: the caller can launch it) ``tf32wgmma``'s 128x128 tile,
+    unsplit, where the wave model costs it less (:data:`TF32_WGMMA_COST`).  ``wgmma`` issues at
+    the full TF32 rate, where ``mma.sync`` reaches under half of it on Hopper; ``tf32wgmma`` has
+    no split, small or thin tiles, so few output tiles over a long K stay on ``tf32mma``."""
+    tile = choose_tf32_tile(precision, m, n, k, device)
+    if (not wgmma or not tf32_wgmma_fits(device) or tf32_thin_tile(precision, m, n) is not None
+            or min(m, n) <= 64):
+        return "tf32mma", tile
+    chosen = _tf32_cost(tile, TF32_TILE_COST[tile.removeprefix(precision)], m, n, k, device, True)
+    if _tf32_cost(precision, TF32_WGMMA_COST[precision], m, n, k, device, False) <= chosen:
+        return "tf32wgmma", precision
+    return "tf32mma", tile
 
 
 def resolve_precision(dtype: Any, backend: str, precision: str | None) -> str | None:

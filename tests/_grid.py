@@ -18,7 +18,7 @@ from dxgemm.testing import make_data
 
 TILES = {  # backend: (block tile side T, K tile BK), read from dxgemm/kernels/*.py and pipelines/config.py
     "naive": (32, 1), "coalesced": (32, 1), "smem": (32, 32), "blocktile1d": (64, 8), "blocktile2d": (128, 8),
-    "vectorized": (128, 8), "warptile": (64, 16), "tf32mma": (128, 32), "pipeline": (128, 32), "auto": (128, 32), "gemv": (32, 8),
+    "vectorized": (128, 8), "warptile": (64, 16), "tf32mma": (128, 32), "tf32wgmma": (128, 32), "pipeline": (128, 32), "auto": (128, 32), "gemv": (32, 8),
 }
 
 LATIN = (("row", "col", "view"), ("col", "view", "T"), ("view", "T", "row"), ("T", "row", "col"))
@@ -46,8 +46,8 @@ def supports(backend: str, dtype) -> bool:
 
 def split(backend: str, dtype) -> int:
     """The accuracy rule's ``split``: 3 where float32 may run on split TF32 operands
-    (``tf32mma``, the pipeline, and ``auto``, whose float32 default is ``tf32mma``)."""
-    return 3 if np.dtype(dtype) == np.float32 and backend in ("tf32mma", "pipeline", "auto") else 1
+    (the TF32 rungs, the pipeline, and ``auto``, whose float32 default runs on them)."""
+    return 3 if np.dtype(dtype) == np.float32 and backend in ("tf32mma", "tf32wgmma", "pipeline", "auto") else 1
 
 
 def rule(backend: str, dtype) -> dict:

@@ -65,7 +65,7 @@ def _run(cp, a_d, b_d, **kwargs):
     return cp.asnumpy(d)
 
 
-PATHS = [{}, {"precision": "tf32x3"}, {"backend": "tf32mma"}]
+PATHS = [{}, {"precision": "tf32x3"}, {"backend": "tf32mma"}, {"backend": "tf32wgmma"}]
 # the TF32 rung forced below TF32X3_MIN_K meets its split bound, not the contract (policy.TF32X3_MIN_K)
 CONTRACT = [(k, kw) for k in KS for kw in PATHS if "backend" not in kw or k >= 8]
 

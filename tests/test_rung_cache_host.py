@@ -214,13 +214,14 @@ def test_warmup_builds_rungs_without_a_gpu_and_plain_calls_find_them(tmp_path):
                            "--arrangements", "row_major/row_major", "--jobs", "1"],
                           capture_output=True, text=True, env=env, timeout=600)
     assert warm.returncode == 0, warm.stderr[-3000:]
-    # warptile x3, gemv's three tiles, tf32mma's four and their split parts (float32's default), the split-K reduce
-    assert "15 kernels ready" in warm.stdout, warm.stdout[-2000:]
+    # warptile x3, gemv's three tiles, tf32mma's four and their split parts (float32's default), tf32wgmma's
+    # 128x128 tile (auto's on Hopper), the split-K reduce
+    assert "16 kernels ready" in warm.stdout, warm.stdout[-2000:]
     stored = KernelCache(tmp_path).entries()
     tf32 = [f"tf32mma/tf32x3{tile}{part}" for tile in ("", "_flat", "_narrow", "_small") for part in ("", "_split")]
     assert sorted(e.meta["name"] for e in stored) == sorted(["gemv/large", "gemv/rows", "gemv/rows_deep",
                                                              "splitk_reduce/large", "warptile/large", "warptile/small",
-                                                             "warptile/tiny", *tf32])
+                                                             "warptile/tiny", "tf32wgmma/tf32x3", *tf32])
     assert all(e.fields["kind"] == "rung" and e.fields["cc"] == [9, 0] and e.blobs["cubin"][:4] == b"\x7fELF"
                for e in stored)
     replay = f"""

@@ -30,9 +30,9 @@ U_TF32 = 2.0**-11  # TF32 (10 stored mantissa bits), rounded to nearest
 
 
 def run_tf32mma(a: np.ndarray, b: np.ndarray, mode: str = "tf32x3", layouts: str = "rrr", epilogue=None,
-                aligned: bool = True, **cfg) -> np.ndarray:
-    """``a @ b`` (float32 host arrays) through the tf32mma rung, then ``epilogue`` (a stage or
-    chain), into a NaN-poisoned D; ``layouts``: "r"/"c" for A, B and D."""
+                aligned: bool = True, rung: str = "tf32mma", **cfg) -> np.ndarray:
+    """``a @ b`` (float32 host arrays) through the ``rung`` (tf32mma, or tf32wgmma on Hopper),
+    then ``epilogue`` (a stage or chain), into a NaN-poisoned D; ``layouts``: "r"/"c" for A, B and D."""
     m, k = a.shape
     n = b.shape[1]
     la, lb, ld = (Layout.ROW if x == "r" else Layout.COL for x in layouts)
@@ -41,9 +41,9 @@ def run_tf32mma(a: np.ndarray, b: np.ndarray, mode: str = "tf32x3", layouts: str
     chain = Chain((AlphaBeta(1.0, 0.0),) + (tuple(epilogue.stages) if epilogue is not None else ()))
     bound = chain.bind(ctx)
     spec = KernelSpec(dtype, la, lb, ld, bound.key, bound.make(), tile=mode)
-    key = (spec, typeof(bound.args), tuple(sorted(cfg.items())))
+    key = (rung, spec, typeof(bound.args), tuple(sorted(cfg.items())))
     if key not in _compiled:  # one compile per configuration, layouts and epilogue in a process
-        _compiled[key] = compile_rung("tf32mma", spec, typeof(bound.args), **cfg)
+        _compiled[key] = compile_rung(rung, spec, typeof(bound.args), **cfg)
     compiled = _compiled[key]
     flat_a, lda = _stored(a, la)
     flat_b, ldb = _stored(b, lb)

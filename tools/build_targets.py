@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 from numba import typeof  # noqa: E402
 
 from dxgemm import policy  # noqa: E402
-from dxgemm.kernels import RUNGS, KernelSpec, Layout, compile_rung  # noqa: E402
+from dxgemm.kernels import RUNGS, KernelSpec, Layout, compile_rung, compile_target  # noqa: E402
 from dxgemm.kernels._device import dmma_shape_for  # noqa: E402
 from dxgemm.kernels.tf32mma import tile_min_blocks  # noqa: E402
 from dxgemm.runtime.device import target_device  # noqa: E402
@@ -66,11 +66,13 @@ def kernels(extended: bool = False):
     tiles'; ``extended`` (``--all``, the committed table): also tf32x3's 128x128 split part and a
     serial split kernel of each rung (``DXGEMM_SPLIT_REDUCE=serial``), left out of CI's run for time."""
     from dxgemm.kernels.tf32mma import CONFIGS
+    from dxgemm.kernels.tf32wgmma import CONFIGS as WGMMA_CONFIGS
 
     out = [(rung, "float32", "large") for rung in RUNGS]
     out += [("warptile", "float64", "tiny"), ("gemv", "float64", "large"), ("gemv", "float32", "rows"),
             ("gemv", "float64", "rows_deep"), ("splitk_reduce", "float64", "large")]
     out += [("tf32mma", "float32", tile) for tile in CONFIGS if tile != "large" and "_split" not in tile]
+    out += [("tf32wgmma", "float32", tile) for tile in WGMMA_CONFIGS]  # built for sm_90a only
     # the split parts whose registers differ from their tile's (the thin and 64-wide ones match theirs)
     out += [("warptile", "float64", "split"), ("tf32mma", "float32", "tf32x3_small_split")]
     if extended:  # the 128x128 part (its tile's registers and spills) and a serial split kernel of each rung
@@ -84,12 +86,14 @@ def used_on(backend, dtype, tile, device) -> bool:
     tile = tile.removesuffix("_serial")
     if backend == "tf32mma":
         return policy.tf32_auto(device) and policy.tf32_tile_fits(device, tile)
+    if backend == "tf32wgmma":
+        return policy.tf32_wgmma_fits(device)
     if backend == "warptile":
         return policy.tile_fits(device, dtype, tile)
     return True
 
 
-def assemble(ptx: str, cc: tuple[int, int]) -> dict:
+def assemble(ptx: str, cc: tuple) -> dict:
     from cuda.core import Linker, LinkerOptions, ObjectCode
 
     arch = f"sm_{cc[0]}{cc[1]}{'a' if cc >= (9, 0) else ''}"
@@ -112,6 +116,9 @@ def build_rows(job) -> tuple[list[str], int]:
     args = (bound.args, np.zeros(1, dtype), np.zeros(1, np.int32)) if tile.endswith("_serial") else bound.args
     compiled, lines, failures = {}, [], 0
     for cc in targets:
+        if backend == "tf32wgmma" and cc not in policy.WGMMA_TARGETS:
+            lines.append(f"  {cc[0]}.{cc[1]:<4} {backend}/{tile} {dtype:24} not built: wgmma is sm_90a's alone")
+            continue
         # float64 warptile's mma shape and tf32mma's register bound depend on the target: one build each
         overrides = {"mma": dmma_shape_for(cc)} if backend == "warptile" and dtype == "float64" and cc < (9, 0) else {}
         if backend == "tf32mma":
@@ -125,7 +132,7 @@ def build_rows(job) -> tuple[list[str], int]:
                 compiled[key] = compile_rung(backend, spec, typeof(args), **overrides)
             kernel = compiled[key]
             (overload,) = kernel.kernel.overloads.values()
-            info = assemble(overload.library.get_asm_str(cc=cc), cc)
+            info = assemble(overload.library.get_asm_str(cc=compile_target(backend, cc)), cc)
         except Exception as e:  # a kernel that does not build for this target
             failures += 1
             lines.append(f"  {cc[0]}.{cc[1]:<3} {name:32} build failed: {type(e).__name__}: {str(e)[:200]}")

@@ -10,8 +10,9 @@
 ``warptile``    a warp-level tile between the block tile and the thread tile
 =============  ==================================================================
 
-Two helpers take the same form without being rungs: ``gemv`` (single-row problems) and
-``splitk_reduce`` (the pipeline's split-K sum and epilogue).
+Helpers take the same form without being rungs: ``gemv`` (single-row problems),
+``splitk_reduce`` (the split-K sum and epilogue), and float32 on the TF32 tensor cores:
+``tf32mma`` (``mma.sync``, sm_80 and later) and ``tf32wgmma`` (``wgmma``, Hopper only).
 
 Each rung module exposes ``build(spec) -> BuiltKernel``; this package compiles it with an
 explicit signature (one specialisation per :class:`KernelSpec` and epilogue argument type,
@@ -49,7 +50,7 @@ def vector_flags(a_ptr: int, a_ld: int, b_ptr: int, b_ld: int, itemsize: int) ->
     return ((FLAG_VEC_A if a_ptr % 16 == 0 and a_ld % width == 0 else 0)
             | (FLAG_VEC_B if b_ptr % 16 == 0 and b_ld % width == 0 else 0))
 
-__all__ = ["RUNGS", "KernelSpec", "Layout", "CompiledKernel", "build_kernel", "kernel_signature", "compile_count",
+__all__ = ["RUNGS", "KernelSpec", "Layout", "CompiledKernel", "build_kernel", "compile_target", "kernel_signature", "compile_count",
            "compile_rung", "FLAG_VEC_A", "FLAG_VEC_B", "vector_flags"]
 
 
@@ -97,6 +98,13 @@ _compiles = 0
 def compile_count() -> int:
     """How many kernels this process has compiled (tests use it to prove cache hits)."""
     return _compiles
+
+
+def compile_target(backend: str, cc: tuple[int, int]) -> tuple:
+    """The target ``backend``'s kernels for compute capability ``cc`` are compiled for: ``cc``, or
+    with the rung's ``ARCH_SUFFIX`` (``tf32wgmma``'s ``"a"``: ``wgmma`` exists in ``sm_90a`` alone)."""
+    suffix = getattr(importlib.import_module(f".{backend}", __name__), "ARCH_SUFFIX", "")
+    return tuple(cc)[:2] + ((suffix,) if suffix else ())
 
 
 def build_kernel(backend: str, spec: KernelSpec, epi_args: tuple, make_epilogue) -> CompiledKernel:

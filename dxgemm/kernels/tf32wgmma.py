@@ -13,7 +13,10 @@ slab with ``wgmma.m64nBNk8`` (A from registers, B from shared memory).  Per 32-d
 2. the block rewrites the raw B tile as TF32 ``hi = tf32(x)`` and (``tf32x3``) ``lo =
    tf32(x - hi)``, each N-major line of 32 K values in the 128-byte swizzled layout ``wgmma``
    reads: TF32 ``wgmma`` takes B K-major only, so this is also where a row-major B turns
-   over, and it is the one copy the split costs (no workspace in global memory);
+   over, and it is the one copy the split costs (no workspace in global memory).  It runs
+   while the previous tile's ``wgmma`` do, into the other of two line buffers: one barrier a
+   tile, and the tensor cores are not left idle while the block rewrites B (done in turn, it
+   cost 23-35 % of the speed);
 3. each thread splits its A fragment in registers as it loads it (as :mod:`.tf32mma` does)
    and each 8-deep K step runs three ``wgmma`` into a fresh partial, ``lo*hi``, ``hi*lo``,
    ``hi*hi`` (``lo*lo`` is below float32's rounding), waits for it and adds it into the
@@ -23,8 +26,8 @@ Why the fresh partial: the tensor cores truncate their float32 accumulation, so 
 accumulator over all of K drifts one ulp a step in one direction (the cuBLASDx pipeline's
 3xTF32: 52x SGEMM's error at K = 16384 on same-sign data).  A partial of one K step holds
 three truncations of an 8-product sum; the rounding adds then sum the partials as float32
-does, in two levels (every ``fold`` K tiles the running sum joins a total kept in shared
-memory), so no chain of adds is long.  ``tf32`` (one pass, TF32's accuracy) accumulates
+does, in two levels (every ``fold`` K tiles the running sum joins a second-level total, in
+registers too), so no chain of adds is long.  ``tf32`` (one pass, TF32's accuracy) accumulates
 ``fold`` K tiles in the tensor cores before the same second level.
 
 Special values behave as in :mod:`.tf32mma` (the same ``hi``/``lo`` rounding functions).
@@ -53,10 +56,13 @@ ALIGN_SLACK = SWIZZLE_BYTES // 4
 """Floats reserved in front of the B buffers to align them at run time."""
 
 CONFIGS: dict[str, dict[str, Any]] = {
-    # Two warpgroups of 64 x 128 (a 128 x 128 block, one a SM); fold: K tiles per first-level sum,
-    # as tf32mma's (tf32x3: both levels <= 64 adds up to K = 262144; tf32: 16 truncating steps).
+    # Two warpgroups of 64 x 128 (a 128 x 128 block, one a SM: 174-183 KiB of shared memory, and
+    # tf32x3's three accumulator sets take 253-255 registers).  fold: K tiles per first-level
+    # sum, as tf32mma's (tf32x3: both levels <= 64 adds up to K = 262144; tf32: 16 truncating
+    # steps).  Stages: tf32x3 three (a tile's three-product steps hide the copies), tf32 four
+    # (measured 5 % faster than three; docs/performance.md).
     "tf32x3": dict(mode="tf32x3", warpgroups=2, BN=128, stages=3, group_m=16, fold=16),
-    "tf32": dict(mode="tf32", warpgroups=2, BN=128, stages=3, group_m=16, fold=4),
+    "tf32": dict(mode="tf32", warpgroups=2, BN=128, stages=4, group_m=16, fold=4),
 }
 
 ARCH_SUFFIX = "a"
@@ -98,19 +104,16 @@ def _geometry(cfg: dict) -> dict:
     return dict(cfg, BM=64 * cfg["warpgroups"], BK=BK, threads=128 * cfg["warpgroups"])
 
 
-def _smem_floats(cfg: dict, a_kmajor: bool, b_kmajor: bool) -> tuple[int, int, int, int, int]:
-    """``(B lo offset from B hi, raw A stages' offset, raw B stages' offset, totals' offset, floats)``
-    past the alignment slack: hi and lo B buffers, the raw stages, the second-level sums."""
+def _smem_floats(cfg: dict, a_kmajor: bool, b_kmajor: bool) -> tuple[int, int, int, int]:
+    """``(one tile's B lines in floats (lo follows hi), raw A stages' offset, raw B stages' offset,
+    floats)``: the alignment slack, two tiles' B lines (the one the ``wgmma`` read, the next being
+    split), the raw stages."""
     g = _geometry(cfg)
     _, _, a_stage, b_stage = _stage_layout(g, a_kmajor, b_kmajor)
     line_floats = g["BN"] * BK
-    buffers = line_floats * (2 if cfg["mode"] == "tf32x3" else 1)
-    a_at = ALIGN_SLACK + buffers
+    a_at = ALIGN_SLACK + 2 * line_floats * (2 if cfg["mode"] == "tf32x3" else 1)
     b_at = a_at + cfg["stages"] * a_stage
-    tot_at = b_at + cfg["stages"] * b_stage
-    acc = g["BN"] // 2  # accumulators a thread: 64 x BN over 128 threads
-    total = tot_at + (acc * g["threads"] if cfg.get("fold", 0) else 0)
-    return line_floats, a_at, b_at, tot_at, total
+    return line_floats, a_at, b_at, b_at + cfg["stages"] * b_stage
 
 
 # ---------------------------------------------------------------------------------------
@@ -208,7 +211,7 @@ if not SIMULATOR:
         return wait
 
 
-def _tuple_helpers(count: int, threads: int, blocks_n: int) -> dict:
+def _tuple_helpers(count: int, blocks_n: int) -> dict:
     """Straight-line device functions over an accumulator tuple (every index a constant)."""
     idx = range(count)
     # acc index of a DMMA-store layout (warptile._make_dmma_store: 8x8 blocks i (rows g + 8i),
@@ -222,19 +225,13 @@ def zeros():
 def add(r, p):
     return ({", ".join(f"r[{i}] + p[{i}]" for i in idx)},)
 
-def fold_into(total, at, r):
-{chr(10).join(f"    total[at + U({i * threads})] += r[{i}]" for i in idx)}
-
-def unpack(acc, r, total, at):
-{chr(10).join(f"    acc[{perm[i]}] = r[{i}] + total[at + U({i * threads})]" for i in idx)}
-
-def zero_total(total, at):
-{chr(10).join(f"    total[at + U({i * threads})] = f32(0)" for i in idx)}
+def permute(acc, r):
+{chr(10).join(f"    acc[{perm[i]}] = r[{i}]" for i in idx)}
 """
-    ns: dict[str, Any] = {"U": U, "f32": np.float32}
+    ns: dict[str, Any] = {"f32": np.float32}
     exec(src, ns)  # noqa: S102
     dev = cuda.jit(device=True, inline="always")
-    return {name: dev(ns[name]) for name in ("zeros", "add", "fold_into", "unpack", "zero_total")}
+    return {name: dev(ns[name]) for name in ("zeros", "add", "permute")}
 
 
 def build(spec: KernelSpec, **overrides) -> BuiltKernel:
@@ -245,31 +242,31 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
         raise ValueError(f"tf32wgmma computes float32 GEMMs, got dtype {spec.dtype}")
     if SIMULATOR:
         raise NotImplementedError("tf32wgmma issues wgmma, which Numba's CUDA simulator cannot run")
+    if spec.batch:
+        raise ValueError("tf32wgmma computes one GEMM a launch; batches and groups run on tf32mma")
     cfg = dict(tile_config(spec.tile), **overrides)
     mode = cfg["mode"]
     if mode not in MODES:
         raise ValueError(f"tf32wgmma mode must be one of {MODES}, got {mode!r}")
     g = _geometry(cfg)
     threads, BM, BN, NSTAGES = g["threads"], g["BM"], g["BN"], cfg["stages"]
-    if BN % 8 or not 8 <= BN <= 256 or BN * 8 % threads:
-        raise ValueError(f"tf32wgmma's BN must be a multiple of 8 up to 256 whose B tile's {BN * 8} chunks "
-                         f"spread evenly over {threads} threads, got {BN}")
+    if BN % 8 or not 8 <= BN <= 256:
+        raise ValueError(f"tf32wgmma's BN must be a multiple of 8 up to 256, got {BN}")
     FOLD = int(cfg.get("fold", 0))
     if FOLD < 1:
         raise ValueError(f"fold must be >= 1 K tiles per first-level sum, got {FOLD}")
-    if not 2 <= NSTAGES <= 5:
-        raise ValueError(f"the cp.async pipeline takes 2 to 5 stages, got {NSTAGES}")
+    if not 3 <= NSTAGES <= 5:
+        raise ValueError(f"tf32wgmma takes 3 to 5 cp.async stages (tile t + 2 lands while tile t runs), got {NSTAGES}")
     SPLIT = mode == "tf32x3"
     A_KMAJOR = spec.layout_a == Layout.COL
     B_KMAJOR = spec.layout_b == Layout.ROW  # raw B as (k, j) at k * ld + j
     ALD, BLD, A_STAGE, B_STAGE = _stage_layout(g, A_KMAJOR, B_KMAJOR)
-    LINE, A_AT, B_AT, TOT_AT, FLOATS = _smem_floats(cfg, A_KMAJOR, B_KMAJOR)
+    LINE, A_AT, B_AT, FLOATS = _smem_floats(cfg, A_KMAJOR, B_KMAJOR)
     load_a = make_tf32_mma(mode, A_KMAJOR, B_KMAJOR).load_a
     A_VALS = 8 if SPLIT else 4
     COUNT = BN // 2
-    helpers = _tuple_helpers(COUNT, threads, BN // 8)
-    zeros, add, fold_into, unpack, zero_total = (helpers[x] for x in ("zeros", "add", "fold_into", "unpack",
-                                                                        "zero_total"))
+    helpers = _tuple_helpers(COUNT, BN // 8)
+    zeros, add, permute = helpers["zeros"], helpers["add"], helpers["permute"]
     wgmma, wait = make_wgmma(BN), make_wait(COUNT)
 
     from .warptile import _make_dmma_store, _run_store  # the fused epilogue store every warptile kernel uses
@@ -283,12 +280,18 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     uBM, uBN, uBK, uALD, uBLD = U(BM), U(BN), U(BK), U(ALD), U(BLD)
     uA_STAGE, uB_STAGE, uWARP, one, two = U(A_STAGE), U(B_STAGE), U(WARP), U(1), U(2)
     uLAST, uFOLD = U(NSTAGES - 1), U(FOLD)
+    BUF_FLOATS = LINE * (2 if SPLIT else 1)  # one tile's B lines
+    BUF_DESC = U(BUF_FLOATS * 4 // 16)  # ... in the descriptor's 16-byte units
+    LO_DESC = U(LINE * 4 // 16)
+    wait_ahead = cp_async_wait[NSTAGES - 3]
     GROUP_M = int(cfg.get("group_m", 0))
     uGROUP = U(max(GROUP_M, 1))
-    CHUNK_ITERS = BN * 8 // threads  # 16-byte chunks of the B tile (BN lines x 8) a thread converts
+    CHUNK_ITERS = -(-BN * 8 // threads)  # 16-byte chunks of the B tile (BN lines x 8) a thread splits
+    CHUNKS_EVEN = BN * 8 % threads == 0
     copy_a = make_tile_async_copier(dt, spec.layout_a, BM, BK, threads, ALD)
     copy_b = make_tile_async_copier(dt, spec.layout_b, BK, BN, threads, BLD)
-    wait_oldest = cp_async_wait[NSTAGES - 2]
+    # Blocks wholly inside D with 16-byte aligned operands copy every full K tile unchecked,
+    # from per-thread origins kept in registers (as tf32mma and warptile's float64 path do).
     UNCHECKED = bool(cfg.get("unchecked", True))
     stream_a = make_async_tile_stream(dt, spec.layout_a, BM, BK, threads, ALD, k_along_rows=False)
     stream_b = make_async_tile_stream(dt, spec.layout_b, BK, BN, threads, BLD, k_along_rows=True)
@@ -311,25 +314,31 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
         return U(cuda.blockIdx.y), U(cuda.blockIdx.x)
 
     @cuda.jit(device=True, inline="always")
-    def split_b(smem, raw, hi_at, tid):
-        """The raw B tile at ``smem[raw]`` as TF32 ``hi`` (and ``lo``) lines, swizzled, from ``hi_at``."""
-        for it in range(CHUNK_ITERS):
+    def split_b(smem, raw, hi_at, tid, part, parts):
+        """Chunks ``part, part + parts, ...`` of this thread's share of the raw B tile at
+        ``smem[raw]``, as TF32 ``hi`` (and ``lo``) lines, swizzled, from ``hi_at``.  A chunk is
+        4 K values of one column, read across the raw tile's lines (B row-major) or as one
+        16-byte load (column-major) and stored as one 16-byte store: consecutive threads take
+        consecutive columns, whose chunks the swizzle puts in different banks."""
+        for it in range(part, CHUNK_ITERS, parts):
             q = tid + U(it * threads)
-            nn = q % uBN
-            c = q // uBN
-            if B_KMAJOR:
-                x = (smem[raw + (c * U(4)) * uBLD + nn], smem[raw + (c * U(4) + one) * uBLD + nn],
-                     smem[raw + (c * U(4) + two) * uBLD + nn], smem[raw + (c * U(4) + U(3)) * uBLD + nn])
-            else:
-                x = load_vec(smem, raw + nn * uBLD + c * U(4))
-            at = hi_at + nn * U(32) + ((c ^ (nn & U(7))) * U(4))
-            if SPLIT:
-                h0, h1, h2, h3 = tf32_round_sat(x[0]), tf32_round_sat(x[1]), tf32_round_sat(x[2]), tf32_round_sat(x[3])
-                store_vec(smem, at, (h0, h1, h2, h3))
-                store_vec(smem, at + U(LINE), (tf32_round(x[0] - h0), tf32_round(x[1] - h1), tf32_round(x[2] - h2),
-                                               tf32_round(x[3] - h3)))
-            else:
-                store_vec(smem, at, (tf32_round(x[0]), tf32_round(x[1]), tf32_round(x[2]), tf32_round(x[3])))
+            if CHUNKS_EVEN or q < U(BN * 8):
+                nn = q % uBN
+                c = q // uBN
+                if B_KMAJOR:
+                    x = (smem[raw + (c * U(4)) * uBLD + nn], smem[raw + (c * U(4) + one) * uBLD + nn],
+                         smem[raw + (c * U(4) + two) * uBLD + nn], smem[raw + (c * U(4) + U(3)) * uBLD + nn])
+                else:
+                    x = load_vec(smem, raw + nn * uBLD + c * U(4))
+                at = hi_at + nn * U(32) + ((c ^ (nn & U(7))) * U(4))
+                if SPLIT:
+                    h0, h1 = tf32_round_sat(x[0]), tf32_round_sat(x[1])
+                    h2, h3 = tf32_round_sat(x[2]), tf32_round_sat(x[3])
+                    store_vec(smem, at, (h0, h1, h2, h3))
+                    store_vec(smem, at + U(LINE), (tf32_round(x[0] - h0), tf32_round(x[1] - h1),
+                                                   tf32_round(x[2] - h2), tf32_round(x[3] - h3)))
+                else:
+                    store_vec(smem, at, (tf32_round(x[0]), tf32_round(x[1]), tf32_round(x[2]), tf32_round(x[3])))
 
     @cuda.jit(device=True, inline="always")
     def a_base(a_off, w_row, s):
@@ -338,30 +347,39 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
         return a_off + w_row * uALD + U(s * 8)
 
     @cuda.jit(device=True, inline="always")
-    def multiply_tile(smem, a_off, w_row, lane, frag, desc_hi, r, p):
-        """This warpgroup's part of the K tile whose A stage starts at ``smem[a_off]`` and whose
-        B lines the descriptor ``desc_hi`` (lo: one buffer on) points to: ``r`` the running sum,
-        ``p`` the partial's registers."""
+    def multiply_tile(smem, a_off, w_row, lane, frag, desc, r, p, raw_next, hi_next, tid, split_next):
+        """This warpgroup's part of the K tile whose raw A stage starts at ``smem[a_off]`` and whose
+        B lines ``desc`` points to (lo: one line buffer on): ``r`` the running sum, ``p`` the
+        partial's registers.  While the tile's ``wgmma`` run, the block splits the next tile's B
+        (``split_next``: from ``smem[raw_next]`` into the lines at ``hi_next``), and each step's A
+        fragment loads before the last step's partial is waited for."""
         if SPLIT:
+            load_a(smem, a_base(a_off, w_row, 0), uALD, lane, frag, 0)
             for s in range(4):
-                load_a(smem, a_base(a_off, w_row, s), uALD, lane, frag, 0)
-                a_hi = (frag[0, 0], frag[0, 1], frag[0, 2], frag[0, 3])
-                a_lo = (frag[0, 4], frag[0, 5], frag[0, 6], frag[0, 7])
-                step = desc_hi + U(2 * s)  # 32 bytes a K step, in 16-byte units
+                row = s % 2
+                a_hi = (frag[row, 0], frag[row, 1], frag[row, 2], frag[row, 3])
+                a_lo = (frag[row, 4], frag[row, 5], frag[row, 6], frag[row, 7])
+                step = desc + U(2 * s)  # 32 bytes a K step, in 16-byte units
                 wgmma_fence()
-                p = wgmma(p, a_lo, step, 0)
-                p = wgmma(p, a_hi, step + U(LINE * 4 // 16), 1)
+                p = wgmma(p, a_lo, step, 0)  # the small products first, from a fresh partial
+                p = wgmma(p, a_hi, step + LO_DESC, 1)
                 p = wgmma(p, a_hi, step, 1)
                 wgmma_commit()
+                if split_next:
+                    split_b(smem, raw_next, hi_next, tid, s, 4)
+                if s < 3:
+                    load_a(smem, a_base(a_off, w_row, s + 1), uALD, lane, frag, 1 - row)
                 p = wait(p)
-                r = add(r, p)
+                r = add(r, p)  # the rounding add
         else:
             for s in range(4):
                 load_a(smem, a_base(a_off, w_row, s), uALD, lane, frag, s)
             wgmma_fence()
             for s in range(4):
-                r = wgmma(r, (frag[s, 0], frag[s, 1], frag[s, 2], frag[s, 3]), desc_hi + U(2 * s), 1)
+                r = wgmma(r, (frag[s, 0], frag[s, 1], frag[s, 2], frag[s, 3]), desc + U(2 * s), 1)
             wgmma_commit()
+            if split_next:
+                split_b(smem, raw_next, hi_next, tid, 0, 1)
             r = wait(r)
         return r, p
 
@@ -372,31 +390,29 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
         tid = U(cuda.threadIdx.x)
         warp = tid // uWARP
         lane = tid % uWARP
-        w_row = warp * U(16)
-        # The B buffers on a 1024-byte boundary of the shared window (the swizzle's period).
+        w_row = warp * U(16)  # warpgroup w // 4's slab, 16 rows a warp
+        # The B lines on a 1024-byte boundary of the shared window (the swizzle's period).
         base = shared_address(smem, U(0))
         hi_at = ((U(SWIZZLE_BYTES) - (base & U(SWIZZLE_BYTES - 1))) & U(SWIZZLE_BYTES - 1)) // U(4)
         desc_hi = DESC_HIGH | (((base + hi_at * U(4)) >> U(4)) & U(0x3FFF))
         a_tile = smem[A_AT:]
         b_tile = smem[B_AT:]
-        tot = U(TOT_AT) + tid
-        zero_total(smem, tot)
-        r = zeros()
-        p = zeros()
+        r = zeros()  # the first-level sum: fold K tiles
+        p = zeros()  # tf32x3: one K step's partial
+        total = zeros()  # the second level
         tile_m, tile_n = block_tile()
         row0, col0 = tile_m * uBM, tile_n * uBN
         um, un, uk = U(m), U(n), U(k)
         vec_a = (U(flags) & one) != U(0)
         vec_b = (U(flags) & two) != U(0)
         n_tiles = (uk + uBK - one) // uBK
+        # The first stages - 1 tiles go out at once, one commit group each (empty groups past
+        # the last tile keep the count the waits rely on).  Tile t lives in stage t % stages.
         for st in range(NSTAGES - 1):
             if U(st) < n_tiles:
                 copy_a(a, U(lda), row0, U(st) * uBK, um, uk, a_tile[U(st) * uA_STAGE:], tid, vec_a)
                 copy_b(b, U(ldb), U(st) * uBK, col0, uk, un, b_tile[U(st) * uB_STAGE:], tid, vec_b)
             cp_async_commit()
-        use = U(0)
-        fill = uLAST
-        t = U(0)
         fast = UNCHECKED and vec_a and vec_b and row0 + uBM <= um and col0 + uBN <= un
         a_src = cuda.local.array(A_IT, index_type)
         b_src = cuda.local.array(B_IT, index_type)
@@ -410,9 +426,17 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
             for c in range(B_IT):
                 b_src[c] = b_origin + U(c) * b_step
         full_tiles = uk // uBK
+        # Tiles 0 and 1 have landed; tile 0's B is split before the loop, each later tile's
+        # while the one before it runs.
+        wait_ahead()
+        cuda.syncthreads()
+        split_b(smem, U(B_AT), hi_at, tid, 0, 1)
+        fence_proxy_async()  # the generic-proxy stores above, before the async proxy's reads
+        cuda.syncthreads()
+        use = U(0)  # the stage of tile t; tile t + stages - 1 goes to the one tile t - 1 left
+        fill = uLAST
+        t = U(0)
         while t < n_tiles:
-            wait_oldest()  # this thread's copies of tile t have landed ...
-            cuda.syncthreads()  # ... everyone's; every wgmma of tile t - 1 has finished
             ahead = t + uLAST
             if ahead < n_tiles:
                 if fast and ahead < full_tiles:
@@ -425,17 +449,21 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
                     copy_a(a, U(lda), row0, ahead * uBK, um, uk, a_tile[fill * uA_STAGE:], tid, vec_a)
                     copy_b(b, U(ldb), ahead * uBK, col0, uk, un, b_tile[fill * uB_STAGE:], tid, vec_b)
             cp_async_commit()
-            split_b(smem, U(B_AT) + use * uB_STAGE, hi_at, tid)
-            fence_proxy_async()  # the generic-proxy stores above, before the async proxy's reads
-            cuda.syncthreads()
-            r, p = multiply_tile(smem, U(A_AT) + use * uA_STAGE, w_row, lane, frag, desc_hi, r, p)
+            nxt = use + one if use < uLAST else U(0)
+            odd = t & one
+            r, p = multiply_tile(smem, U(A_AT) + use * uA_STAGE, w_row, lane, frag, desc_hi + odd * BUF_DESC, r, p,
+                                 U(B_AT) + nxt * uB_STAGE, hi_at + (one - odd) * U(BUF_FLOATS), tid,
+                                 t + one < n_tiles)
+            fence_proxy_async()  # the next tile's B lines, before the async proxy reads them
+            wait_ahead()  # tile t + 2 has landed (this thread's copies) ...
+            cuda.syncthreads()  # ... everyone's; every wgmma of tile t has finished
             t += one
             if t % uFOLD == U(0):
-                fold_into(smem, tot, r)
+                total = add(total, r)
                 r = zeros()
-            use = use + one if use < uLAST else U(0)
+            use = nxt
             fill = fill + one if fill < uLAST else U(0)
-        unpack(acc, r, smem, tot)
+        permute(acc, add(total, r))
         store_tile(d, U(ldd), um, un, row0, col0, w_row, U(0), lane, acc, epi_args)
 
     return BuiltKernel(tf32wgmma_gemm, (threads,), BM, BN, dynamic_smem=FLOATS * dt.itemsize,

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from ..kernels import STATIC_SMEM_LIMIT, KernelSpec, _raise_smem_limit, build_kernel
+from ..kernels import STATIC_SMEM_LIMIT, KernelSpec, _raise_smem_limit, build_kernel, compile_target
 from ..pipelines.cache import CacheWarning, KernelCache, key_fields
 from .device import device_cc
 from .launch import KernelCall, launch_layout, numba_type_text
@@ -181,7 +181,7 @@ def _stored(backend: str, spec: KernelSpec, bound: Any, fields: dict, cache: Any
         meta = {"kind": "rung", "name": f"{backend}/{spec.tile}", "dtype": fields["dtype"],
                 "arrangement": fields["arrangement"], "entry": library._entry_name, "params": kinds,
                 "block": list(block), "tile": list(tile), "dynamic_smem": int(smem)}
-        cubin = library.get_cubin(cc=cc)  # a cuda.core ObjectCode (older numba-cuda: bytes)
+        cubin = library.get_cubin(cc=compile_target(backend, cc))  # a cuda.core ObjectCode (older numba-cuda: bytes)
         return meta, {"cubin": bytes(getattr(cubin, "code", cubin))}
 
     return cache.get_or_build(fields, build)

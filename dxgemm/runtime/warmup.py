@@ -152,7 +152,8 @@ def plain_kernels(dtypes: Iterable[Any], arrangements: Iterable[tuple[str, str]]
     :func:`dxgemm.policy.choose_split_k` runs with the plain chain), the split-K reduce that
     applies the chain, ``gemv`` for one output row or column, and float32's default ``tf32mma`` (mode
     ``"tf32x3"``, each of its tiles and their split parts that fit) where ``auto`` runs it
-    (:func:`dxgemm.policy.tf32_auto`).
+    (:func:`dxgemm.policy.tf32_auto`), and on Hopper ``tf32wgmma``, which takes its 128x128 tile
+    (:func:`dxgemm.policy.tf32_wgmma_takes`).
     """
     from .. import policy
     from ..kernels import tf32mma, warptile
@@ -164,11 +165,13 @@ def plain_kernels(dtypes: Iterable[Any], arrangements: Iterable[tuple[str, str]]
                  if policy.tile_fits(device, name, t)]
         tf32 = [t for t in tf32mma.CONFIGS if t.startswith("tf32x3")  # float32's default mode, each tile and split
                 if name == "float32" and policy.tf32_auto(device) and policy.tf32_tile_fits(device, t)]
+        wgmma = ["tf32x3"] if tf32 and policy.tf32_wgmma_fits(device) else []  # auto's 128x128 tile on Hopper
         for arrangement in arrangements:
             layouts = tuple(a.split("_")[0] for a in arrangement) + ("row",)
             out += [("warptile", name, layouts, tile) for tile in tiles]
             out += [("gemv", name, layouts, tile) for tile in ("large", "rows", "rows_deep")]
             out += [("tf32mma", name, layouts, tile) for tile in tf32]
+            out += [("tf32wgmma", name, layouts, tile) for tile in wgmma]
         if tf32 or any(warptile.TILE_CONFIGS.get(name, {}).get(t, {}).get("split_k") for t in tiles):
             out.append(("splitk_reduce", name, ("row", "row", "row"), "large"))
     return out
