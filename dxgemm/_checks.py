@@ -31,7 +31,7 @@ ONE_MATRIX_BACKENDS: tuple[str, ...] = ("tf32wgmma", "pipeline")
 
 
 def check_one_matrix(backend: str, what: str, unit: str = "matrix") -> None:
-    """ValueError when a batched or grouped call (``what``, made of ``unit``\ s) names a backend of
+    """ValueError when a batched or grouped call (``what``, made of such units) names a backend of
     one GEMM a launch."""
     if backend in ONE_MATRIX_BACKENDS:
         raise ValueError(f"backend={backend!r} takes one {unit} per launch; {what} runs on the handwritten "
