@@ -43,7 +43,6 @@ WG_VARIANTS = {  # --rung tf32wgmma: name: (spec tile, overrides)
     "tf32x3": ("tf32x3", {}),
     "tf32x3_s4": ("tf32x3", dict(stages=4)),
     "tf32x3_n64": ("tf32x3", dict(BN=64, stages=4)),
-    "tf32x3_halves": ("tf32x3", dict(halves=True)),
     "tf32": ("tf32", {}),
     "tf32_s3": ("tf32", dict(stages=3)),
 }

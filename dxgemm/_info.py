@@ -89,7 +89,8 @@ def support() -> list[dict[str, str]]:
     over a grid of shapes, operand alignments and epilogue weights for the target's smallest
     GPU (:func:`dxgemm.gpus.target_device`), with the pipeline allowed where
     :data:`dxgemm.pipelines.config.TARGETS` has the compute capability; float64
-    ``warptile``'s tiles are those :func:`dxgemm.policy.tile_fits`."""
+    ``warptile``'s tiles are those :func:`dxgemm.policy.tile_fits`; float32's TF32 rung
+    :func:`dxgemm.policy.choose_tf32_rung`'s."""
     import itertools
     import math
 
@@ -100,7 +101,7 @@ def support() -> list[dict[str, str]]:
     from .kernels.warptile import TILE_CONFIGS
     from .pipelines.config import TARGETS, TARGET_NOTES
 
-    order = ("warptile", "tf32mma", "pipeline")
+    order = ("warptile", "tf32wgmma", "tf32mma", "pipeline")
     rows = []
     for cc in sorted({d.cc for d in DEVICES.values()}):
         device = target_device(cc)
@@ -110,9 +111,12 @@ def support() -> list[dict[str, str]]:
             seen = set()
             for m, n, k, aligned, (tr, mk) in itertools.product(_SIDES, _SIDES, _KS, (True, False),
                                                                ((False, math.inf), (True, 512))):
-                seen.add(policy.choose_backend(np.dtype(dtype), m, n, k, pipeline=pipeline, aligned=aligned,
-                                               transcendental=tr, medium_min_k=mk, device=device,
-                                               precision=precision))
+                backend = policy.choose_backend(np.dtype(dtype), m, n, k, pipeline=pipeline, aligned=aligned,
+                                                transcendental=tr, medium_min_k=mk, device=device,
+                                                precision=precision)
+                if backend == "tf32mma":  # and on Hopper tf32wgmma where the wave model prefers it
+                    backend = policy.choose_tf32_rung(precision, m, n, k, device)[0]
+                seen.add(backend)
             return ", ".join(b for b in order if b in seen)
 
         every = ["large", *TILE_CONFIGS["float64"]]

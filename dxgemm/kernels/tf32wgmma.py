@@ -188,9 +188,8 @@ if not SIMULATOR:
         return wgmma
 
     @functools.lru_cache(maxsize=None)
-    def make_wait(count: int, pending: int = 0):
-        """``wait(acc) -> acc``: ``wgmma.wait_group pending`` (the newest ``pending`` groups may still
-        run) with the accumulators of an older group passed through it."""
+    def make_wait(count: int):
+        """``wait(acc) -> acc``: ``wgmma.wait_group 0`` with the accumulators passed through it."""
         f32 = types.float32
         constraints = ",".join(["=f"] * count + [str(i) for i in range(count)]) + ",~{memory}"
 
@@ -203,7 +202,7 @@ if not SIMULATOR:
                 fl = ir.FloatType()
                 fnty = ir.FunctionType(ir.LiteralStructType([fl] * count), [fl] * count)
                 ins = [builder.extract_value(args[0], i) for i in range(count)]
-                res = builder.call(ir.InlineAsm(fnty, f"wgmma.wait_group.sync.aligned {pending};", constraints,
+                res = builder.call(ir.InlineAsm(fnty, "wgmma.wait_group.sync.aligned 0;", constraints,
                                                 side_effect=True), ins)
                 return context.make_tuple(builder, sig.return_type, [builder.extract_value(res, i) for i in range(count)])
 
@@ -215,7 +214,6 @@ if not SIMULATOR:
 def _tuple_helpers(count: int, blocks_n: int) -> dict:
     """Straight-line device functions over an accumulator tuple (every index a constant)."""
     idx = range(count)
-    half = count // 2
     # acc index of a DMMA-store layout (warptile._make_dmma_store: 8x8 blocks i (rows g + 8i),
     # j (columns 8j + 2t + e) at 2 (i blocks_n + j) + e) for wgmma's d[4j + 2i + e].
     perm = {4 * j + 2 * i + e: 2 * (i * blocks_n + j) + e for j in range(blocks_n) for i in range(2) for e in range(2)}
@@ -227,23 +225,13 @@ def zeros():
 def add(r, p):
     return ({", ".join(f"r[{i}] + p[{i}]" for i in idx)},)
 
-def add_lo(r, p):
-    return ({", ".join(f"r[{i}] + p[{i}]" if i < half else f"r[{i}]" for i in idx)},)
-
-def add_hi(r, p):
-    return ({", ".join(f"r[{i}] + p[{i - half}]" if i >= half else f"r[{i}]" for i in idx)},)
-
-def half_zeros():
-    z = f32(0)
-    return ({", ".join("z" for _ in range(half))},)
-
 def permute(acc, r):
 {chr(10).join(f"    acc[{perm[i]}] = r[{i}]" for i in idx)}
 """
     ns: dict[str, Any] = {"f32": np.float32}
     exec(src, ns)  # noqa: S102
     dev = cuda.jit(device=True, inline="always")
-    return {name: dev(ns[name]) for name in ("zeros", "add", "permute", "add_lo", "add_hi", "half_zeros")}
+    return {name: dev(ns[name]) for name in ("zeros", "add", "permute")}
 
 
 def build(spec: KernelSpec, **overrides) -> BuiltKernel:
@@ -279,14 +267,7 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     COUNT = BN // 2
     helpers = _tuple_helpers(COUNT, BN // 8)
     zeros, add, permute = helpers["zeros"], helpers["add"], helpers["permute"]
-    add_lo, add_hi, half_zeros = helpers["add_lo"], helpers["add_hi"], helpers["half_zeros"]
     wgmma, wait = make_wgmma(BN), make_wait(COUNT)
-    # halves: each K step's partial as two m64n(BN/2) halves, one adding while the other runs
-    HALVES = bool(cfg.get("halves", False)) and SPLIT
-    if HALVES and BN % 16:
-        raise ValueError(f"halves need BN a multiple of 16, got {BN}")
-    half_wgmma, wait_half, wait_last = make_wgmma(BN // 2), make_wait(COUNT // 2, 1), make_wait(COUNT // 2)
-    HALF_DESC = U(BN // 2 * 128 // 16)  # B lines BN/2 on, in 16-byte units
 
     from .warptile import _make_dmma_store, _run_store  # the fused epilogue store every warptile kernel uses
 
@@ -366,52 +347,12 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
         return a_off + w_row * uALD + U(s * 8)
 
     @cuda.jit(device=True, inline="always")
-    def three_products(p, a_hi, a_lo, step):
-        """One half's fresh partial of a K step: ``lo*hi + hi*lo + hi*hi``, the small products first."""
-        p = half_wgmma(p, a_lo, step, 0)
-        p = half_wgmma(p, a_hi, step + LO_DESC, 1)
-        return half_wgmma(p, a_hi, step, 1)
-
-    # Step s's two halves run in turn: the left half's partial is added while the right half
-    # runs, the right's while step s + 1's left runs, so the tensor cores always hold one.  Written
-    # out straight (no loop): a wgmma still running across a loop's back edge makes ptxas wait.
-    lines = ["def halves_tile(smem, a_off, w_row, lane, frag, desc, r, raw_next, hi_next, tid, split_next):",
-             "    p0 = half_zeros()", "    p1 = half_zeros()",
-             "    load_a(smem, a_base(a_off, w_row, 0), uALD, lane, frag, 0)",
-             "    a_hi = (frag[0, 0], frag[0, 1], frag[0, 2], frag[0, 3])",
-             "    a_lo = (frag[0, 4], frag[0, 5], frag[0, 6], frag[0, 7])",
-             "    wgmma_fence()", "    p0 = three_products(p0, a_hi, a_lo, desc)", "    wgmma_commit()",
-             "    p1 = three_products(p1, a_hi, a_lo, desc + HALF_DESC)", "    wgmma_commit()"]
-    for st in range(4):
-        row, nrow = st % 2, 1 - st % 2
-        lines += [f"    if split_next:", f"        split_b(smem, raw_next, hi_next, tid, {st}, 4)"]
-        lines += ["    p0 = wait_half(p0)", "    r = add_lo(r, p0)"]
-        if st < 3:
-            lines += [f"    load_a(smem, a_base(a_off, w_row, {st + 1}), uALD, lane, frag, {nrow})"]
-            lines += [f"    a_hi = (frag[{nrow}, 0], frag[{nrow}, 1], frag[{nrow}, 2], frag[{nrow}, 3])",
-                      f"    a_lo = (frag[{nrow}, 4], frag[{nrow}, 5], frag[{nrow}, 6], frag[{nrow}, 7])",
-                      f"    step = desc + U({2 * (st + 1)})", "    wgmma_fence()",
-                      "    p0 = three_products(p0, a_hi, a_lo, step)", "    wgmma_commit()",
-                      "    p1 = wait_half(p1)", "    r = add_hi(r, p1)", "    wgmma_fence()",
-                      "    p1 = three_products(p1, a_hi, a_lo, step + HALF_DESC)", "    wgmma_commit()"]
-        else:
-            lines += ["    p1 = wait_last(p1)", "    r = add_hi(r, p1)"]
-    lines.append("    return r")
-    ns = dict(half_zeros=half_zeros, load_a=load_a, a_base=a_base, uALD=uALD, wgmma_fence=wgmma_fence,
-              wgmma_commit=wgmma_commit, three_products=three_products, HALF_DESC=HALF_DESC, split_b=split_b,
-              wait_half=wait_half, wait_last=wait_last, add_lo=add_lo, add_hi=add_hi, U=U)
-    exec("\n".join(lines), ns)  # noqa: S102
-    halves_tile = cuda.jit(device=True, inline="always")(ns["halves_tile"])
-
-    @cuda.jit(device=True, inline="always")
     def multiply_tile(smem, a_off, w_row, lane, frag, desc, r, p, raw_next, hi_next, tid, split_next):
         """This warpgroup's part of the K tile whose raw A stage starts at ``smem[a_off]`` and whose
         B lines ``desc`` points to (lo: one line buffer on): ``r`` the running sum, ``p`` the
         partial's registers.  While the tile's ``wgmma`` run, the block splits the next tile's B
         (``split_next``: from ``smem[raw_next]`` into the lines at ``hi_next``), and each step's A
         fragment loads before the last step's partial is waited for."""
-        if HALVES:
-            return halves_tile(smem, a_off, w_row, lane, frag, desc, r, raw_next, hi_next, tid, split_next), p
         if SPLIT:
             load_a(smem, a_base(a_off, w_row, 0), uALD, lane, frag, 0)
             for s in range(4):
