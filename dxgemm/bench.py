@@ -245,7 +245,8 @@ DATASHEET_TFLOPS = {"H100": {"dmma": 66.9, "tf32": 494.7}, "H200": {"dmma": 66.9
 """NVIDIA's published dense tensor-core rates (SXM parts), drawn where a result file holds no
 measured one: ``dmma`` FP64 tensor cores, ``tf32`` TF32 tensor cores."""
 
-ROOF = {("pipeline", "float32"): "tf32x3", ("tf32mma", "float32"): "tf32x3", ("auto", "float32"): "tf32x3",
+ROOF = {("pipeline", "float32"): "tf32x3", ("tf32mma", "float32"): "tf32x3", ("tf32wgmma", "float32"): "tf32x3",
+        ("auto", "float32"): "tf32x3",
         ("pipeline", "float64"): "dmma", ("warptile", "float64"): "dmma", ("auto", "float64"): "dmma"}
 """The ceiling of the unit each (backend, dtype) runs on; any other runs on the SIMT FMA units.
 float32 defaults to ``precision="tf32x3"``, three TF32 products per float32 product, so its

@@ -48,6 +48,8 @@ GRAPH_CASES = [
     ("f32-tf32x3", np.float32, (300, 257, 129), {}, True),
     ("f32-tf32", np.float32, (300, 257, 129), {"precision": "tf32"}, False),
     ("f32-ieee", np.float32, (300, 257, 129), {"precision": "ieee"}, True),
+    ("f32-wgmma", np.float32, (300, 257, 1029), {"backend": "tf32wgmma"}, True),
+    ("f32-wgmma-auto", np.float32, (2048, 2048, 512), {}, False),  # auto's choice on Hopper
     ("f32-pipeline", np.float32, (300, 257, 129), {"backend": "pipeline"}, True),
     ("f32-pipeline-tf32", np.float32, (300, 257, 129), {"backend": "pipeline", "precision": "tf32"}, False),
     ("f64-pipeline-splitk", np.float64, (256, 64, 4096), {"backend": "pipeline"}, True),

@@ -59,6 +59,7 @@ Two tiles: 128x128 on 8 warps (one block a SM) and 64x64 on 4 warps (two a SM, f
 that give the large tile too few blocks; :func:`dxgemm.policy.choose_tf32_tile` picks).  Both
 run ``mma.sync``; cuBLAS's TF32 runs on ``wgmma``, which this kernel does not issue, so
 ``tf32`` stays well below cuBLAS TF32 and ``tf32x3`` (three mmas per product) near cuBLAS SGEMM.
+On Hopper :mod:`.tf32wgmma` issues ``wgmma`` with the same sum, and ``auto`` takes it for large outputs.
 """
 
 from __future__ import annotations
