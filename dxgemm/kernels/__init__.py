@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from numba import cuda, typeof, types
 
-from ._device import SIMULATOR
+from ._device import SIMULATOR, numba_devices_ready
 from ._spec import BuiltKernel, KernelSpec, Layout
 
 RUNGS: tuple[str, ...] = ("naive", "coalesced", "smem", "blocktile1d", "blocktile2d", "vectorized", "warptile")
@@ -82,6 +82,7 @@ def _raise_smem_limit(kernel, nbytes: int) -> None:
         return
     from numba.cuda.cudadrv import driver as cudadrv
 
+    numba_devices_ready()
     (overload,) = kernel.overloads.values()
     cufunc = overload.library.get_cufunc()
     key = (id(cufunc), cufunc.device.id, nbytes)
@@ -127,6 +128,7 @@ def compile_rung(backend: str, spec: KernelSpec, epi_type, **overrides) -> Compi
     """``backend``'s kernel for ``spec`` compiled with the one signature and its launch bounds,
     not cached; ``overrides`` change its tile configuration (sweeps and tests try variants)."""
     global _compiles
+    numba_devices_ready()
     module = importlib.import_module(f".{backend}", __name__)
     if spec.batch and spec.batch[0] == "grouped" and backend in ("warptile", "tf32mma"):
         # the grid covers the largest problem: a raster over gridDim would send a smaller

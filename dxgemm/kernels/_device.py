@@ -867,6 +867,29 @@ DMMA_SHAPES = ((8, 4), (16, 4), (16, 8), (16, 16))
 """The FP64 ``mma.sync`` shapes (M, K); N is always 8."""
 
 
+_numba_devices_lock = threading.Lock()
+_numba_devices_ready = False
+
+
+def numba_devices_ready() -> None:
+    """Make numba-cuda's table of devices once, under a lock, before anything compiles or loads.
+
+    numba-cuda creates a GPU's ``Device`` object the first time it is asked for, without a lock,
+    into a dict that refuses a second entry: two threads whose first calls compile at once
+    collide there ("key already in dictionary: 0").  Listing the GPUs once fills the table."""
+    global _numba_devices_ready
+    if _numba_devices_ready or SIMULATOR:
+        return
+    with _numba_devices_lock:
+        if not _numba_devices_ready:
+            try:
+                if cuda.is_available():
+                    len(cuda.gpus)
+            except Exception:  # no driver: nothing to make, and the caller's own error says so
+                pass
+            _numba_devices_ready = True
+
+
 def current_cc() -> tuple[int, int]:
     """The compute capability kernels are compiled for now: the current device's (the stand-in
     driver's target when building without a GPU), sm_90 under the simulator."""
