@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .kernels._device import SIMULATOR
+from .kernels._device import SIMULATOR, numba_devices_ready
 from .kernels._spec import Layout
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -249,13 +249,15 @@ def on_device(device: int):
     Kernels are loaded and launched in the current context, so a call whose arrays live on
     another GPU than the caller's current one must switch for its launch, and switch back:
     loading a kernel (``cuda.core``'s ``set_current``) would otherwise leave the caller on
-    the arrays' GPU."""
+    the arrays' GPU.  Numba's table of devices is made first (:func:`.kernels._device.numba_devices_ready`:
+    threads that reach Numba at once would collide making it)."""
     if SIMULATOR:
         import contextlib
 
         return contextlib.nullcontext()
     import cupy
 
+    numba_devices_ready()
     return cupy.cuda.Device(device)
 
 
