@@ -867,6 +867,28 @@ DMMA_SHAPES = ((8, 4), (16, 4), (16, 8), (16, 16))
 """The FP64 ``mma.sync`` shapes (M, K); N is always 8."""
 
 
+def make_block_tile(group_m: int) -> Callable:
+    """``block_tile() -> (tile row, tile column)`` of this block in a grid of ``gridDim.y`` x
+    ``gridDim.x`` output tiles: with ``group_m`` consecutive blocks sweep that many tile rows
+    column by column, so a wave of blocks shares fewer B column panels in L2; with 0, the
+    block's own indices."""
+    group = U(max(group_m, 1))
+
+    @cuda.jit(device=True, inline="always")
+    def block_tile():
+        if group_m:
+            tiles_n, tiles_m = U(cuda.gridDim.x), U(cuda.gridDim.y)
+            pid = U(cuda.blockIdx.y) * tiles_n + U(cuda.blockIdx.x)
+            per_group = group * tiles_n
+            first = (pid // per_group) * group
+            rows = min(tiles_m - first, group)
+            within = pid % per_group
+            return first + within % rows, within // rows
+        return U(cuda.blockIdx.y), U(cuda.blockIdx.x)
+
+    return block_tile
+
+
 _numba_devices_lock = threading.Lock()
 _numba_devices_ready = False
 

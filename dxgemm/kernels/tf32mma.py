@@ -74,7 +74,7 @@ from numba import cuda, from_dtype
 from numba import uint64 as index_type
 
 from ._device import (SIMULATOR, U, cp_async_commit, cp_async_wait, current_cc, make_async_tile_stream,
-                      make_offset, make_tile_async_copier)
+                      make_block_tile, make_offset, make_tile_async_copier)
 from ._spec import BuiltKernel, KernelSpec, Layout
 
 WARP = 32
@@ -445,7 +445,6 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
         finish = make_serial_finish(spec, BM, BN, threads)
     D_ROWS = spec.layout_d == Layout.ROW
     GROUP_M = int(cfg.get("group_m", 0))
-    uGROUP = U(max(GROUP_M, 1))
     copy_a = make_tile_async_copier(dt, spec.layout_a, BM, BK, threads, ALD)
     copy_b = make_tile_async_copier(dt, spec.layout_b, BK, BN, threads, BLD)
     wait_oldest = cp_async_wait[NSTAGES - 2]
@@ -459,19 +458,7 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     A_IT, B_IT = stream_a.iters, stream_b.iters
     A_PSTEP, B_PSTEP = stream_a.place_step, stream_b.place_step
 
-    @cuda.jit(device=True, inline="always")
-    def block_tile():
-        """This block's output tile; with ``group_m`` consecutive blocks sweep that many tile
-        rows column by column, so a wave of blocks shares fewer B column panels in L2."""
-        if GROUP_M:
-            tiles_n, tiles_m = U(cuda.gridDim.x), U(cuda.gridDim.y)
-            pid = U(cuda.blockIdx.y) * tiles_n + U(cuda.blockIdx.x)
-            per_group = uGROUP * tiles_n
-            first = (pid // per_group) * uGROUP
-            rows = min(tiles_m - first, uGROUP)
-            within = pid % per_group
-            return first + within % rows, within // rows
-        return U(cuda.blockIdx.y), U(cuda.blockIdx.x)
+    block_tile = make_block_tile(GROUP_M)
 
     @cuda.jit(device=True, inline="always")
     def a_base(a_off, w_row, i, s):

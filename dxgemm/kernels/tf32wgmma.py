@@ -42,8 +42,8 @@ import numpy as np
 from numba import cuda, from_dtype
 from numba import uint64 as index_type
 
-from ._device import (SIMULATOR, U, cp_async_commit, cp_async_wait, load_vec, make_async_tile_stream, make_offset,
-                      make_tile_async_copier, store_vec)
+from ._device import (SIMULATOR, U, cp_async_commit, cp_async_wait, load_vec, make_async_tile_stream,
+                      make_block_tile, make_offset, make_tile_async_copier, store_vec)
 from ._spec import BuiltKernel, KernelSpec, Layout
 from .tf32mma import MODES, _stage_layout, make_tf32_mma, tf32_round, tf32_round_sat
 
@@ -285,7 +285,6 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     LO_DESC = U(LINE * 4 // 16)
     wait_ahead = cp_async_wait[NSTAGES - 3]
     GROUP_M = int(cfg.get("group_m", 0))
-    uGROUP = U(max(GROUP_M, 1))
     CHUNK_ITERS = -(-BN * 8 // threads)  # 16-byte chunks of the B tile (BN lines x 8) a thread splits
     CHUNKS_EVEN = BN * 8 % threads == 0
     copy_a = make_tile_async_copier(dt, spec.layout_a, BM, BK, threads, ALD)
@@ -299,19 +298,7 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     A_PSTEP, B_PSTEP = stream_a.place_step, stream_b.place_step
     DESC_HIGH = U(descriptor(0))
 
-    @cuda.jit(device=True, inline="always")
-    def block_tile():
-        """This block's output tile; with ``group_m`` consecutive blocks sweep that many tile
-        rows column by column, so a wave of blocks shares fewer B column panels in L2."""
-        if GROUP_M:
-            tiles_n, tiles_m = U(cuda.gridDim.x), U(cuda.gridDim.y)
-            pid = U(cuda.blockIdx.y) * tiles_n + U(cuda.blockIdx.x)
-            per_group = uGROUP * tiles_n
-            first = (pid // per_group) * uGROUP
-            rows = min(tiles_m - first, uGROUP)
-            within = pid % per_group
-            return first + within % rows, within // rows
-        return U(cuda.blockIdx.y), U(cuda.blockIdx.x)
+    block_tile = make_block_tile(GROUP_M)
 
     @cuda.jit(device=True, inline="always")
     def split_b(smem, raw, hi_at, tid, part, parts):
