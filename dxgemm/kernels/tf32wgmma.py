@@ -67,8 +67,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
 
 ARCH_SUFFIX = "a"
 """The kernels need the architecture-specific target (``sm_90a``): ``wgmma`` is in no other."""
-CC = (9, 0)
-"""The one compute capability the kernels are built for."""
 
 
 def tile_config(tile: str) -> dict:
