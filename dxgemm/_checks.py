@@ -15,8 +15,7 @@ from . import _arrays, policy
 from ._arrays import as_operand
 from .kernels._device import SIMULATOR
 from .kernels.tf32mma import smem_bytes
-from .kernels.tf32wgmma import CONFIGS as WGMMA_TILES
-from .kernels.tf32wgmma import smem_bytes as wgmma_smem
+from .kernels.tf32wgmma import most_smem_bytes as wgmma_smem_bytes
 from .runtime import env
 from .kernels import RUNGS
 
@@ -108,7 +107,7 @@ def check_rung_fits(backend: str, precision: str | None, info: Any, device: int)
                 f"GPU {device} ({info.cc[0]}.{info.cc[1]}, {info.smem_per_block} bytes of shared memory per block"
                 f"{', the figures DXGEMM_DEVICE_AS names' if env.device_as() else ''})")
             raise ValueError(f"backend='tf32wgmma' issues Hopper's wgmma: it needs compute capability 9.0 and "
-                             f"{max(wgmma_smem(t) for t in WGMMA_TILES)} bytes of shared memory per block, and cannot "
+                             f"{wgmma_smem_bytes()} bytes of shared memory per block, and cannot "
                              f"run on {where}: use backend='auto' or 'tf32mma'")
         return
     if backend in policy.TF32_BACKENDS and not policy.tf32_rung_fits(info.cc, info.smem_per_block, precision):

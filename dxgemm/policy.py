@@ -78,11 +78,10 @@ WGMMA_TARGETS = ((9, 0),)
 
 def tf32_wgmma_fits(device: DeviceInfo) -> bool:
     """Whether ``tf32wgmma`` can run on ``device``: Hopper (:data:`WGMMA_TARGETS`), and blocks
-    that take its shared memory (:func:`dxgemm.kernels.tf32wgmma.smem_bytes`, both modes)."""
-    from .kernels.tf32wgmma import CONFIGS, smem_bytes
+    that take its shared memory (:func:`dxgemm.kernels.tf32wgmma.most_smem_bytes`)."""
+    from .kernels.tf32wgmma import most_smem_bytes
 
-    return (tuple(device.cc) in WGMMA_TARGETS
-            and device.smem_per_block >= max(smem_bytes(tile) for tile in CONFIGS))
+    return tuple(device.cc) in WGMMA_TARGETS and device.smem_per_block >= most_smem_bytes()
 
 
 TF32X3_MIN_K = 8

@@ -50,8 +50,8 @@ def vector_flags(a_ptr: int, a_ld: int, b_ptr: int, b_ld: int, itemsize: int) ->
     return ((FLAG_VEC_A if a_ptr % 16 == 0 and a_ld % width == 0 else 0)
             | (FLAG_VEC_B if b_ptr % 16 == 0 and b_ld % width == 0 else 0))
 
-__all__ = ["RUNGS", "KernelSpec", "Layout", "CompiledKernel", "build_kernel", "compile_target", "kernel_signature", "compile_count",
-           "compile_rung", "FLAG_VEC_A", "FLAG_VEC_B", "vector_flags"]
+__all__ = ["RUNGS", "KernelSpec", "Layout", "CompiledKernel", "build_kernel", "compile_target", "kernel_signature",
+           "compile_count", "compile_rung", "FLAG_VEC_A", "FLAG_VEC_B", "vector_flags"]
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,6 @@ def _raise_smem_limit(kernel, nbytes: int) -> None:
         return
     from numba.cuda.cudadrv import driver as cudadrv
 
-    numba_devices_ready()
     (overload,) = kernel.overloads.values()
     cufunc = overload.library.get_cufunc()
     key = (id(cufunc), cufunc.device.id, nbytes)

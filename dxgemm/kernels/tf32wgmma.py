@@ -98,6 +98,11 @@ def smem_bytes(tile: str = "tf32x3") -> int:
     return 4 * max(_smem_floats(cfg, ka, kb)[-1] for ka in (False, True) for kb in (False, True))
 
 
+def most_smem_bytes() -> int:
+    """The dynamic shared memory a block needs to run every tile (what a device must give)."""
+    return max(smem_bytes(tile) for tile in CONFIGS)
+
+
 def _geometry(cfg: dict) -> dict:
     return dict(cfg, BM=64 * cfg["warpgroups"], BK=BK, threads=128 * cfg["warpgroups"])
 

@@ -153,7 +153,7 @@ def plain_kernels(dtypes: Iterable[Any], arrangements: Iterable[tuple[str, str]]
     applies the chain, ``gemv`` for one output row or column, and float32's default ``tf32mma`` (mode
     ``"tf32x3"``, each of its tiles and their split parts that fit) where ``auto`` runs it
     (:func:`dxgemm.policy.tf32_auto`), and on Hopper ``tf32wgmma``, which takes its 128x128 tile
-    (:func:`dxgemm.policy.tf32_wgmma_takes`).
+    where ``auto`` picks it (:func:`dxgemm.policy.choose_tf32_rung`).
     """
     from .. import policy
     from ..kernels import tf32mma, warptile
