@@ -35,7 +35,9 @@ single stages), ``epilogues``,
 under both methods, SIMT and 3xTF32, as ``auto_choice.py`` compares them), ``rungs`` (above),
 ``stages`` (float32's every single stage on the pipeline at the shallow shapes, for
 ``epilogue_cost.py --dtypes float32 --chains bias,relu,...``), ``tf32`` (the pipeline's one
-TF32 pass: its speed run and GPU tests); these four only when named: on a 2-core machine
+TF32 pass: its speed run and GPU tests), ``split`` (split_reduce.py: both sums of every shape
+``auto`` splits) and ``sweep`` (sweep.py's handwritten kernels, ``DXGEMM_AUTO_PIPELINE=0``), the
+last two replayed as an H100 and an H200 choose; these six only when named: on a 2-core machine
 each takes from a quarter of an hour to the better part of one.  The replayed calls mirror the
 scripts they name; a call changed there and not here is compiled on the GPU host instead
 (``pytest`` then skips the test unless ``DXGEMM_TEST_COMPILE=1``).
@@ -183,6 +185,8 @@ def stub_the_device(recorder: Recorder) -> None:
     rt_pipeline.availability = lambda device: None
     rt_pipeline.PipelineCall.__call__ = lambda self, *a, **k: None
     splitk.SplitKCall.__call__ = lambda self, *a, **k: None
+    splitk.SplitKernelCall.__init__ = lambda self, *a, **k: None  # a split call's launches: no device
+    splitk.SplitKernelCall.__call__ = lambda self, *a, **k: None
     splitk.serial_buffers = lambda device, stream, nbytes, tiles: (1 << 40, 1 << 41)  # a serial split's buffers
     calls.remember = lambda *a, **k: None
     kernels.get_kernel = recorder
@@ -424,10 +428,73 @@ def tf32_calls():
                  epilogue=E.bias(dev(np.ones(n, f32))), backend="pipeline", precision="tf32")
 
 
+@contextlib.contextmanager
+def _posing_as(record):
+    """The policy reasons with ``record``'s figures (an H200's choices may differ from an H100's)."""
+    queried = _device._queried
+    _device._queried = lambda device: record
+    try:
+        yield
+    finally:
+        _device._queried = queried
+
+
+@contextlib.contextmanager
+def _environ(**values):
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _plain_and_fused(m: int, n: int, k: int, dtype, a_layout: str = "row") -> None:
+    """``auto`` on ``(m, n, k)``, plain and ``bias | gelu``, as sweep.py and split_reduce.py call it
+    (uninitialised host arrays: only their shapes and layouts reach the kernels' keys)."""
+    a = dev(np.empty((m, k), dtype)) if a_layout == "row" else fortran(dev(np.empty((m, k), dtype)))
+    b = dev(np.empty((k, n), dtype))
+    for epilogue in (None, E.bias(dev(np.empty(n, dtype))) | E.gelu()):
+        gemm(a, b, dev(np.empty((m, n), dtype)), epilogue=epilogue)
+
+
+def split_calls():
+    """benchmarks/split_reduce.py: every sweep shape ``auto`` splits on an H100 or an H200, both sums."""
+    from dxgemm.gpus import DEVICES
+    from split_reduce import split_shapes
+
+    for name in ("H100", "H200"):
+        with _posing_as(DEVICES[name]), _environ(DXGEMM_AUTO_PIPELINE="0"):
+            for dtype in DTYPES:
+                for m, n, k, _ in split_shapes(np.dtype(dtype), DEVICES[name]):
+                    for mode in ("separate", "serial"):
+                        with _environ(DXGEMM_SPLIT_REDUCE=mode):
+                            _plain_and_fused(m, n, k, dtype)
+
+
+def sweep_calls():
+    """benchmarks/sweep.py with ``DXGEMM_AUTO_PIPELINE=0``: every shape, both dtypes, plain and
+    fused, A row-major and transposed, as an H100 and an H200 choose (the pipeline's kernels: the
+    default parts)."""
+    from dxgemm.gpus import DEVICES
+    from sweep import SIDES, shapes
+
+    for name in ("H100", "H200"):
+        with _posing_as(DEVICES[name]), _environ(DXGEMM_AUTO_PIPELINE="0"):
+            for m, n, k in shapes(SIDES, 2**36):
+                for dtype in DTYPES:
+                    for a_layout in ("row", "T"):
+                        _plain_and_fused(m, n, k, dtype, a_layout)
+
+
 PARTS = {"bench": bench_calls, "fusion": fusion_calls, "cost": cost_calls, "epilogues": gpu_epilogue_calls,
          "pipeline": gpu_pipeline_calls, "examples": example_calls, "simt": simt_calls, "rungs": rung_calls,
-         "stages": stage_calls, "tf32": tf32_calls}
-OPT_IN = ("simt", "rungs", "stages", "tf32")
+         "stages": stage_calls, "tf32": tf32_calls, "split": split_calls, "sweep": sweep_calls}
+OPT_IN = ("simt", "rungs", "stages", "tf32", "split", "sweep")
 """Parts built only when named: each takes the better part of an hour on a 2-core machine."""
 
 

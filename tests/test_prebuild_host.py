@@ -33,3 +33,17 @@ def test_prebuild_lists_every_kernel_without_a_failed_call(tmp_path):
     # the fused chains of the GPU tests are among them, and nothing was compiled
     assert "('custom', '_gate'" in out.stdout and "split-K" in out.stdout
     assert not list(tmp_path.glob("kernels/*.dxk"))
+
+
+def test_prebuild_split_part_names_both_sums_of_the_split_shapes(tmp_path):
+    """split_reduce.py's kernels: each split shape's slices kernel and reduce, and its serial form."""
+    env = dict(os.environ, DXGEMM_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "prebuild.py"), "--list", "split"],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "call failed" not in out.stdout, out.stdout[-3000:]
+    named = [line.split()[2] for line in out.stdout.splitlines() if line.startswith("need ")]
+    assert any(tile.startswith("splitk_reduce/") for tile in named), named
+    assert any(tile.endswith("_serial") for tile in named), named
+    assert any(tile.startswith("warptile/") for tile in named) and any(tile.startswith("tf32mma/") for tile in named)
