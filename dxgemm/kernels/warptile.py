@@ -77,8 +77,8 @@ from numba import cuda, from_dtype
 from numba import uint64 as index_type
 
 from ._device import (SIMULATOR, SMEM_ALIGN, U, cp_async_commit, cp_async_wait, current_cc, dmma_shape_for,
-                      is_aligned16, make_async_tile_stream, make_dmma, make_offset, make_tile_async_copier,
-                      make_tile_stager, store_vec)
+                      is_aligned16, make_async_tile_stream, make_block_tile, make_dmma, make_offset,
+                      make_tile_async_copier, make_tile_stager, store_vec)
 from ._spec import BuiltKernel, KernelSpec, Layout
 from .splitk_reduce import make_serial_finish
 
@@ -361,19 +361,7 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
         staged_store, staged_elems = _make_staged_store(MI * HALVES, NI, epilogue, d_off, spec.layout_d == Layout.ROW,
                                                         WN, threads // WARP, STAGED_ROWS, a_elems + b_elems)
     D_ROWS = spec.layout_d == Layout.ROW
-    uGROUP = U(max(GROUP_M, 1))
-
-    @cuda.jit(device=True, inline="always")
-    def grouped_tile():
-        """This block's output tile when consecutive blocks sweep ``GROUP_M`` tile rows
-        column by column: a wave of blocks then shares fewer B column panels in L2."""
-        tiles_n, tiles_m = U(cuda.gridDim.x), U(cuda.gridDim.y)
-        pid = U(cuda.blockIdx.y) * tiles_n + U(cuda.blockIdx.x)
-        per_group = uGROUP * tiles_n
-        first = (pid // per_group) * uGROUP
-        rows = min(tiles_m - first, uGROUP)
-        within = pid % per_group
-        return first + within % rows, within // rows
+    block_tile = make_block_tile(GROUP_M)
 
     @cuda.jit(device=True, inline="always")
     def place(m, n, k, flags):
@@ -384,10 +372,7 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
         lane = tid % uWARP
         w_row = (warp // warps_across) * uWM
         w_col = (warp % warps_across) * uWN
-        if GROUP_M:
-            tile_m, tile_n = grouped_tile()
-        else:
-            tile_m, tile_n = U(cuda.blockIdx.y), U(cuda.blockIdx.x)
+        tile_m, tile_n = block_tile()
         row0 = tile_m * uBM
         col0 = tile_n * uBN
         um, un, uk = U(m), U(n), U(k)
