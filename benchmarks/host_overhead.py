@@ -296,7 +296,7 @@ def measure(args: argparse.Namespace) -> list[dict]:
                 host_us, wall_us = time_calls(call, args.repeats, args.batch, sync)
                 repeats_full = full_path() - before
                 if args.profile:
-                    _profile(call, args.profile, f"{dtype} {m}x{n}x{k} {epi}")
+                    _profile(call, args.profile, f"{dtype} {m}x{n}x{k} {epi}", args.profile_sort)
 
                 def first() -> Any:
                     calls.clear()
@@ -315,7 +315,7 @@ def measure(args: argparse.Namespace) -> list[dict]:
     return records
 
 
-def _profile(call: Callable[[], Any], top: int, title: str) -> None:
+def _profile(call: Callable[[], Any], top: int, title: str, sort: str = "tottime") -> None:
     import cProfile
     import pstats
 
@@ -325,7 +325,7 @@ def _profile(call: Callable[[], Any], top: int, title: str) -> None:
         call()
     profiler.disable()
     print(f"-- cProfile of 1000 repeat calls: {title}")
-    pstats.Stats(profiler).sort_stats("tottime").print_stats(top)
+    pstats.Stats(profiler).sort_stats(sort).print_stats(top)
 
 
 HEADER = (f"{'dtype':8s} {'m x n x k':>16s} {'epilogue':10s} {'repeat us':>10s} {'wall us':>9s} {'first us':>9s} "
@@ -363,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--first-repeats", type=int, default=30, help="full-path calls timed per case")
     p.add_argument("--no-baseline", dest="baseline", action="store_false", help="skip cuBLAS's timing")
     p.add_argument("--profile", type=int, default=0, help="print cProfile's top N functions per case")
+    p.add_argument("--profile-sort", default="tottime", choices=("tottime", "cumulative"),
+                   help="order of --profile's table")
     p.add_argument("--json", help="merge the records into this result file")
     args = p.parse_args(argv)
     args.shapes = parse_shapes(args.shapes)
