@@ -769,6 +769,54 @@ def make_async_tile_stream(dtype: np.dtype, layout: Layout, rows: int, cols: int
     return AsyncTileStream(plan.iters, LINES * LD, origin, step, edge_origin, edge_ok, k_stride, place, copy)
 
 
+class StreamPair(NamedTuple):
+    """A's and B's :class:`AsyncTileStream` for a K loop that copies whole tiles between its
+    multiplies (the TF32 rungs; warptile interleaves its copies with the mmas instead).
+
+    ``origins(lda, ldb, row0, col0, tid, a_src, b_src)`` fills each chunk's global origin for
+    the block's tiles at K = 0 (``a_src``/``b_src``: ``cuda.local.array(iters, uint64)``, kept in
+    registers); ``placement(lda, ldb, tid)`` is ``(a_ks, b_ks, a_place, b_place)``, the K
+    strides and the shared placements; ``copy(a_tile, b_tile, stage, a, b, a_src, b_src, dk,
+    a_ks, b_ks, a_place, b_place)`` starts this thread's copies of the tiles ``dk`` along K
+    into ``stage``."""
+
+    a_iters: int
+    b_iters: int
+    origins: Callable
+    placement: Callable
+    copy: Callable
+
+
+def make_stream_pair(stream_a: AsyncTileStream, stream_b: AsyncTileStream, a_stage: int, b_stage: int) -> StreamPair:
+    """:class:`StreamPair` of ``stream_a`` and ``stream_b`` with stages ``a_stage``/``b_stage``
+    elements apart in their shared tiles."""
+    A_IT, B_IT = stream_a.iters, stream_b.iters
+    A_PSTEP, B_PSTEP = stream_a.place_step, stream_b.place_step
+    uA_STAGE, uB_STAGE = U(a_stage), U(b_stage)
+
+    @cuda.jit(device=True, inline="always")
+    def origins(lda, ldb, row0, col0, tid, a_src, b_src):
+        a_origin, a_step = stream_a.origin(lda, row0, U(0), tid), stream_a.step(lda)
+        b_origin, b_step = stream_b.origin(ldb, U(0), col0, tid), stream_b.step(ldb)
+        for c in range(A_IT):
+            a_src[c] = a_origin + U(c) * a_step
+        for c in range(B_IT):
+            b_src[c] = b_origin + U(c) * b_step
+
+    @cuda.jit(device=True, inline="always")
+    def placement(lda, ldb, tid):
+        return stream_a.k_stride(lda), stream_b.k_stride(ldb), stream_a.place(tid), stream_b.place(tid)
+
+    @cuda.jit(device=True, inline="always")
+    def copy(a_tile, b_tile, stage, a, b, a_src, b_src, dk, a_ks, b_ks, a_place, b_place):
+        for c in range(A_IT):
+            stream_a.copy(a_tile, stage * uA_STAGE + a_place + U(c) * A_PSTEP, a, a_src[c], dk * a_ks)
+        for c in range(B_IT):
+            stream_b.copy(b_tile, stage * uB_STAGE + b_place + U(c) * B_PSTEP, b, b_src[c], dk * b_ks)
+
+    return StreamPair(A_IT, B_IT, origins, placement, copy)
+
+
 class TileStager(NamedTuple):
     """A tile copy split in two halves, so the global loads can be in flight during compute.
 

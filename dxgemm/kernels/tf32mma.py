@@ -74,7 +74,7 @@ from numba import cuda, from_dtype
 from numba import uint64 as index_type
 
 from ._device import (SIMULATOR, U, cp_async_commit, cp_async_wait, current_cc, make_async_tile_stream,
-                      make_block_tile, make_offset, make_tile_async_copier)
+                      make_block_tile, make_offset, make_stream_pair, make_tile_async_copier)
 from ._spec import BuiltKernel, KernelSpec, Layout
 
 WARP = 32
@@ -455,8 +455,8 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     UNCHECKED = bool(cfg.get("unchecked", True))
     stream_a = make_async_tile_stream(dt, spec.layout_a, BM, BK, threads, ALD, k_along_rows=False)
     stream_b = make_async_tile_stream(dt, spec.layout_b, BK, BN, threads, BLD, k_along_rows=True)
-    A_IT, B_IT = stream_a.iters, stream_b.iters
-    A_PSTEP, B_PSTEP = stream_a.place_step, stream_b.place_step
+    streams = make_stream_pair(stream_a, stream_b, A_STAGE, B_STAGE)
+    A_IT, B_IT = streams.a_iters, streams.b_iters
 
     block_tile = make_block_tile(GROUP_M)
 
@@ -589,23 +589,14 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
         if UNCHECKED and vec_a and vec_b and row0 + uBM <= um and col0 + uBN <= un:
             a_src = cuda.local.array(A_IT, index_type)
             b_src = cuda.local.array(B_IT, index_type)
-            a_origin, a_step = stream_a.origin(U(lda), row0, U(0), tid), stream_a.step(U(lda))
-            b_origin, b_step = stream_b.origin(U(ldb), U(0), col0, tid), stream_b.step(U(ldb))
-            for c in range(A_IT):
-                a_src[c] = a_origin + U(c) * a_step
-            for c in range(B_IT):
-                b_src[c] = b_origin + U(c) * b_step
-            a_ks, b_ks = stream_a.k_stride(U(lda)), stream_b.k_stride(U(ldb))
-            a_place, b_place = stream_a.place(tid), stream_b.place(tid)
+            streams.origins(U(lda), U(ldb), row0, col0, tid, a_src, b_src)
+            a_ks, b_ks, a_place, b_place = streams.placement(U(lda), U(ldb), tid)
             full_tiles = (uk - kb) // uBK
             while t + uLAST < full_tiles:
                 wait_oldest()
                 cuda.syncthreads()
                 dk = kb + (t + uLAST) * uBK
-                for c in range(A_IT):
-                    stream_a.copy(a_tile, fill * uA_STAGE + a_place + U(c) * A_PSTEP, a, a_src[c], dk * a_ks)
-                for c in range(B_IT):
-                    stream_b.copy(b_tile, fill * uB_STAGE + b_place + U(c) * B_PSTEP, b, b_src[c], dk * b_ks)
+                streams.copy(a_tile, b_tile, fill, a, b, a_src, b_src, dk, a_ks, b_ks, a_place, b_place)
                 cp_async_commit()
                 multiply_tile(a_tile, b_tile, use, w_row, w_col, lane, a_frag, b_frag, acc)
                 t += one

@@ -43,7 +43,7 @@ from numba import cuda, from_dtype
 from numba import uint64 as index_type
 
 from ._device import (SIMULATOR, U, cp_async_commit, cp_async_wait, load_vec, make_async_tile_stream,
-                      make_block_tile, make_offset, make_tile_async_copier, store_vec)
+                      make_block_tile, make_offset, make_stream_pair, make_tile_async_copier, store_vec)
 from ._spec import BuiltKernel, KernelSpec, Layout
 from .tf32mma import MODES, _stage_layout, make_tf32_mma, tf32_round, tf32_round_sat
 
@@ -297,8 +297,8 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     UNCHECKED = bool(cfg.get("unchecked", True))
     stream_a = make_async_tile_stream(dt, spec.layout_a, BM, BK, threads, ALD, k_along_rows=False)
     stream_b = make_async_tile_stream(dt, spec.layout_b, BK, BN, threads, BLD, k_along_rows=True)
-    A_IT, B_IT = stream_a.iters, stream_b.iters
-    A_PSTEP, B_PSTEP = stream_a.place_step, stream_b.place_step
+    streams = make_stream_pair(stream_a, stream_b, A_STAGE, B_STAGE)
+    A_IT, B_IT = streams.a_iters, streams.b_iters
     DESC_HIGH = U(descriptor(0))
 
     block_tile = make_block_tile(GROUP_M)
@@ -406,15 +406,9 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
         fast = UNCHECKED and vec_a and vec_b and row0 + uBM <= um and col0 + uBN <= un
         a_src = cuda.local.array(A_IT, index_type)
         b_src = cuda.local.array(B_IT, index_type)
-        a_ks, b_ks = stream_a.k_stride(U(lda)), stream_b.k_stride(U(ldb))
-        a_place, b_place = stream_a.place(tid), stream_b.place(tid)
+        a_ks, b_ks, a_place, b_place = streams.placement(U(lda), U(ldb), tid)
         if fast:
-            a_origin, a_step = stream_a.origin(U(lda), row0, U(0), tid), stream_a.step(U(lda))
-            b_origin, b_step = stream_b.origin(U(ldb), U(0), col0, tid), stream_b.step(U(ldb))
-            for c in range(A_IT):
-                a_src[c] = a_origin + U(c) * a_step
-            for c in range(B_IT):
-                b_src[c] = b_origin + U(c) * b_step
+            streams.origins(U(lda), U(ldb), row0, col0, tid, a_src, b_src)
         full_tiles = uk // uBK
         # Tiles 0 and 1 have landed; tile 0's B is split before the loop, each later tile's
         # while the one before it runs.
@@ -430,11 +424,7 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
             ahead = t + uLAST
             if ahead < n_tiles:
                 if fast and ahead < full_tiles:
-                    dk = ahead * uBK
-                    for c in range(A_IT):
-                        stream_a.copy(a_tile, fill * uA_STAGE + a_place + U(c) * A_PSTEP, a, a_src[c], dk * a_ks)
-                    for c in range(B_IT):
-                        stream_b.copy(b_tile, fill * uB_STAGE + b_place + U(c) * B_PSTEP, b, b_src[c], dk * b_ks)
+                    streams.copy(a_tile, b_tile, fill, a, b, a_src, b_src, ahead * uBK, a_ks, b_ks, a_place, b_place)
                 else:
                     copy_a(a, U(lda), row0, ahead * uBK, um, uk, a_tile[fill * uA_STAGE:], tid, vec_a)
                     copy_b(b, U(ldb), ahead * uBK, col0, uk, un, b_tile[fill * uB_STAGE:], tid, vec_b)
