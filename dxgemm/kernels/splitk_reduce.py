@@ -65,6 +65,12 @@ def build(spec: KernelSpec) -> BuiltKernel:
     return BuiltKernel(splitk_reduce, block=(ALONG, ACROSS), tile_m=tile_m, tile_n=tile_n)
 
 
+SERIAL_BATCH = 8
+"""Slices whose loads the serial finish issues before it adds them (in order): one block sums
+its tile alone, so a load a slice, each waiting for the last, would leave it waiting ``S``
+L2 latencies an element."""
+
+
 def make_serial_finish(spec: KernelSpec, tile_m: int, tile_n: int, threads: int):
     """Device function ``finish(w, counters, d, ldd, um, un, row0, col0, tid, epi_args)`` for a
     split kernel's block of ``threads`` threads whose ``tile_m x tile_n`` output tile starts at
@@ -80,12 +86,14 @@ def make_serial_finish(spec: KernelSpec, tile_m: int, tile_n: int, threads: int)
     """
     d_off = make_offset(spec.layout_d)
     epilogue = spec.epilogue_fn
-    zero = spec.dtype.type(0)
+    dt = spec.dtype
+    zero = dt.type(0)
     rows = spec.layout_d == Layout.ROW
     # consecutive threads walk D's contiguous dimension (coalesced reads and writes)
     along = tile_n if rows else tile_m
     elems = tile_m * tile_n
     one = int32(1)
+    uBATCH = U(SERIAL_BATCH)
 
     @cuda.jit(device=True)
     def finish(w, counters, d, ldd, um, un, row0, col0, tid, epi_args):
@@ -108,8 +116,17 @@ def make_serial_finish(spec: KernelSpec, tile_m: int, tile_n: int, threads: int)
             if row < um and col < un:
                 at = d_off(row, col, ldw)
                 acc = zero
-                for s in range(slices):
+                s = U(0)
+                while s + uBATCH <= slices:  # SERIAL_BATCH loads in flight, then added in slice order
+                    part = cuda.local.array(SERIAL_BATCH, dt.type)
+                    for j in range(SERIAL_BATCH):
+                        part[j] = load_l2(w, at + (s + U(j)) * stride)
+                    for j in range(SERIAL_BATCH):
+                        acc += part[j]
+                    s += uBATCH
+                while s < slices:
                     acc += load_l2(w, at + s * stride)
+                    s += U(1)
                 d[d_off(row, col, U(ldd))] = epilogue(acc, row, col, epi_args)
         if tid == U(0):
             counters[tile] = 0
