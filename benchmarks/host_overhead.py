@@ -29,7 +29,8 @@ no device memory), kernels are built for sm_90 with the stand-in driver
 call (everything but the driver's launch and CuPy's own attribute reads), which is what
 ``dxgemm`` can change; no baseline.  ``auto`` stays on the handwritten kernels there
 (``DXGEMM_AUTO_PIPELINE=0``: a cuBLASDx pipeline kernel takes minutes to build on a CPU).
-``--profile N`` prints cProfile's top N functions of the repeat calls of each case.
+``--profile N`` prints cProfile's top N functions of the repeat calls of each case
+(``--profile-sort cumulative`` orders them by time including callees).
 
     python benchmarks/host_overhead.py --standin                   # table only
     python benchmarks/host_overhead.py --standin --profile 25      # and where the time goes
