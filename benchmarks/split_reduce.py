@@ -21,7 +21,8 @@ back between CUDA events, ``--rounds`` alternating rounds, the median per call),
 cuBLAS (plain: ``cupy.matmul``; fused: cuBLAS then one CuPy elementwise kernel).  Each
 result is checked against a float64 reference on a poisoned output.
 
-Records merged into ``--json`` (``suite: "split_reduce"``; other records kept)::
+Records merged into ``--json`` (``suite: "split_reduce"``; other records kept), and with
+``--jsonl`` appended one a line as each is measured (a run cut short keeps them)::
 
     {suite, dtype, m, n, k, epilogue, slices, separate_ms, serial_ms, baseline, baseline_ms,
      serial_speedup, max_error_ratio, gpu}
@@ -32,6 +33,7 @@ Records merged into ``--json`` (``suite: "split_reduce"``; other records kept)::
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -134,6 +136,9 @@ def measure(args) -> list[dict]:
                            baseline="cublas" if epi is None else "cublas+cupy", baseline_ms=med["baseline"],
                            serial_speedup=med["separate"] / med["serial"], max_error_ratio=worst, gpu=gpu)
                 records.append(rec)
+                if args.jsonl:  # as measured: a run cut short keeps what it measured
+                    with open(args.jsonl, "a") as f:
+                        f.write(json.dumps(rec) + "\n")
                 if not args.quiet:
                     print(f"{dt.name:8} {m:6}x{n:<6}x{k:<6} {epilogue:9} S={slices:<3} separate {rec['separate_ms']:.4f} "
                           f"serial {rec['serial_ms']:.4f} ms ({rec['serial_speedup']:.2f}x)  cuBLAS "
@@ -171,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--target-ms", type=float, default=20.0)
     parser.add_argument("--json", help="merge the records into this result file")
+    parser.add_argument("--jsonl", help="also append each record here, one a line, as it is measured")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     records = measure(args)
