@@ -30,6 +30,9 @@ Records merged into ``--json`` (``suite: "sweep"``, replacing records of the sam
     {suite, backend, dtype, m, n, k, epilogue, a_layout, ms, baseline, baseline_ms, ratio,
      max_error_ratio, gpu}
 
+plus ``precision`` when ``--precision`` names float32's (its records are their own group and
+replace only records of that precision).
+
 and a summary per dtype and epilogue is printed: shapes at >= 0.9x and >= 1.0x, the geometric
 mean over all shapes and over the compute-bound ones (m, n, k >= 256 and m n k >= 2^30), and
 the worst.  ``--png`` draws the ratio as heat maps over (log2 m n, log2 k), one panel per
@@ -131,8 +134,10 @@ def measure(args) -> list[dict]:
             d_base = cp.empty((m, n), dt)
             epi = bias(v) | gelu() if epilogue == "bias_gelu" else None
 
+            precision = args.precision if dt == np.float32 else None
+
             def ours():
-                dxgemm.gemm(a, b, d, epilogue=epi, stream=stream)
+                dxgemm.gemm(a, b, d, epilogue=epi, stream=stream, precision=precision)
 
             baselines = {}
             if epilogue == "plain":
@@ -165,7 +170,7 @@ def measure(args) -> list[dict]:
         ms, bms = statistics.median(ours_ms), statistics.median(base_ms[best])
         records.append(dict(suite="sweep", backend="auto", dtype=dt.name, m=m, n=n, k=k, epilogue=epilogue,
                             a_layout=a_layout, ms=ms, baseline=best, baseline_ms=bms, ratio=bms / ms,
-                            max_error_ratio=err, gpu=gpu))
+                            max_error_ratio=err, gpu=gpu, **({"precision": precision} if precision else {})))
         if args.jsonl:  # as measured: a run cut short keeps what it measured
             with open(args.jsonl, "a") as f:
                 f.write(json.dumps(records[-1]) + "\n")
@@ -176,9 +181,12 @@ def measure(args) -> list[dict]:
 def summary(records: list[dict]) -> str:
     """Per dtype, epilogue and layout: shapes at >= 0.9x / >= 1.0x, geometric means, the worst."""
     lines = ["dtype    epilogue   A    shapes  >=0.9x  >=1.0x  geomean  geomean(compute-bound)  worst"]
-    keys = sorted({(r["dtype"], r["epilogue"], r["a_layout"]) for r in records})
+    def key(r):  # a run at a precision= other than dxgemm's default is its own group
+        return (r["dtype"] + (f"/{r['precision']}" if r.get("precision") else ""), r["epilogue"], r["a_layout"])
+
+    keys = sorted({key(r) for r in records})
     for dt, epi, lay in keys:
-        rs = [r for r in records if (r["dtype"], r["epilogue"], r["a_layout"]) == (dt, epi, lay)]
+        rs = [r for r in records if key(r) == (dt, epi, lay)]
         ratios = [r["ratio"] for r in rs]
         cb = [r["ratio"] for r in rs if compute_bound(r["m"], r["n"], r["k"])]
         gm = lambda xs: math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else float("nan")  # noqa: E731
@@ -233,7 +241,7 @@ def save(path: str, records: list[dict]) -> None:
     """Merge into ``path``: sweep records of the same identity are replaced, all else kept."""
     from dxgemm.bench import merge_records
 
-    merge_records(path, records, ("suite", "dtype", "m", "n", "k", "epilogue", "a_layout", "gpu"))
+    merge_records(path, records, ("suite", "dtype", "m", "n", "k", "epilogue", "a_layout", "gpu", "precision"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -244,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-macs", type=int, default=2**36, help="largest m n k")
     p.add_argument("--min-macs", type=int, default=0, help="smallest m n k (to finish a run cut short)")
     p.add_argument("--dtypes", type=words, default=("float64", "float32"))
+    p.add_argument("--precision", choices=("tf32x3", "tf32", "ieee"), default=None,
+                   help="float32's precision= (default: dxgemm's own, tf32x3); float64 ignores it")
     p.add_argument("--epilogues", type=words, default=("plain", "bias_gelu"))
     p.add_argument("--a-layouts", type=words, default=("row", "T"))
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds; the median is kept")
