@@ -429,17 +429,6 @@ def tf32_calls():
 
 
 @contextlib.contextmanager
-def _posing_as(record):
-    """The policy reasons with ``record``'s figures (an H200's choices may differ from an H100's)."""
-    queried = _device._queried
-    _device._queried = lambda device: record
-    try:
-        yield
-    finally:
-        _device._queried = queried
-
-
-@contextlib.contextmanager
 def _environ(**values):
     saved = {name: os.environ.get(name) for name in values}
     os.environ.update(values)
@@ -468,7 +457,7 @@ def split_calls():
     from split_reduce import split_shapes
 
     for name in ("H100", "H200"):
-        with _posing_as(DEVICES[name]), _environ(DXGEMM_AUTO_PIPELINE="0"):
+        with _environ(DXGEMM_DEVICE_AS=name, DXGEMM_AUTO_PIPELINE="0"):  # decide as on that GPU
             for dtype in DTYPES:
                 for m, n, k, _ in split_shapes(np.dtype(dtype), DEVICES[name]):
                     for mode in ("separate", "serial"):
@@ -480,11 +469,10 @@ def sweep_calls():
     """benchmarks/sweep.py with ``DXGEMM_AUTO_PIPELINE=0``: every shape, both dtypes, plain and
     fused, A row-major and transposed, as an H100 and an H200 choose (the pipeline's kernels: the
     default parts)."""
-    from dxgemm.gpus import DEVICES
     from sweep import SIDES, shapes
 
     for name in ("H100", "H200"):
-        with _posing_as(DEVICES[name]), _environ(DXGEMM_AUTO_PIPELINE="0"):
+        with _environ(DXGEMM_DEVICE_AS=name, DXGEMM_AUTO_PIPELINE="0"):  # decide as on that GPU
             for m, n, k in shapes(SIDES, 2**36):
                 for dtype in DTYPES:
                     for a_layout in ("row", "T"):
