@@ -9,14 +9,9 @@ arrival count must be left at zero.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 from numba import cuda
-
-pytestmark = pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1",
-                                reason="runs the finish in Numba's CUDA simulator")
 
 
 @pytest.mark.parametrize("slices", [1, 7, 8, 19])
