@@ -780,8 +780,6 @@ class StreamPair(NamedTuple):
     a_ks, b_ks, a_place, b_place)`` starts this thread's copies of the tiles ``dk`` along K
     into ``stage``."""
 
-    a_iters: int
-    b_iters: int
     origins: Callable
     placement: Callable
     copy: Callable
@@ -814,7 +812,7 @@ def make_stream_pair(stream_a: AsyncTileStream, stream_b: AsyncTileStream, a_sta
         for c in range(B_IT):
             stream_b.copy(b_tile, stage * uB_STAGE + b_place + U(c) * B_PSTEP, b, b_src[c], dk * b_ks)
 
-    return StreamPair(A_IT, B_IT, origins, placement, copy)
+    return StreamPair(origins, placement, copy)
 
 
 class TileStager(NamedTuple):

@@ -298,7 +298,7 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     stream_a = make_async_tile_stream(dt, spec.layout_a, BM, BK, threads, ALD, k_along_rows=False)
     stream_b = make_async_tile_stream(dt, spec.layout_b, BK, BN, threads, BLD, k_along_rows=True)
     streams = make_stream_pair(stream_a, stream_b, A_STAGE, B_STAGE)
-    A_IT, B_IT = streams.a_iters, streams.b_iters
+    A_IT, B_IT = stream_a.iters, stream_b.iters
     DESC_HIGH = U(descriptor(0))
 
     block_tile = make_block_tile(GROUP_M)
