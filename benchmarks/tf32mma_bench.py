@@ -45,6 +45,7 @@ WG_VARIANTS = {  # --rung tf32wgmma: name: (spec tile, overrides)
     "tf32x3_n64": ("tf32x3", dict(BN=64, stages=4)),
     "tf32": ("tf32", {}),
     "tf32_s3": ("tf32", dict(stages=3)),
+    "tf32_nolag": ("tf32", dict(lag=False)),
 }
 RUNG = "tf32mma"
 """The rung this run measures (``--rung``)."""
@@ -150,7 +151,8 @@ def check(args) -> None:
     rng = cp.random.default_rng(381)
     u32, tf = 2.0**-24, 2.0**-11
     fails = 0
-    for m, n, k in ((1000, 1030, 999), (129, 127, 4097)):
+    # k = 512 ends on a first-level fold, k = 20 is one partial tile
+    for m, n, k in ((1000, 1030, 999), (129, 127, 4097), (257, 130, 512), (64, 200, 20)):
         a = (rng.uniform(0.5, 1.0, (m, k)) * 2.0 ** rng.integers(-6, 7, (m, k))).astype(cp.float32)
         b = rng.standard_normal((k, n)).astype(cp.float32)
         for name in args.variants:

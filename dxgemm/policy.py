@@ -226,10 +226,12 @@ def _tf32_cost(tile: str, cost: tuple, m: int, n: int, k: int, device: DeviceInf
     return waves * fixed + rate * -(-k // slices) * max(busiest, saturating)
 
 
-TF32_WGMMA_COST = {"tf32x3": (96, 0.67, 1), "tf32": (96, 0.81, 1)}
+TF32_WGMMA_COST = {"tf32x3": (96, 0.67, 1), "tf32": (96, 0.75, 1)}
 """``tf32wgmma``'s block cost in :data:`TF32_TILE_COST`'s units, by precision: one 128x128 block a
 SM as ``tf32mma``'s large tile, at the time ratio of the two measured in one run at 4096^3 and
-8192^3 (``docs/performance.md``); the fixed cost is taken as the large tile's (not fitted)."""
+8192^3 (``docs/performance.md``; ``tf32``'s scaled by the median time ratio, 0.93, of its
+groups kept running to waiting, measured in one run); the fixed cost is taken as the large
+tile's (not fitted)."""
 
 
 def choose_tf32_rung(precision: str, m: int, n: int, k: int, device: DeviceInfo = H100, *,

@@ -22,6 +22,13 @@ slab with ``wgmma.m64nBNk8`` (A from registers, B from shared memory).  Per 32-d
    ``hi*hi`` (``lo*lo`` is below float32's rounding), waits for it and adds it into the
    running float32 sum with rounding FADDs.
 
+``tf32`` (one pass) keeps a tile's ``wgmma`` group running past the tile's barrier: the next
+tile's products queue behind it while the block splits and copies, and a group is waited for
+only once the tile after it has been issued (a third line buffer keeps the split clear of the
+lines a running group reads).  ``tf32x3`` waits for each step's partial before adding it: with
+two partials in flight the second-level total has to leave the registers, and that measured
+slower than waiting (``docs/performance.md``).
+
 Why the fresh partial: the tensor cores truncate their float32 accumulation, so one
 accumulator over all of K drifts one ulp a step in one direction (the cuBLASDx pipeline's
 3xTF32: 52x SGEMM's error at K = 16384 on same-sign data).  A partial of one K step holds
@@ -62,7 +69,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # steps).  Stages: tf32x3 three (a tile's three-product steps hide the copies), tf32 four
     # (measured 5 % faster than three; docs/performance.md).
     "tf32x3": dict(mode="tf32x3", warpgroups=2, BN=128, stages=3, group_m=16, fold=16),
-    "tf32": dict(mode="tf32", warpgroups=2, BN=128, stages=4, group_m=16, fold=4),
+    # tf32's lag: a tile's group left running past its barrier (a third B line buffer).
+    "tf32": dict(mode="tf32", warpgroups=2, BN=128, stages=4, group_m=16, fold=4, lag=True),
 }
 
 ARCH_SUFFIX = "a"
@@ -107,6 +115,12 @@ def _geometry(cfg: dict) -> dict:
     return dict(cfg, BM=64 * cfg["warpgroups"], BK=BK, threads=128 * cfg["warpgroups"])
 
 
+def _line_buffers(cfg: dict) -> int:
+    """B line buffers: the tile the ``wgmma`` read and the next being split; with ``lag`` a third,
+    as a tile's group may still read its lines while the tile after next is split."""
+    return 3 if cfg.get("lag") else 2
+
+
 def _smem_floats(cfg: dict, a_kmajor: bool, b_kmajor: bool) -> tuple[int, int, int, int]:
     """``(one tile's B lines in floats (lo follows hi), raw A stages' offset, raw B stages' offset,
     floats)``: the alignment slack, two tiles' B lines (the one the ``wgmma`` read, the next being
@@ -114,7 +128,7 @@ def _smem_floats(cfg: dict, a_kmajor: bool, b_kmajor: bool) -> tuple[int, int, i
     g = _geometry(cfg)
     _, _, a_stage, b_stage = _stage_layout(g, a_kmajor, b_kmajor)
     line_floats = g["BN"] * BK
-    a_at = ALIGN_SLACK + 2 * line_floats * (2 if cfg["mode"] == "tf32x3" else 1)
+    a_at = ALIGN_SLACK + _line_buffers(cfg) * line_floats * (2 if cfg["mode"] == "tf32x3" else 1)
     b_at = a_at + cfg["stages"] * a_stage
     return line_floats, a_at, b_at, b_at + cfg["stages"] * b_stage
 
@@ -158,6 +172,7 @@ if not SIMULATOR:
     wgmma_fence = _statement("wgmma.fence.sync.aligned;")
     wgmma_commit = _statement("wgmma.commit_group.sync.aligned;")
     fence_proxy_async = _statement("fence.proxy.async.shared::cta;")
+    wgmma_wait_one = _statement("wgmma.wait_group.sync.aligned 1;")
 
     @functools.lru_cache(maxsize=None)
     def make_wgmma(bn: int):
@@ -240,7 +255,7 @@ def permute(acc, r):
 def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     """The kernel for ``spec`` (float32, sm_90a): ``spec.tile`` names the configuration
     (``"tf32x3"`` or ``"tf32"``); ``overrides`` change its entries (``mode``, ``warpgroups``,
-    ``BN``, ``stages``, ``group_m``, ``fold``, ``unchecked``, ``min_blocks``)."""
+    ``BN``, ``stages``, ``group_m``, ``fold``, ``lag``, ``unchecked``, ``min_blocks``)."""
     if spec.dtype != np.float32:
         raise ValueError(f"tf32wgmma computes float32 GEMMs, got dtype {spec.dtype}")
     if SIMULATOR:
@@ -261,6 +276,9 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     if not 3 <= NSTAGES <= 5:
         raise ValueError(f"tf32wgmma takes 3 to 5 cp.async stages (tile t + 2 lands while tile t runs), got {NSTAGES}")
     SPLIT = mode == "tf32x3"
+    LAG = bool(cfg.get("lag", False))
+    if LAG and SPLIT:
+        raise ValueError("lag is tf32's: tf32x3 waits for each step's partial to add it")
     A_KMAJOR = spec.layout_a == Layout.COL
     B_KMAJOR = spec.layout_b == Layout.ROW  # raw B as (k, j) at k * ld + j
     ALD, BLD, A_STAGE, B_STAGE = _stage_layout(g, A_KMAJOR, B_KMAJOR)
@@ -284,6 +302,7 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     uA_STAGE, uB_STAGE, uWARP, one, two = U(A_STAGE), U(B_STAGE), U(WARP), U(1), U(2)
     uLAST, uFOLD = U(NSTAGES - 1), U(FOLD)
     BUF_FLOATS = LINE * (2 if SPLIT else 1)  # one tile's B lines
+    uLAST_BUF = U(_line_buffers(cfg) - 1)
     BUF_DESC = U(BUF_FLOATS * 4 // 16)  # ... in the descriptor's 16-byte units
     LO_DESC = U(LINE * 4 // 16)
     wait_ahead = cp_async_wait[NSTAGES - 3]
@@ -337,12 +356,14 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
         return a_off + w_row * uALD + U(s * 8)
 
     @cuda.jit(device=True, inline="always")
-    def multiply_tile(smem, a_off, w_row, lane, frag, desc, r, p, raw_next, hi_next, tid, split_next):
+    def multiply_tile(smem, a_off, w_row, lane, frag, desc, r, p, raw_next, hi_next, tid, split_next, fresh):
         """This warpgroup's part of the K tile whose raw A stage starts at ``smem[a_off]`` and whose
         B lines ``desc`` points to (lo: one line buffer on): ``r`` the running sum, ``p`` the
         partial's registers.  While the tile's ``wgmma`` run, the block splits the next tile's B
         (``split_next``: from ``smem[raw_next]`` into the lines at ``hi_next``), and each step's A
-        fragment loads before the last step's partial is waited for."""
+        fragment loads before the last step's partial is waited for.  ``tf32`` with ``lag``: the
+        first ``wgmma`` overwrites ``r`` where ``fresh`` (a new first-level sum), and the tile's
+        group is left running; the one before it is waited for."""
         if SPLIT:
             load_a(smem, a_base(a_off, w_row, 0), uALD, lane, frag, 0)
             for s in range(4):
@@ -365,12 +386,18 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
             for s in range(4):
                 load_a(smem, a_base(a_off, w_row, s), uALD, lane, frag, s)
             wgmma_fence()
-            for s in range(4):
+            # (lag: zeros written into r by other instructions while a group runs would make
+            # ptxas serialize every wgmma, so a fresh sum starts from the accumulate flag)
+            r = wgmma(r, (frag[0, 0], frag[0, 1], frag[0, 2], frag[0, 3]), desc, 0 if fresh else 1)
+            for s in range(1, 4):
                 r = wgmma(r, (frag[s, 0], frag[s, 1], frag[s, 2], frag[s, 3]), desc + U(2 * s), 1)
             wgmma_commit()
             if split_next:
                 split_b(smem, raw_next, hi_next, tid, 0, 1)
-            r = wait(r)
+            if LAG:
+                wgmma_wait_one()
+            else:
+                r = wait(r)
         return r, p
 
     def tf32wgmma_gemm(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args):
@@ -417,10 +444,13 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
         split_b(smem, U(B_AT), hi_at, tid, 0, 1)
         fence_proxy_async()  # the generic-proxy stores above, before the async proxy's reads
         cuda.syncthreads()
+        buf = U(0)  # the B line buffer tile t reads
         use = U(0)  # the stage of tile t; tile t + stages - 1 goes to the one tile t - 1 left
         fill = uLAST
         t = U(0)
-        while t < n_tiles:
+        # lag: the loop's one way out is the break after the last group's wait (ptxas cannot tell
+        # that the loop test never ends it with a group running, and would serialize every wgmma).
+        while (LAG and n_tiles > U(0)) or t < n_tiles:
             ahead = t + uLAST
             if ahead < n_tiles:
                 if fast and ahead < full_tiles:
@@ -430,19 +460,30 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
                     copy_b(b, U(ldb), ahead * uBK, col0, uk, un, b_tile[fill * uB_STAGE:], tid, vec_b)
             cp_async_commit()
             nxt = use + one if use < uLAST else U(0)
-            odd = t & one
-            r, p = multiply_tile(smem, U(A_AT) + use * uA_STAGE, w_row, lane, frag, desc_hi + odd * BUF_DESC, r, p,
-                                 U(B_AT) + nxt * uB_STAGE, hi_at + (one - odd) * U(BUF_FLOATS), tid,
-                                 t + one < n_tiles)
+            # Tile t reads line buffer buf and the next tile's B is split into the one after it.
+            # With lag that one was last read by tile t - 2 (three buffers), which every warpgroup
+            # waited for before the last barrier.
+            buf_next = buf + one if buf < uLAST_BUF else U(0)
+            r, p = multiply_tile(smem, U(A_AT) + use * uA_STAGE, w_row, lane, frag, desc_hi + buf * BUF_DESC, r, p,
+                                 U(B_AT) + nxt * uB_STAGE, hi_at + buf_next * U(BUF_FLOATS), tid,
+                                 t + one < n_tiles, t % uFOLD == U(0))
             fence_proxy_async()  # the next tile's B lines, before the async proxy reads them
             wait_ahead()  # tile t + 2 has landed (this thread's copies) ...
-            cuda.syncthreads()  # ... everyone's; every wgmma of tile t has finished
+            cuda.syncthreads()  # ... everyone's; every wgmma of tile t has finished (lag: of t - 1)
             t += one
+            if LAG and t == n_tiles:
+                r = wait(r)
+                break
             if t % uFOLD == U(0):
-                total = add(total, r)
-                r = zeros()
+                if LAG:
+                    r = wait(r)  # the tile's products, all in r; the next tile's first wgmma overwrites it
+                    total = add(total, r)
+                else:
+                    total = add(total, r)
+                    r = zeros()
             use = nxt
             fill = fill + one if fill < uLAST else U(0)
+            buf = buf_next
         permute(acc, add(total, r))
         store_tile(d, U(ldd), um, un, row0, col0, w_row, U(0), lane, acc, epi_args)
 
