@@ -57,9 +57,12 @@ sys.path.insert(0, str(ROOT))
 SIDES = (1, 16, 64, 256, 1024, 4096, 16384)
 
 
-def shapes(sides: tuple[int, ...], max_macs: int, min_macs: int = 0) -> list[tuple[int, int, int]]:
-    """Every ``(m, n, k)`` from ``sides`` with ``min_macs <= m n k <= max_macs``, smallest work first."""
-    out = [s for s in itertools.product(sides, repeat=3) if min_macs <= s[0] * s[1] * s[2] <= max_macs]
+def shapes(sides: tuple[int, ...], max_macs: int, min_macs: int = 0,
+           ks: tuple[int, ...] | None = None) -> list[tuple[int, int, int]]:
+    """Every ``(m, n, k)`` from ``sides`` (``k`` from ``ks`` where given) with ``min_macs <= m n k <=
+    max_macs``, smallest work first."""
+    out = [s for s in itertools.product(sides, repeat=3) if min_macs <= s[0] * s[1] * s[2] <= max_macs
+           and (ks is None or s[2] in ks)]
     return sorted(out, key=lambda s: (s[0] * s[1] * s[2], s))
 
 
@@ -114,7 +117,7 @@ def measure(args) -> list[dict]:
     stream = cp.cuda.Stream(non_blocking=True)
     records = []
     # shapes outermost: a run cut short has measured every case of the smaller shapes
-    todo = [(dt, e, lay, s) for s in shapes(args.sides, args.max_macs, args.min_macs) for dt in args.dtypes
+    todo = [(dt, e, lay, s) for s in shapes(args.sides, args.max_macs, args.min_macs, args.ks) for dt in args.dtypes
             for e in args.epilogues for lay in args.a_layouts]
     try:
         from tqdm import tqdm
@@ -249,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     words = lambda s: tuple(s.split(","))  # noqa: E731
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sides", type=ints, default=SIDES, help="the values m, n and k each take")
+    p.add_argument("--ks", type=ints, default=None, help="only these K (of the sides); default: every side")
     p.add_argument("--max-macs", type=int, default=2**36, help="largest m n k")
     p.add_argument("--min-macs", type=int, default=0, help="smallest m n k (to finish a run cut short)")
     p.add_argument("--dtypes", type=words, default=("float64", "float32"))
@@ -264,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dry-run", action="store_true", help="print the shapes and exit")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
-    todo = shapes(args.sides, args.max_macs, args.min_macs)
+    todo = shapes(args.sides, args.max_macs, args.min_macs, args.ks)
     if args.dry_run:
         print(f"{len(todo)} shapes x {len(args.dtypes)} dtypes x {len(args.epilogues)} epilogues x "
               f"{len(args.a_layouts)} layouts of A; {sum(compute_bound(*s) for s in todo)} compute-bound")

@@ -154,7 +154,8 @@ def gemm(
             tile = policy.choose_tile(backend, dtype, m, n, k, info, traits.medium_tile_min_k)
         slices = policy.choose_split_k(backend, dtype, m, n, k, tile, info)
         spec = KernelSpec(dtype, op_a.layout, op_b.layout, op_d.layout, bound.key, None, tile=tile)
-        serial = slices > 1 and env.split_reduce() == "serial"
+        forced = env.split_reduce()
+        serial = slices > 1 and (forced == "serial" if forced else policy.split_sum_serial(m, n, slices))
         if SIMULATOR and slices > 1:  # nothing is compiled: Numba's simulated launches, not kept
             launch_simulated(backend, spec, op_a, op_b, op_d, m, n, k, flags, bound, slices,
                              policy.split_part_tile(backend, tile, m, n), serial=serial)

@@ -90,6 +90,13 @@ TF32X3_MIN_K = 8
 floor of ``2^-22`` until a few products average it down, while a chain of fewer than 8 FMAs is
 as accurate as cuBLAS SGEMM."""
 
+FLOAT32_IEEE_MAX_K = 64
+"""Up to this K float32's default (``"tf32x3"``) runs IEEE ``warptile`` as well: the TF32 rungs'
+three products and split of every value are not repaid over so short a K, where the FMA chain
+is also as accurate as cuBLAS SGEMM's.  Measured on an H200 (``h200_float32_small_k.log``), K =
+16 and 64, outputs of 1024 to 16384 a side: ``warptile`` 0.91-1.35x cuBLAS SGEMM with SGEMM's
+own error, the TF32 rung ``auto`` took before 0.55-0.87x."""
+
 
 def tf32_rung_fits(cc: tuple[int, int], smem_per_block: int, precision: str | None = "tf32x3") -> bool:
     """Whether ``tf32mma`` can run on a device of compute capability ``cc`` whose blocks may take
@@ -226,6 +233,24 @@ def _tf32_cost(tile: str, cost: tuple, m: int, n: int, k: int, device: DeviceInf
     return waves * fixed + rate * -(-k // slices) * max(busiest, saturating)
 
 
+SERIAL_SUM_MAX_SIDE = 16
+SERIAL_SUM_MAX_OUTPUT = 16384
+SERIAL_SUM_MAX_SLICES = 16
+
+
+def split_sum_serial(m: int, n: int, slices: int) -> bool:
+    """Whether a handwritten call split ``slices`` ways over K sums the slices in their own
+    kernel (the last block of each output tile sums it: one launch) instead of in the split-K
+    reduce (a second launch over the workspace).  Serial for a thin output (a side of at most
+    :data:`SERIAL_SUM_MAX_SIDE`, at most :data:`SERIAL_SUM_MAX_OUTPUT` values) split at most
+    :data:`SERIAL_SUM_MAX_SLICES` ways: there the second launch is a large part of a call of a
+    few tens of microseconds and the last block's sum is short.  Elsewhere the reduce, which sums
+    every tile at once, was faster.  H200, plain calls, both dtypes (``h200_split_reduce.log``):
+    serial 1.02-1.37x the reduce at the 21 split shapes this takes, 0.27-1.42x at the 96 others
+    (faster at 6 of them)."""
+    return min(m, n) <= SERIAL_SUM_MAX_SIDE and m * n <= SERIAL_SUM_MAX_OUTPUT and slices <= SERIAL_SUM_MAX_SLICES
+
+
 TF32_WGMMA_COST = {"tf32x3": (96, 0.67, 1), "tf32": (96, 0.75, 1)}
 """``tf32wgmma``'s block cost in :data:`TF32_TILE_COST`'s units, by precision: one 128x128 block a
 SM as ``tf32mma``'s large tile, at the time ratio of the two measured in one run at 4096^3 and
@@ -302,8 +327,9 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     runs it (``tf32_cores``; by default :func:`tf32_auto` of ``device``): it is the path
     whose K loop sums each tile's tensor-core products with rounding adds, the only one that
     keeps float32 accuracy at long K; without them, ``warptile`` (IEEE float32, more accurate).
-    Below :data:`TF32X3_MIN_K` ``"tf32x3"`` runs ``warptile`` too (a chain of a few FMAs, as
-    accurate as cuBLAS SGEMM's own).  ``"tf32"`` runs the pipeline's one TF32 pass where the
+    Up to :data:`FLOAT32_IEEE_MAX_K` ``"tf32x3"`` runs ``warptile`` too (a chain of a few FMAs, as
+    accurate as cuBLAS SGEMM's own and faster there; below :data:`TF32X3_MIN_K` the split
+    alone would miss the contract).  ``"tf32"`` runs the pipeline's one TF32 pass where the
     pipeline may run, both output sides exceed 128 and the problem has at least
     :data:`TF32_PIPELINE_MIN_MACS` multiply-adds: its wgmma kernel is several times
     ``tf32mma``'s ``mma.sync`` rate, and the rounding copy it needs (``8 (m + n) k`` bytes)
@@ -329,7 +355,7 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     Where the pipeline cannot run, ``warptile``.
     """
     dt = np.dtype(dtype)
-    if dt == np.float32 and precision == "tf32x3" and k < TF32X3_MIN_K:
+    if dt == np.float32 and precision == "tf32x3" and (k < TF32X3_MIN_K or k <= FLOAT32_IEEE_MAX_K):
         return "warptile"
     if (dt == np.float32 and precision == "tf32" and pipeline and tuple(device.cc) in PIPELINE_TARGETS
             and min(m, n) > SIMT_FLOAT32_MAX_SIDE and m * n * k >= TF32_PIPELINE_MIN_MACS):

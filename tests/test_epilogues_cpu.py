@@ -661,9 +661,37 @@ def test_split_reduce_variable_is_checked(monkeypatch):
     from dxgemm.runtime import env
 
     monkeypatch.delenv("DXGEMM_SPLIT_REDUCE", raising=False)
-    assert env.split_reduce() == "separate"
+    assert env.split_reduce() is None  # unset: policy.split_sum_serial chooses
     monkeypatch.setenv("DXGEMM_SPLIT_REDUCE", "Serial")
     assert env.split_reduce() == "serial"
     monkeypatch.setenv("DXGEMM_SPLIT_REDUCE", "fused")
     with pytest.raises(ValueError, match="DXGEMM_SPLIT_REDUCE='fused': set it to one of separate, serial"):
         env.split_reduce()
+
+
+@pytest.mark.parametrize("dtype, backend, m, n, k, serial", [
+    (np.float64, "warptile", 131, 13, 2048, True),  # a thin output: summed in the slices' kernel
+    (np.float32, "tf32mma", 60, 60, 600, False),  # 60 x 60: the split-K reduce
+])
+def test_auto_sums_thin_splits_serially(monkeypatch, rng, dtype, backend, m, n, k, serial):
+    """With DXGEMM_SPLIT_REDUCE unset, a split call sums as policy.split_sum_serial says (on
+    2 simulated SMs both shapes split in two), and the result is right either way."""
+    import dataclasses
+
+    import dxgemm._gemm as gemm_module
+    from dxgemm.runtime.device import H100
+
+    two_sms = dataclasses.replace(H100, sm_count=2)
+    monkeypatch.setattr(gemm_module, "device_info", lambda device=None: two_sms)
+    monkeypatch.delenv("DXGEMM_SPLIT_REDUCE", raising=False)
+    seen = []
+    real = gemm_module.launch_simulated
+
+    def recording(*args, serial=False, **kwargs):
+        seen.append((args[-2], serial))  # (slices, serial)
+        return real(*args, serial=serial, **kwargs)
+
+    monkeypatch.setattr(gemm_module, "launch_simulated", recording)
+    a, b = _operands(rng, dtype, m, n, k)
+    _run_and_check(_make("bias_col", rng, dtype, m, n), a, b, dtype, backend=backend)
+    assert seen == [(2, serial)]

@@ -1246,14 +1246,16 @@ def test_ctk130_extra_pins_every_compiler_to_one_version():
 
 
 def test_choose_backend_float32_precision():
-    """float32's default (tf32x3) runs the TF32 rung wherever the device has TF32 tensor cores,
-    whatever the shape, as does one-pass tf32 where the pipeline does not take it; without
-    them, IEEE warptile."""
-    from dxgemm.policy import choose_backend
+    """float32's default (tf32x3) runs the TF32 rung wherever the device has TF32 tensor cores
+    and K exceeds FLOAT32_IEEE_MAX_K, whatever the output, as does one-pass tf32 where the
+    pipeline does not take it; without them, and up to that K, IEEE warptile."""
+    from dxgemm.policy import FLOAT32_IEEE_MAX_K, choose_backend
 
-    assert choose_backend(np.dtype(np.float32), 4096, 4096, 7, precision="tf32x3") == "warptile"  # TF32X3_MIN_K
-    assert choose_backend(np.dtype(np.float32), 4096, 4096, 7, precision="tf32") == "tf32mma"
-    for shape in ((4096, 4096, 4096), (17, 33, 8), (4096, 64, 4096), (2, 2, 65536)):
+    for k in (1, 7, 8, 16, FLOAT32_IEEE_MAX_K):
+        for shape in ((4096, 4096, k), (17, 33, k), (1, 16384, k)):
+            assert choose_backend(np.dtype(np.float32), *shape, precision="tf32x3") == "warptile", shape
+            assert choose_backend(np.dtype(np.float32), *shape, precision="tf32") == "tf32mma", shape
+    for shape in ((4096, 4096, 4096), (17, 33, FLOAT32_IEEE_MAX_K + 1), (4096, 64, 4096), (2, 2, 65536)):
         for precision in ("tf32x3", "tf32"):
             # one TF32 pass takes the pipeline for large problems (test_choose_backend's tf32 rows)
             pipeline = precision == "tf32x3" or shape[0] * shape[1] * shape[2] < 2**30
@@ -1310,3 +1312,16 @@ def test_tf32_rung_fits_by_device_properties():
     f32 = np.dtype(np.float32)
     assert choose_backend(f32, 4096, 4096, 4096, precision="tf32x3", device=l40s) == "warptile"
     assert choose_backend(f32, 4096, 4096, 4096, precision="tf32x3", device=a100) == "tf32mma"
+
+
+def test_split_sum_serial_takes_thin_outputs():
+    """A split call sums its slices in their own kernel for a thin output (a side of at most 16,
+    at most 16384 values, at most 16 slices), in the split-K reduce otherwise."""
+    from dxgemm.policy import (SERIAL_SUM_MAX_OUTPUT, SERIAL_SUM_MAX_SIDE, SERIAL_SUM_MAX_SLICES,
+                               split_sum_serial)
+
+    assert split_sum_serial(16, 1024, 16) and split_sum_serial(1024, 16, 4) and split_sum_serial(1, 16384, 2)
+    assert not split_sum_serial(SERIAL_SUM_MAX_SIDE + 1, 256, 4)
+    assert not split_sum_serial(16, SERIAL_SUM_MAX_OUTPUT // 16 + 1, 4)
+    assert not split_sum_serial(16, 16, SERIAL_SUM_MAX_SLICES + 1)
+    assert not split_sum_serial(64, 64, 4)

@@ -24,7 +24,7 @@ variable                    default                                      effect
                                                                          tile, split, pipeline availability);
                                                                          kernels are still built for and run on
                                                                          the real GPU
-``DXGEMM_SPLIT_REDUCE``     ``separate``                                 how a handwritten call split over K sums
+``DXGEMM_SPLIT_REDUCE``     unset (the policy's choice)                  how a handwritten call split over K sums
                                                                          its slices: ``separate`` (a reduce kernel
                                                                          after the slices' kernel) or ``serial``
                                                                          (the last slice of each tile sums it, in
@@ -120,10 +120,13 @@ SPLIT_REDUCES = ("separate", "serial")
 """The values ``DXGEMM_SPLIT_REDUCE`` takes."""
 
 
-def split_reduce() -> str:
-    """How a handwritten split-K call sums its slices (``DXGEMM_SPLIT_REDUCE``, default
-    ``"separate"``); ValueError for a value not in :data:`SPLIT_REDUCES`."""
-    text = os.environ.get("DXGEMM_SPLIT_REDUCE", "").strip().lower() or "separate"
+def split_reduce() -> str | None:
+    """How a handwritten split-K call sums its slices as ``DXGEMM_SPLIT_REDUCE`` forces it (None:
+    unset, :func:`dxgemm.policy.split_sum_serial` chooses); ValueError for a value not in
+    :data:`SPLIT_REDUCES`."""
+    text = os.environ.get("DXGEMM_SPLIT_REDUCE", "").strip().lower()
+    if not text:
+        return None
     if text not in SPLIT_REDUCES:
         raise ValueError(f"DXGEMM_SPLIT_REDUCE={text!r}: set it to one of {', '.join(SPLIT_REDUCES)}, or unset it")
     return text
