@@ -46,6 +46,7 @@ WG_VARIANTS = {  # --rung tf32wgmma: name: (spec tile, overrides)
     "tf32": ("tf32", {}),
     "tf32_s3": ("tf32", dict(stages=3)),
     "tf32_nolag": ("tf32", dict(lag=False)),
+    "tf32x3_pair": ("tf32x3", dict(pair_steps=True)),  # a partial every two K steps (not yet measured)
 }
 RUNG = "tf32mma"
 """The rung this run measures (``--rung``)."""

@@ -14,6 +14,9 @@ Schemes (``tf32x3`` unless named ``tf32_*``):
 * ``tile32_2lvl``: ``tile32`` with the partials summed 16 at a time, each sum into the total;
 * ``k8_2lvl64``: ``k8`` with the partials summed 64 at a time (512 K), each sum into the
   total: what ``dxgemm.kernels.tf32mma`` does (``fold`` = 16 K tiles of 32);
+* ``k16_2lvl32``: two K steps' six mmas (in step order) into each fresh partial, half the
+  rounding adds of ``k8``, summed 32 at a time (the same 512 K a first-level sum);
+* ``k16s_2lvl32``: the same with both steps' small products (lo*hi, hi*lo) first;
 * ``tf32_direct`` / ``tf32_k8``: one pass, straight into the accumulator / per K step.
 
 Error = max |D - D64| / (|A| @ |B|) over the outputs.
@@ -74,14 +77,16 @@ def scheme(a: np.ndarray, b: np.ndarray, name: str) -> np.ndarray:
             for prod in (lh, hl, hh):
                 acc = trunc32(acc.astype(np.float64) + prod[:, :, g])
         return acc
-    per = 1 if name.startswith("k8") else 4  # mma K steps per fresh partial
+    per = 1 if name.startswith("k8") else 2 if name.startswith("k16") else 4  # mma K steps a fresh partial
     for t in range(steps // per):
         part = np.zeros((m, n), np.float32)
-        for g in range(t * per, (t + 1) * per):
-            for prod in (lh, hl, hh):
-                part = trunc32(part.astype(np.float64) + prod[:, :, g])
+        order = ([(p, g) for g in range(t * per, (t + 1) * per) for p in (lh, hl)]
+                 + [(hh, g) for g in range(t * per, (t + 1) * per)] if name.startswith("k16s") else
+                 [(p, g) for g in range(t * per, (t + 1) * per) for p in (lh, hl, hh)])
+        for prod, g in order:
+            part = trunc32(part.astype(np.float64) + prod[:, :, g])
         if "2lvl" in name:  # partials summed `group` at a time, those sums into acc
-            group = 64 if name == "k8_2lvl64" else 16
+            group = {"k8_2lvl64": 64, "k16_2lvl32": 32, "k16s_2lvl32": 32}.get(name, 16)
             comp = (comp + part).astype(np.float32)
             if t % group == group - 1 or t == steps // per - 1:
                 acc = (acc + comp).astype(np.float32)
@@ -110,17 +115,20 @@ def error(d: np.ndarray, a: np.ndarray, b: np.ndarray) -> float:
     return float(np.max(np.abs(d - a64 @ b64) / (np.abs(a64) @ np.abs(b64))))
 
 
-SCHEMES = ("single", "tile32", "k8", "tile32_kahan", "tile32_2lvl", "k8_2lvl64", "tf32_direct", "tf32_k8")
-CASES = (("same-sign U[0,1)", 16384), ("same-sign U[0,1)", 65536), ("normal", 256), ("normal", 4096))
+SCHEMES = ("single", "tile32", "k8", "tile32_kahan", "tile32_2lvl", "k8_2lvl64", "k16_2lvl32", "k16s_2lvl32",
+           "tf32_direct", "tf32_k8")
+CASES = (("same-sign U[0,1)", 256), ("same-sign U[0,1)", 4096), ("same-sign U[0,1)", 16384),
+         ("same-sign U[0,1)", 65536), ("normal", 256), ("normal", 4096))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--outputs", type=int, default=24, help="m = n of the emulated product")
+    parser.add_argument("--schemes", type=lambda x: tuple(x.split(",")), default=SCHEMES)
     args = parser.parse_args()
     rng = np.random.default_rng(34)
     s = args.outputs
-    print(f"{'data':18} {'K':>6} {'sgemm':>9} " + " ".join(f"{x:>16}" for x in SCHEMES))
+    print(f"{'data':18} {'K':>6} {'sgemm':>9} " + " ".join(f"{x:>16}" for x in args.schemes))
     for data, k in CASES:
         start = time.perf_counter()
         if data == "normal":
@@ -129,7 +137,7 @@ def main() -> None:
             a, b = rng.random((s, k), np.float32), rng.random((k, s), np.float32)
         ref = max(error(sgemm_model(a, b), a, b), 2.0**-22)
         cells = []
-        for name in SCHEMES:
+        for name in args.schemes:
             e = error(scheme(a, b, name), a, b)
             cells.append(f"{e:9.2e} ({e / ref:4.1f}x)")
         print(f"{data:18} {k:6d} {ref:9.2e} " + " ".join(cells), f"[{time.perf_counter() - start:.0f} s]")

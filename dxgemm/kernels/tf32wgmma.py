@@ -27,7 +27,9 @@ tile's products queue behind it while the block splits and copies, and a group i
 only once the tile after it has been issued (a third line buffer keeps the split clear of the
 lines a running group reads).  ``tf32x3`` waits for each step's partial before adding it: with
 two partials in flight the second-level total has to leave the registers, and that measured
-slower than waiting (``docs/performance.md``).
+slower than waiting (``docs/performance.md``).  ``pair_steps`` (a variant, off by default)
+sums two steps' six products a partial, the small ones first: half the rounding adds, as
+accurate in the NumPy model (``tools/tf32mma_emulate.py``, scheme ``k16s_2lvl32``).
 
 Why the fresh partial: the tensor cores truncate their float32 accumulation, so one
 accumulator over all of K drifts one ulp a step in one direction (the cuBLASDx pipeline's
@@ -255,7 +257,7 @@ def permute(acc, r):
 def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     """The kernel for ``spec`` (float32, sm_90a): ``spec.tile`` names the configuration
     (``"tf32x3"`` or ``"tf32"``); ``overrides`` change its entries (``mode``, ``warpgroups``,
-    ``BN``, ``stages``, ``group_m``, ``fold``, ``lag``, ``unchecked``, ``min_blocks``)."""
+    ``BN``, ``stages``, ``group_m``, ``fold``, ``lag``, ``pair_steps``, ``unchecked``, ``min_blocks``)."""
     if spec.dtype != np.float32:
         raise ValueError(f"tf32wgmma computes float32 GEMMs, got dtype {spec.dtype}")
     if SIMULATOR:
@@ -277,6 +279,9 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
         raise ValueError(f"tf32wgmma takes 3 to 5 cp.async stages (tile t + 2 lands while tile t runs), got {NSTAGES}")
     SPLIT = mode == "tf32x3"
     LAG = bool(cfg.get("lag", False))
+    PAIR = bool(cfg.get("pair_steps", False))  # tf32x3: one partial every two K steps
+    if PAIR and not SPLIT:
+        raise ValueError("pair_steps is tf32x3's: the one-pass tf32 has no per-step partial")
     if LAG and SPLIT:
         raise ValueError("lag is tf32's: tf32x3 waits for each step's partial to add it")
     A_KMAJOR = spec.layout_a == Layout.COL
@@ -364,7 +369,32 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
         fragment loads before the last step's partial is waited for.  ``tf32`` with ``lag``: the
         first ``wgmma`` overwrites ``r`` where ``fresh`` (a new first-level sum), and the tile's
         group is left running; the one before it is waited for."""
-        if SPLIT:
+        if SPLIT and PAIR:
+            # Two K steps a partial, both steps' small products first (their truncations are
+            # relative to the small partial), then both hi*hi: half the rounding adds.
+            for pair in range(2):
+                s = 2 * pair
+                load_a(smem, a_base(a_off, w_row, s), uALD, lane, frag, 0)
+                load_a(smem, a_base(a_off, w_row, s + 1), uALD, lane, frag, 1)
+                a_hi0 = (frag[0, 0], frag[0, 1], frag[0, 2], frag[0, 3])
+                a_lo0 = (frag[0, 4], frag[0, 5], frag[0, 6], frag[0, 7])
+                a_hi1 = (frag[1, 0], frag[1, 1], frag[1, 2], frag[1, 3])
+                a_lo1 = (frag[1, 4], frag[1, 5], frag[1, 6], frag[1, 7])
+                step0 = desc + U(2 * s)
+                step1 = step0 + U(2)
+                wgmma_fence()
+                p = wgmma(p, a_lo0, step0, 0)
+                p = wgmma(p, a_hi0, step0 + LO_DESC, 1)
+                p = wgmma(p, a_lo1, step1, 1)
+                p = wgmma(p, a_hi1, step1 + LO_DESC, 1)
+                p = wgmma(p, a_hi0, step0, 1)
+                p = wgmma(p, a_hi1, step1, 1)
+                wgmma_commit()
+                if split_next:
+                    split_b(smem, raw_next, hi_next, tid, pair, 2)
+                p = wait(p)
+                r = add(r, p)
+        elif SPLIT:
             load_a(smem, a_base(a_off, w_row, 0), uALD, lane, frag, 0)
             for s in range(4):
                 row = s % 2
