@@ -7,12 +7,15 @@ Run on a GPU from the repository root::
 
 A handwritten call that ``dxgemm.policy.choose_split_k`` splits over K runs either
 
-* ``separate`` (the default): the slices' kernel writes partial sums to a workspace, then the
-  split-K reduce sums them and applies the epilogue: two launches;
+* ``separate`` (``DXGEMM_SPLIT_REDUCE=separate``): the slices' kernel writes partial sums to a
+  workspace, then the split-K reduce sums them and applies the epilogue: two launches;
 * ``serial`` (``DXGEMM_SPLIT_REDUCE=serial``): the slices' kernel alone; the last slice of each
   output tile to finish sums that tile and applies the epilogue
   (:func:`dxgemm.kernels.splitk_reduce.make_serial_finish`): one launch, and the tile's sum
   starts as soon as its slices are done instead of after the whole grid.
+
+Unset, ``auto`` takes the serial sum where :func:`dxgemm.policy.split_sum_serial` says (thin
+outputs), the fit of this script's results; each mode here is forced for every shape.
 
 For every shape of the sweep's grid (``benchmarks/sweep.py``: sides 1..16384, ``m n k <=
 2^36``) that the running GPU's policy splits, per dtype and epilogue (``plain``,
