@@ -4,6 +4,7 @@ compile and the cubin load stubbed; ``tests/test_gpu.py`` runs the real thing on
 
 from __future__ import annotations
 
+import itertools
 from types import SimpleNamespace
 
 import numpy as np
@@ -198,6 +199,33 @@ def test_plain_kernels_hold_every_tile_a_plain_call_can_take():
     assert {t for b, d, t in chosen if d == "float64"} >= {"large", "medium", "small", "split", "split_narrow"}
 
 
+def test_plain_kernels_hold_the_split_forms_thin_calls_take():
+    """A split call sums in the slices' kernel where :func:`policy.split_sum_serial` says so
+    (thin outputs): that serial form (``*_serial``) is another kernel, and ``warmup`` must build
+    it, for float64's ``warptile`` and float32's default ``tf32mma`` alike."""
+    from dxgemm import policy
+    from dxgemm.runtime.splitk import serial_tile
+
+    listed = {(backend, dtype, tile) for backend, dtype, _, tile in
+              _warmup.plain_kernels(["float32", "float64"], [("row_major", "row_major")])}
+    thin = [1, 2, 7, 15, 16, 17, 33]
+    wide = [16, 100, 512, 1000, 1024, 1025, 4096, 16384]
+    depths = [512, 2048, 4096, 16384, 65536]
+    chosen, serial = set(), 0
+    for dtype, backend in ((np.dtype(np.float64), "warptile"), (np.dtype(np.float32), "tf32mma")):
+        for side, other, k in itertools.product(thin, wide, depths):
+            for m, n in ((side, other), (other, side)):
+                tile = (policy.choose_tf32_tile("tf32x3", m, n, k) if backend == "tf32mma"
+                        else policy.choose_tile(backend, dtype, m, n, k))
+                slices = policy.choose_split_k(backend, dtype, m, n, k, tile)
+                if slices > 1:
+                    part = policy.split_part_tile(backend, tile, m, n)
+                    if policy.split_sum_serial(m, n, slices):
+                        part, serial = serial_tile(part), serial + 1
+                    chosen.add((backend, dtype.name, part))
+    assert serial and chosen <= listed, chosen - listed
+
+
 def test_warmup_builds_rungs_without_a_gpu_and_plain_calls_find_them(tmp_path):
     """``python -m dxgemm warmup --kinds handwritten`` on this GPU-less machine (the stand-in
     driver), then plain ``dxgemm.gemm`` calls replayed as ``benchmarks/prebuild.py`` replays
@@ -214,11 +242,12 @@ def test_warmup_builds_rungs_without_a_gpu_and_plain_calls_find_them(tmp_path):
                            "--arrangements", "row_major/row_major", "--jobs", "1"],
                           capture_output=True, text=True, env=env, timeout=600)
     assert warm.returncode == 0, warm.stderr[-3000:]
-    # warptile x3, gemv's three tiles, tf32mma's four and their split parts (float32's default), tf32wgmma's
-    # 128x128 tile (auto's on Hopper), the split-K reduce
-    assert "16 kernels ready" in warm.stdout, warm.stdout[-2000:]
+    # warptile x3, gemv's three tiles, tf32mma's four and their split parts (float32's default) with the thin
+    # parts' serial forms, tf32wgmma's 128x128 tile (auto's on Hopper), the split-K reduce
+    assert "18 kernels ready" in warm.stdout, warm.stdout[-2000:]
     stored = KernelCache(tmp_path).entries()
     tf32 = [f"tf32mma/tf32x3{tile}{part}" for tile in ("", "_flat", "_narrow", "_small") for part in ("", "_split")]
+    tf32 += ["tf32mma/tf32x3_flat_split_serial", "tf32mma/tf32x3_narrow_split_serial"]
     assert sorted(e.meta["name"] for e in stored) == sorted(["gemv/large", "gemv/rows", "gemv/rows_deep",
                                                              "splitk_reduce/large", "warptile/large", "warptile/small",
                                                              "warptile/tiny", "tf32wgmma/tf32x3", *tf32])
@@ -233,11 +262,11 @@ import dxgemm
 recorder = P.Recorder(list_only=True)
 P.stub_the_device(recorder)
 rng = np.random.default_rng(0)
-for m, n, k in [(300, 300, 64), (1024, 1024, 64), (4096, 4096, 64), (1, 512, 300)]:
-    dxgemm.gemm(P.normal(rng, (m, k), np.float32), P.normal(rng, (k, n), np.float32), backend="auto" if m == 1
-                else "warptile")
+for m, n, k in [(300, 300, 64), (1024, 1024, 64), (4096, 4096, 64), (1, 512, 300), (8, 2048, 4096), (2048, 8, 2048)]:
+    dxgemm.gemm(P.normal(rng, (m, k), np.float32), P.normal(rng, (k, n), np.float32),
+                backend="auto" if m == 1 else "tf32mma" if k > 1024 else "warptile")  # thin: serial split
 print("seen", len(recorder.seen), "missing", sum(not have for have in recorder.seen.values()))
 """
     out = subprocess.run([sys.executable, "-c", replay], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "seen 4 missing 0" in out.stdout, out.stdout[-3000:]
+    assert "seen 6 missing 0" in out.stdout, out.stdout[-3000:]

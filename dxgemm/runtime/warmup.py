@@ -28,6 +28,7 @@ from ..pipelines.config import CONFIGS, SIMT_FLOAT32_MAX_SIDE, parse_config
 from ..pipelines.tf32x3 import kernel_variant
 from .device import H100, DeviceInfo, target_device
 from .rungs import plain_epilogue, stored
+from .splitk import serial_tile
 
 __all__ = ["warmup", "warmup_rungs", "plain_kernels", "build_all", "ARRANGEMENT_PAIRS"]
 
@@ -166,15 +167,38 @@ def plain_kernels(dtypes: Iterable[Any], arrangements: Iterable[tuple[str, str]]
         tf32 = [t for t in tf32mma.CONFIGS if t.startswith("tf32x3")  # float32's default mode, each tile and split
                 if name == "float32" and policy.tf32_auto(device) and policy.tf32_tile_fits(device, t)]
         wgmma = ["tf32x3"] if tf32 and policy.tf32_wgmma_fits(device) else []  # auto's 128x128 tile on Hopper
+        split_parts = [t for t in tiles if warptile.TILE_CONFIGS.get(name, {}).get(t, {}).get("split_k")]
+        serial = ([t for t in _serial_parts("warptile", name, device) if t in split_parts]
+                  + [t for t in _serial_parts("tf32mma", name, device) if t in tf32])
         for arrangement in arrangements:
             layouts = tuple(a.split("_")[0] for a in arrangement) + ("row",)
             out += [("warptile", name, layouts, tile) for tile in tiles]
             out += [("gemv", name, layouts, tile) for tile in ("large", "rows", "rows_deep")]
             out += [("tf32mma", name, layouts, tile) for tile in tf32]
+            out += [("warptile" if t in split_parts else "tf32mma", name, layouts, serial_tile(t)) for t in serial]
             out += [("tf32wgmma", name, layouts, tile) for tile in wgmma]
         if tf32 or any(warptile.TILE_CONFIGS.get(name, {}).get(t, {}).get("split_k") for t in tiles):
             out.append(("splitk_reduce", name, ("row", "row", "row"), "large"))
     return out
+
+
+def _serial_parts(backend: str, dtype: str, device: DeviceInfo) -> list[str]:
+    """The split part tiles of ``backend`` whose calls :func:`dxgemm.policy.split_sum_serial`
+    may sum in the slices' kernel: those of outputs with a side of at most
+    :data:`~dxgemm.policy.SERIAL_SUM_MAX_SIDE` and at most
+    :data:`~dxgemm.policy.SERIAL_SUM_MAX_OUTPUT` values (a long K, so that they split)."""
+    from .. import policy
+
+    if backend == "tf32mma" and dtype != "float32":
+        return []
+    parts = set()
+    for side in range(1, policy.SERIAL_SUM_MAX_SIDE + 1):
+        for other in {side, max(side, policy.SERIAL_SUM_MAX_OUTPUT // side)}:
+            for m, n in ((side, other), (other, side)):
+                tile = (policy.choose_tf32_tile("tf32x3", m, n, 1 << 16, device) if backend == "tf32mma"
+                        else None)
+                parts.add(policy.split_part_tile(backend, tile, m, n))
+    return sorted(parts)
 
 
 def _build_plain(job: tuple) -> dict:
@@ -186,11 +210,22 @@ def _build_plain(job: tuple) -> dict:
 
     _standin.activate(tuple(cc))  # no-op with a GPU
     bound = plain_epilogue(dtype)
+    if tile.endswith("_serial"):  # the slices' kernel also takes the workspace and arrival counts
+        bound = _serial_bound(bound, np.dtype(dtype))
     spec = KernelSpec(np.dtype(dtype), *(Layout(x) for x in layouts), bound.key, None, tile=tile)
     t0 = time.perf_counter()
     entry = stored(backend, spec, bound, tuple(cc), KernelCache(cache_root))
     return {"backend": backend, "tile": tile, "dtype": dtype, "layouts": "/".join(layouts),
             "seconds": round(time.perf_counter() - t0, 1), "path": str(entry.path)}
+
+
+def _serial_bound(bound: Any, dtype: np.dtype) -> Any:
+    """``bound`` as a serial split kernel takes it (:func:`dxgemm.runtime.splitk.rung_serial_split`):
+    the workspace and counts enter the kernel and its key by their Numba types alone (1-D,
+    contiguous), so host arrays of those types stand for the device buffers a call gets."""
+    from .splitk import _SerialBound
+
+    return _SerialBound(bound, (np.empty(1, dtype), np.empty(1, np.int32)))
 
 
 def warmup_rungs(dtypes: Iterable[Any] = ("float64", "float32"), *,
