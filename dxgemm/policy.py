@@ -90,12 +90,13 @@ TF32X3_MIN_K = 8
 floor of ``2^-22`` until a few products average it down, while a chain of fewer than 8 FMAs is
 as accurate as cuBLAS SGEMM."""
 
-FLOAT32_IEEE_MAX_K = 64
+FLOAT32_IEEE_MAX_K = 128
 """Up to this K float32's default (``"tf32x3"``) runs IEEE ``warptile`` as well: the TF32 rungs'
 three products and split of every value are not repaid over so short a K, where the FMA chain
-is also as accurate as cuBLAS SGEMM's.  Measured on an H200 (``h200_float32_small_k.log``), K =
-16 and 64, outputs of 1024 to 16384 a side: ``warptile`` 0.91-1.35x cuBLAS SGEMM with SGEMM's
-own error, the TF32 rung ``auto`` took before 0.55-0.87x."""
+is also as accurate as cuBLAS SGEMM's.  Measured on an H200, outputs of 1024 to 16384 a side
+(``h200_float32_small_k.log``, ``h200_float32_short_k.log``): at K = 16 and 64 ``warptile``
+ran 0.91-1.35x cuBLAS SGEMM, the TF32 rung 0.55-0.87x; at K = 96 and 128 ``warptile`` was as
+fast or faster at 17 of 18 shapes; from K = 192 the TF32 rungs won all 18."""
 
 
 def tf32_rung_fits(cc: tuple[int, int], smem_per_block: int, precision: str | None = "tf32x3") -> bool:

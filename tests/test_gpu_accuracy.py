@@ -29,7 +29,7 @@ from dxgemm import testing
 pytestmark = pytest.mark.gpu
 
 M, N = 24, 40  # small outputs: long K stays quick, and neither side is a tile multiple
-KS = [1, 64, 257, 4096, 16384, 65536]  # 64: the last K float32's default runs IEEE warptile (policy.FLOAT32_IEEE_MAX_K)
+KS = [1, 128, 257, 4096, 16384, 65536]  # 128: the last K float32's default runs IEEE warptile (policy.FLOAT32_IEEE_MAX_K)
 KINDS = ["normal", "wide_exponent", "same_sign", "positive_outer", "cancellation", "row_col_scale",
          "near_underflow"]
 TF32_UNIT = 2.0**-11  # TF32 keeps 10 mantissa bits: round-to-nearest unit round-off

@@ -90,7 +90,7 @@ def test_thin_outputs_take_the_thin_tiles():
     traits = EpilogueTraits.of(None)
     assert batched_choice("auto", f32, 4096, 8, 4096, 32, single_rows=False, traits=traits,
                           precision="tf32x3") == ("tf32mma", "tf32x3_narrow")
-    assert batched_choice("auto", f32, 64, 64, 128, 4096, single_rows=False, traits=traits,
+    assert batched_choice("auto", f32, 64, 64, 256, 4096, single_rows=False, traits=traits,
                           precision="tf32x3") == ("tf32mma", "tf32x3_small")
 
 
