@@ -84,19 +84,16 @@ def tf32_wgmma_fits(device: DeviceInfo) -> bool:
     return tuple(device.cc) in WGMMA_TARGETS and device.smem_per_block >= most_smem_bytes()
 
 
-TF32X3_MIN_K = 8
-"""Below this K float32's default runs IEEE ``warptile``: the TF32 split's own rounding (up to
-``3 * 2^-22`` of a product, measured ``1.2-1.5 * 2^-22`` at K = 1) exceeds the float32 contract's
-floor of ``2^-22`` until a few products average it down, while a chain of fewer than 8 FMAs is
-as accurate as cuBLAS SGEMM."""
+TF32X3_MIN_K = 17
+"""Below this K float32's default runs IEEE ``warptile``'s FMA chain, not the TF32 rungs.  An
+output that one product dominates (data of a wide exponent range) carries that product's
+TF32 split and truncation, ``1.2-2x 2^-22`` at any K, while the contract allows
+``max(2 x SGEMM's error, 2^-22)`` and SGEMM's error is smallest at short K (H200, 24x40x16:
+SGEMM ``0.7x 2^-22``, the TF32 rungs ``1.5x``); a chain of at most 16 FMAs stays within
+``1.2x 2^-22`` (``tools/short_k_emulate.py``).  Not beyond: the chain's error grows with K,
+and where cuBLAS sums a small output more accurately it breaks the contract (H200, 24x40x128:
+2.35-2.7x SGEMM's error on same-sign and wide-exponent data)."""
 
-FLOAT32_IEEE_MAX_K = 128
-"""Up to this K float32's default (``"tf32x3"``) runs IEEE ``warptile`` as well: the TF32 rungs'
-three products and split of every value are not repaid over so short a K, where the FMA chain
-is also as accurate as cuBLAS SGEMM's.  Measured on an H200, outputs of 1024 to 16384 a side
-(``h200_float32_small_k.log``, ``h200_float32_short_k.log``): at K = 16 and 64 ``warptile``
-ran 0.91-1.35x cuBLAS SGEMM, the TF32 rung 0.55-0.87x; at K = 96 and 128 ``warptile`` was as
-fast or faster at 17 of 18 shapes; from K = 192 the TF32 rungs won all 18."""
 
 
 def tf32_rung_fits(cc: tuple[int, int], smem_per_block: int, precision: str | None = "tf32x3") -> bool:
@@ -328,9 +325,8 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     runs it (``tf32_cores``; by default :func:`tf32_auto` of ``device``): it is the path
     whose K loop sums each tile's tensor-core products with rounding adds, the only one that
     keeps float32 accuracy at long K; without them, ``warptile`` (IEEE float32, more accurate).
-    Up to :data:`FLOAT32_IEEE_MAX_K` ``"tf32x3"`` runs ``warptile`` too (a chain of a few FMAs, as
-    accurate as cuBLAS SGEMM's own and faster there; below :data:`TF32X3_MIN_K` the split
-    alone would miss the contract).  ``"tf32"`` runs the pipeline's one TF32 pass where the
+    Below :data:`TF32X3_MIN_K` ``"tf32x3"`` runs ``warptile`` too (the split's own rounding would
+    miss the contract there; a chain of so few FMAs meets it).  ``"tf32"`` runs the pipeline's one TF32 pass where the
     pipeline may run, both output sides exceed 128 and the problem has at least
     :data:`TF32_PIPELINE_MIN_MACS` multiply-adds: its wgmma kernel is several times
     ``tf32mma``'s ``mma.sync`` rate, and the rounding copy it needs (``8 (m + n) k`` bytes)
@@ -356,7 +352,7 @@ def choose_backend(dtype: np.dtype, m: int, n: int, k: int, *, pipeline: bool = 
     Where the pipeline cannot run, ``warptile``.
     """
     dt = np.dtype(dtype)
-    if dt == np.float32 and precision == "tf32x3" and (k < TF32X3_MIN_K or k <= FLOAT32_IEEE_MAX_K):
+    if dt == np.float32 and precision == "tf32x3" and k < TF32X3_MIN_K:
         return "warptile"
     if (dt == np.float32 and precision == "tf32" and pipeline and tuple(device.cc) in PIPELINE_TARGETS
             and min(m, n) > SIMT_FLOAT32_MAX_SIDE and m * n * k >= TF32_PIPELINE_MIN_MACS):

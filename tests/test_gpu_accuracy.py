@@ -24,12 +24,12 @@ import numpy as np
 import pytest
 
 import dxgemm
-from dxgemm import testing
+from dxgemm import policy, testing
 
 pytestmark = pytest.mark.gpu
 
 M, N = 24, 40  # small outputs: long K stays quick, and neither side is a tile multiple
-KS = [1, 128, 257, 4096, 16384, 65536]  # 128: the last K float32's default runs IEEE warptile (policy.FLOAT32_IEEE_MAX_K)
+KS = [1, 16, 17, 32, 64, 128, 257, 4096, 16384, 65536]  # short K: the FMA chain up to 16 (policy.TF32X3_MIN_K), the TF32 rungs from 17
 KINDS = ["normal", "wide_exponent", "same_sign", "positive_outer", "cancellation", "row_col_scale",
          "near_underflow"]
 TF32_UNIT = 2.0**-11  # TF32 keeps 10 mantissa bits: round-to-nearest unit round-off
@@ -66,8 +66,9 @@ def _run(cp, a_d, b_d, **kwargs):
 
 
 PATHS = [{}, {"precision": "tf32x3"}, {"backend": "tf32mma"}, {"backend": "tf32wgmma"}]
-# the TF32 rung forced below TF32X3_MIN_K meets its split bound, not the contract (policy.TF32X3_MIN_K)
-CONTRACT = [(k, kw) for k in KS for kw in PATHS if "backend" not in kw or k >= 8]
+# the TF32 rungs forced below policy.TF32X3_MIN_K meet their split bound, not the contract (the default runs
+# the FMA chain there)
+CONTRACT = [(k, kw) for k in KS for kw in PATHS if "backend" not in kw or k >= policy.TF32X3_MIN_K]
 
 
 @pytest.mark.parametrize("k, kwargs", CONTRACT, ids=[f"{k}-{kw}" for k, kw in CONTRACT])

@@ -1247,15 +1247,17 @@ def test_ctk130_extra_pins_every_compiler_to_one_version():
 
 def test_choose_backend_float32_precision():
     """float32's default (tf32x3) runs the TF32 rung wherever the device has TF32 tensor cores
-    and K exceeds FLOAT32_IEEE_MAX_K, whatever the output, as does one-pass tf32 where the
-    pipeline does not take it; without them, and up to that K, IEEE warptile."""
-    from dxgemm.policy import FLOAT32_IEEE_MAX_K, choose_backend
+    and K is at least TF32X3_MIN_K, whatever the output (a longer FMA chain breaks the
+    contract), as does one-pass tf32 where the pipeline does not take it; without them, and
+    below that K, IEEE warptile."""
+    from dxgemm.policy import TF32X3_MIN_K, choose_backend
 
-    for k in (1, 7, 8, 16, FLOAT32_IEEE_MAX_K):
+    for k in (1, TF32X3_MIN_K - 1):
         for shape in ((4096, 4096, k), (17, 33, k), (1, 16384, k)):
             assert choose_backend(np.dtype(np.float32), *shape, precision="tf32x3") == "warptile", shape
             assert choose_backend(np.dtype(np.float32), *shape, precision="tf32") == "tf32mma", shape
-    for shape in ((4096, 4096, 4096), (17, 33, FLOAT32_IEEE_MAX_K + 1), (4096, 64, 4096), (2, 2, 65536)):
+    for shape in ((4096, 4096, 4096), (17, 33, TF32X3_MIN_K), (4096, 4096, TF32X3_MIN_K), (24, 40, 128), (4096, 64, 4096),
+                  (2, 2, 65536)):
         for precision in ("tf32x3", "tf32"):
             # one TF32 pass takes the pipeline for large problems (test_choose_backend's tf32 rows)
             pipeline = precision == "tf32x3" or shape[0] * shape[1] * shape[2] < 2**30
