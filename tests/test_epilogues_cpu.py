@@ -584,7 +584,8 @@ def test_float64_warptile_split_k(monkeypatch, rng, m, n, tile):
     F64_SPLIT_MIN_K, run as K slices into a workspace, then one reduce that applies alpha, beta
     with C, and the epilogue (row/col-dependent: a value sent to the wrong element shows), here
     into column-major D (the kernel-level tests store row-major).  The simulator is told of 2
-    SMs: one tile (128x64 for 46 columns, 64x128 for 46 rows, else 128x128), two slices."""
+    SMs: one tile (128x64 for 46 columns, 64x128 for 46 rows, else 128x128), two slices; and
+    of a split from K = 512 (two slices of F64_MIN_SLICE_K), a quarter of the simulated work."""
     import dataclasses
 
     import dxgemm._gemm as gemm_module
@@ -592,7 +593,8 @@ def test_float64_warptile_split_k(monkeypatch, rng, m, n, tile):
     from dxgemm.runtime.device import H100
 
     monkeypatch.setattr(gemm_module, "device_info", lambda device=None: dataclasses.replace(H100, sm_count=2))
-    k = 2048
+    k = 2 * policy.F64_MIN_SLICE_K
+    monkeypatch.setattr(policy, "F64_SPLIT_MIN_K", k)
     assert policy.choose_split_tile(m, n) == tile
     assert policy.choose_split_k("warptile", np.dtype(np.float64), m, n, k,
                                  policy.choose_tile("warptile", np.float64, m, n, k),
