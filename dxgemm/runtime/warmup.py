@@ -168,29 +168,27 @@ def plain_kernels(dtypes: Iterable[Any], arrangements: Iterable[tuple[str, str]]
                 if name == "float32" and policy.tf32_auto(device) and policy.tf32_tile_fits(device, t)]
         wgmma = ["tf32x3"] if tf32 and policy.tf32_wgmma_fits(device) else []  # auto's 128x128 tile on Hopper
         split_parts = [t for t in tiles if warptile.TILE_CONFIGS.get(name, {}).get(t, {}).get("split_k")]
-        serial = ([t for t in _serial_parts("warptile", name, device) if t in split_parts]
-                  + [t for t in _serial_parts("tf32mma", name, device) if t in tf32])
+        serial = ([("warptile", t) for t in _serial_parts("warptile", device) if t in split_parts]
+                  + [("tf32mma", t) for t in _serial_parts("tf32mma", device) if t in tf32])
         for arrangement in arrangements:
             layouts = tuple(a.split("_")[0] for a in arrangement) + ("row",)
             out += [("warptile", name, layouts, tile) for tile in tiles]
             out += [("gemv", name, layouts, tile) for tile in ("large", "rows", "rows_deep")]
             out += [("tf32mma", name, layouts, tile) for tile in tf32]
-            out += [("warptile" if t in split_parts else "tf32mma", name, layouts, serial_tile(t)) for t in serial]
+            out += [(backend, name, layouts, serial_tile(t)) for backend, t in serial]
             out += [("tf32wgmma", name, layouts, tile) for tile in wgmma]
-        if tf32 or any(warptile.TILE_CONFIGS.get(name, {}).get(t, {}).get("split_k") for t in tiles):
+        if tf32 or split_parts:
             out.append(("splitk_reduce", name, ("row", "row", "row"), "large"))
     return out
 
 
-def _serial_parts(backend: str, dtype: str, device: DeviceInfo) -> list[str]:
+def _serial_parts(backend: str, device: DeviceInfo) -> list[str]:
     """The split part tiles of ``backend`` whose calls :func:`dxgemm.policy.split_sum_serial`
     may sum in the slices' kernel: those of outputs with a side of at most
     :data:`~dxgemm.policy.SERIAL_SUM_MAX_SIDE` and at most
     :data:`~dxgemm.policy.SERIAL_SUM_MAX_OUTPUT` values (a long K, so that they split)."""
     from .. import policy
 
-    if backend == "tf32mma" and dtype != "float32":
-        return []
     parts = set()
     for side in range(1, policy.SERIAL_SUM_MAX_SIDE + 1):
         for other in {side, max(side, policy.SERIAL_SUM_MAX_OUTPUT // side)}:
