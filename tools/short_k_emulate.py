@@ -8,7 +8,7 @@ This prints, per K and data class of :func:`dxgemm.testing.make_data`, the worst
 * ``tf32x3``: ``tools/tf32mma_emulate.py``'s ``k8_2lvl64`` (each 8-deep step's three mmas into
   a fresh truncating partial, small products first, rounded into the sum: what the TF32 rungs
   do), whose error on an output one product dominates is that product's split and truncation,
-  about ``1.2-1.5 x 2^-22`` whatever K;
+  about ``1.2-2 x 2^-22`` whatever K (``cpu_short_k_emulation.log``: ~2x on wide-exponent data);
 * ``chain``: one rounding float32 FMA chain per output over K (``warptile``'s IEEE path),
   whose error grows with K;
 * ``blocked16``: the chain restarted from zero every 16 K (``warptile``'s K tile) and each
