@@ -160,6 +160,7 @@ def cmd_warmup(args: argparse.Namespace) -> int:
             argv = ["warmup", "--kinds", args.kinds, "--dtype", args.dtype, "--config", args.config,
                     "--arrangements", args.arrangements, "--split-k", args.split_k, "--cc", f"{cc[0]}.{cc[1]}"]
             argv += ["--jobs", str(args.jobs)] if args.jobs is not None else []
+            argv += ["--backends", args.backends] if args.backends else []
             print(f"warmup: compute capability {cc[0]}.{cc[1]}", flush=True)
             worst = max(worst, subprocess.run([sys.executable, "-m", "dxgemm", *argv]).returncode)
         return worst
@@ -200,7 +201,8 @@ def cmd_warmup(args: argparse.Namespace) -> int:
     try:
         if "handwritten" in kinds:
             jobs = args.jobs if args.jobs is not None else min(os.cpu_count() or 1, 8)
-            records += warmup_rungs(dtypes, arrangements=arrangements, cc=cc, jobs=jobs, log=log)
+            backends = [b.strip() for b in args.backends.split(",") if b.strip()] if args.backends else None
+            records += warmup_rungs(dtypes, arrangements=arrangements, cc=cc, jobs=jobs, log=log, backends=backends)
         if "pipeline" in kinds:
             split = [] if args.split_k == "none" else [c.strip() for c in args.split_k.split(",") if c.strip()]
             records += warmup(dtypes, configs=configs, arrangements=arrangements, jobs=args.jobs or 1,
@@ -315,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cc", default=None,
                    help="compute capabilities to build for, e.g. 8.0,8.9,9.0,10.0,12.0 (default: this GPU's, or 9.0 "
                         "without one); without a GPU any of them, the pipeline for 9.0 only")
+    p.add_argument("--backends", default=None,
+                   help="handwritten kernels of these only, comma-separated among warptile, gemv, tf32mma, "
+                        "tf32wgmma, splitk_reduce (default: every one a plain call may run)")
     p.set_defaults(func=cmd_warmup)
     p = sub.add_parser("demo", help="run every backend once, check it and time it")
     p.add_argument("--size", type=int, default=2048, help="square size on a GPU (default 2048)")

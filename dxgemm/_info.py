@@ -77,7 +77,7 @@ the examples and the benchmarks); every other target of :data:`dxgemm.gpus.DEVIC
 for on a CPU (``tools/build_targets.py``, ``python -m dxgemm warmup --cc``) and not run."""
 
 _SIDES = (64, 128, 300, 1000, 4096, 8192)
-_KS = (8, 40, 512, 4096, 16384)  # 8: float32 runs the FMA chain below policy.TF32X3_MIN_K
+_KS = (8, 40, 512, 4096, 16384)  # 8, 40: float32 runs IEEE warptile below policy.TF32X3_MIN_K
 
 
 def support() -> list[dict[str, str]]:

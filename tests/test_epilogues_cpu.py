@@ -89,8 +89,9 @@ def test_every_epilogue_on_every_rung(name, dtype, backend, rng):
     _run_and_check(_make(name, rng, dtype), a, b, dtype, backend=backend)
 
 
-@pytest.mark.parametrize("name", ["custom", "store", "bias_row"])
-@pytest.mark.parametrize("layout_c", ["row", "col"])
+# the row/col-dependent custom stage into both layouts of D; the store and the (m, 1) bias into one each
+@pytest.mark.parametrize(("name", "layout_c"), [("custom", "row"), ("custom", "col"), ("store", "col"),
+                                                ("bias_row", "row")])
 @pytest.mark.parametrize(("tile", "m", "n"), [("tiny", 130, 70), ("medium", 150, 70), ("medium_grouped", 270, 70)])
 def test_float64_warptile_interior_blocks(monkeypatch, tile, m, n, name, layout_c, rng):
     """float64 warptile blocks wholly inside D store through straight-line code: the tiny tile
@@ -605,19 +606,23 @@ def test_float64_warptile_split_k(monkeypatch, rng, m, n, tile):
                    beta=-1.5, c=c, layout_c="col")
 
 
-@pytest.mark.parametrize("m, n, k, tile", [(131, 13, 70, "n16"), (11, 150, 70, "m16"), (70, 16, 2048, "n16"),
-                                           (9, 100, 2048, "m16")])
+@pytest.mark.parametrize("m, n, k, tile", [(131, 13, 70, "n16"), (11, 150, 70, "m16"), (70, 16, "deep", "n16"),
+                                           (9, 100, "deep", "m16")])
 def test_float64_thin_tiles(monkeypatch, rng, m, n, k, tile):
     """float64 outputs with a side <= THIN_SIDE run warptile's thin tiles (128x16, 16x128),
     split over K at depth (the simulator is told of 2 SMs: 4 slots of the 2-a-SM tile, one
-    tile, so four slices); alpha, beta with C and a row/col-dependent epilogue checked into
-    column-major D."""
+    tile, so four slices; "deep": four minimum slices, F64_SPLIT_MIN_K patched down to it, a
+    fraction of the simulated work of the real limit); alpha, beta with C and a row/col-dependent
+    epilogue checked into column-major D."""
     import dataclasses
 
     import dxgemm._gemm as gemm_module
     from dxgemm import policy
     from dxgemm.runtime.device import H100
 
+    if k == "deep":
+        k = 4 * policy.F64_MIN_SLICE_K
+        monkeypatch.setattr(policy, "F64_SPLIT_MIN_K", k)
     two_sms = dataclasses.replace(H100, sm_count=2)
     monkeypatch.setattr(gemm_module, "device_info", lambda device=None: two_sms)
     assert policy.choose_tile("warptile", np.float64, m, n, k, two_sms) == tile
@@ -631,7 +636,7 @@ def test_float64_thin_tiles(monkeypatch, rng, m, n, k, tile):
 
 
 @pytest.mark.parametrize("dtype, backend, m, n, k, tile, slices", [
-    (np.float64, "warptile", 131, 13, 2048, "split_n16", 2),  # two 128x16 tiles, two slices each
+    (np.float64, "warptile", 131, 13, "deep", "split_n16", 2),  # two 128x16 tiles, two slices each
     (np.float32, "tf32mma", 60, 60, 600, "tf32x3_small_split", 2),  # one 64x64 tile
 ])
 def test_serial_split_k(monkeypatch, rng, dtype, backend, m, n, k, tile, slices):
@@ -645,6 +650,9 @@ def test_serial_split_k(monkeypatch, rng, dtype, backend, m, n, k, tile, slices)
     from dxgemm import policy
     from dxgemm.runtime.device import H100
 
+    if k == "deep":  # two minimum slices, F64_SPLIT_MIN_K patched down to them (a quarter of the real limit's work)
+        k = 2 * policy.F64_MIN_SLICE_K
+        monkeypatch.setattr(policy, "F64_SPLIT_MIN_K", k)
     two_sms = dataclasses.replace(H100, sm_count=2)
     monkeypatch.setattr(gemm_module, "device_info", lambda device=None: two_sms)
     monkeypatch.setenv("DXGEMM_SPLIT_REDUCE", "serial")

@@ -29,7 +29,7 @@ from dxgemm import policy, testing
 pytestmark = pytest.mark.gpu
 
 M, N = 24, 40  # small outputs: long K stays quick, and neither side is a tile multiple
-KS = [1, 16, 17, 32, 64, 128, 257, 4096, 16384, 65536]  # short K: the FMA chain up to 16 (policy.TF32X3_MIN_K), the TF32 rungs from 17
+KS = [1, 16, 24, 48, 96, 128, 129, 257, 4096, 16384, 65536]  # short K: the blocked FMA sum up to 128 (policy.TF32X3_MIN_K), the TF32 rungs from 129
 KINDS = ["normal", "wide_exponent", "same_sign", "positive_outer", "cancellation", "row_col_scale",
          "near_underflow"]
 TF32_UNIT = 2.0**-11  # TF32 keeps 10 mantissa bits: round-to-nearest unit round-off

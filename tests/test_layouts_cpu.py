@@ -17,7 +17,7 @@ import dxgemm
 from dxgemm.testing import assert_close
 from dxgemm.testing.guard import SENTINEL, place, run_guarded
 
-from ._grid import case_id, cases, operands, split, supports
+from ._grid import TILES, case_id, cases, operands, split, supports
 
 DTYPES = [np.float32, np.float64]
 # ``auto`` too: at m = 1 it takes the gemv kernel; on small outputs a rung (shapes at gemv's edges, cheap)
@@ -82,8 +82,12 @@ def test_bias_epilogue_at_tile_edges_in_guard_bands(backend, dtype):
     from dxgemm import epilogues as E
     from dxgemm.epilogues.reference import check
 
-    case = cases(backend)[1]
-    layouts, (m, n, k), kind, alpha, beta = case
+    layouts, _, kind, alpha, beta = cases(backend)[1]
+    t, bk = TILES[backend]
+    # n one past the tile side (a second tile column reads the bias at its global column), a partial
+    # tile row, a K tail
+    n = t + 1
+    case = (layouts, (5, n, bk + 1 if bk > 1 else 5), kind, alpha, beta)
     a, b, c = operands(case, dtype, seed=7)
     band = np.full(n + 6, np.nan, dtype)
     band[3:3 + n] = np.random.default_rng(8).standard_normal(n) * 4

@@ -1256,7 +1256,7 @@ def test_choose_backend_float32_precision():
         for shape in ((4096, 4096, k), (17, 33, k), (1, 16384, k)):
             assert choose_backend(np.dtype(np.float32), *shape, precision="tf32x3") == "warptile", shape
             assert choose_backend(np.dtype(np.float32), *shape, precision="tf32") == "tf32mma", shape
-    for shape in ((4096, 4096, 4096), (17, 33, TF32X3_MIN_K), (4096, 4096, TF32X3_MIN_K), (24, 40, 128), (4096, 64, 4096),
+    for shape in ((4096, 4096, 4096), (17, 33, TF32X3_MIN_K), (4096, 4096, TF32X3_MIN_K), (24, 40, 257), (4096, 64, 4096),
                   (2, 2, 65536)):
         for precision in ("tf32x3", "tf32"):
             # one TF32 pass takes the pipeline for large problems (test_choose_backend's tf32 rows)

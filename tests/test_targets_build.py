@@ -4,7 +4,7 @@ Runs ``tools/build_targets.py`` in a fresh process (the suite runs under Numba's
 which compiles nothing): one kernel of each rung, NVVM PTX and ptxas (through nvJitLink) for
 compute capabilities 8.0, 8.9, 9.0, 10.0 and 12.0, checked for registers (<= 255), spills and
 shared memory against the target's limit where the policy runs the kernel.  About two minutes
-on two cores (tf32mma's two modes are most of it).
+on two cores (tf32mma's tiles are most of it).
 """
 
 from __future__ import annotations

@@ -53,6 +53,12 @@ What else makes this rung fast (the figures: ``docs/performance.md``):
   epilogue (``TILE_CONFIGS["float64"]["split"]``, ``"split_narrow"``, ``"split_wide"``, and the
   thin ``"split_n16"`` and ``"split_m16"``,
   ``dxgemm.policy.choose_split_k``).
+* **A blocked sum for small float32 outputs** (the ``"tiny"`` tile, ``fold``).  Each output's
+  products go into a fresh partial every 8 K, added into the running sum: far fewer
+  roundings at the sum's magnitude than one FMA chain over K.  cuBLAS sums small outputs
+  more accurately than a chain, and float32's contract allows twice its error; on large
+  outputs cuBLAS's error is a chain's, and the second accumulator set would cost the
+  larger tiles their occupancy (H200: 17 % of the 128x128 tile's speed), so they keep one chain.
 * **16-byte stores.**  A thread's neighbours in a row of D (a lane's pair of the DMMA
   accumulator, a thread's four float32 columns) leave in one ``STG.E.128`` when D is
   row-major and aligned: at short K the GEMM is bound by writing D, and one store per
@@ -113,7 +119,7 @@ _F64_THIN_M = dict(_F64_THIN_N, BM=16, BN=128, WM=16, WN=32)
 TILE_CONFIGS = {
     "float32": {
         "small": dict(threads=256, BM=64, BN=128, BK=16, WM=32, WN=32, WNITER=2, TM=4, TN=4, stages=2, unroll=2),
-        "tiny": dict(threads=256, BM=64, BN=64, BK=16, WM=32, WN=16, WNITER=1, TM=4, TN=4, stages=2, unroll=2),
+        "tiny": dict(threads=256, BM=64, BN=64, BK=16, WM=32, WN=16, WNITER=1, TM=4, TN=4, stages=2, unroll=2, fold=8),
     },
     "float64": {
         "small": _F64_SMALL,
@@ -159,7 +165,9 @@ rate.
 
 float32 ``"small"`` (64x128, 8 warps of 32x32) and ``"tiny"`` (64x64, 8 warps of 32x16)
 give small and skinny problems the blocks the 128x128 tile leaves idle; from 2048^3 the
-128x128 tile is fastest.  The measurements behind each tile are in
+128x128 tile is fastest.  ``fold`` (the tiny tile: 8) restarts each output's partial sum
+every ``fold`` K and adds it into the running sum (module docstring); without it one FMA
+chain runs over K.  The measurements behind each tile are in
 ``docs/performance.md``."""
 
 
@@ -206,7 +214,12 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     epilogue = spec.epilogue_fn
     nb = dt.type
     zero = nb(0)
+    neg_zero = nb(-0.0)  # a partial's start: -0.0 + x is x for every x, so the first FMA can be a multiply
     UNROLL = cfg.get("unroll", 1)
+    BLOCKED = "fold" in cfg
+    FOLD = cfg.get("fold", BK)
+    if BK % FOLD or FOLD % UNROLL:
+        raise ValueError(f"warptile: fold ({FOLD}) must divide BK ({BK}) and be a multiple of unroll ({UNROLL})")
     a_elems, b_elems = STAGES * BM * BK, STAGES * BK * BN
     uA_STAGE, uB_STAGE = U(BM * BK), U(BK * BN)
     stage_a = make_tile_stager(dt, spec.layout_a, BM, BK, Layout.COL, threads)
@@ -228,10 +241,12 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
         a_tile = cuda.shared.array(a_elems, nb, alignment=SMEM_ALIGN)  # STAGES x K-major [BK][BM]
         b_tile = cuda.shared.array(b_elems, nb, alignment=SMEM_ALIGN)  # STAGES x [BK][BN]
         acc = cuda.local.array(acc_elems, nb)
+        part = cuda.local.array(acc_elems, nb)  # the last FOLD products of each output
         reg_m = cuda.local.array(M_REG, nb)
         reg_n = cuda.local.array(N_REG, nb)
         for i in range(acc_elems):
             acc[i] = zero
+            part[i] = neg_zero
         tid = U(cuda.threadIdx.x)
         warp = tid // uWARP
         lane = tid % uWARP
@@ -261,20 +276,28 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
                 k_next = (t + one) * uBK
                 stage_a.fetch(a, U(lda), row0, k_next, um, uk, tid, vec_a, regs_a)
                 stage_b.fetch(b, U(ldb), k_next, col0, uk, un, tid, vec_b, regs_b)
-            for p_outer in range(BK // UNROLL):
-                for p_inner in range(UNROLL):
-                    p = p_outer * UNROLL + p_inner
-                    a_base = a_off + U(p) * uBM + w_row + l_row
-                    b_base = b_off + U(p) * uBN + w_col + l_col
-                    for wm in range(WMITER):
-                        for i in range(TM):
-                            reg_m[wm * TM + i] = a_tile[a_base + U(wm) * uWSUBM + U(i)]
-                    for wn in range(WNITER):
-                        for j in range(TN):
-                            reg_n[wn * TN + j] = b_tile[b_base + U(wn) * uWSUBN + U(j)]
-                    for i in range(M_REG):
-                        for j in range(N_REG):
-                            acc[i * N_REG + j] += reg_m[i] * reg_n[j]
+            for f in range(BK // FOLD):
+                for p_outer in range(FOLD // UNROLL):
+                    for p_inner in range(UNROLL):
+                        p = f * FOLD + p_outer * UNROLL + p_inner
+                        a_base = a_off + U(p) * uBM + w_row + l_row
+                        b_base = b_off + U(p) * uBN + w_col + l_col
+                        for wm in range(WMITER):
+                            for i in range(TM):
+                                reg_m[wm * TM + i] = a_tile[a_base + U(wm) * uWSUBM + U(i)]
+                        for wn in range(WNITER):
+                            for j in range(TN):
+                                reg_n[wn * TN + j] = b_tile[b_base + U(wn) * uWSUBN + U(j)]
+                        for i in range(M_REG):
+                            for j in range(N_REG):
+                                if BLOCKED:
+                                    part[i * N_REG + j] += reg_m[i] * reg_n[j]
+                                else:
+                                    acc[i * N_REG + j] += reg_m[i] * reg_n[j]
+                if BLOCKED:  # every FOLD products: the partial into the running sum, a fresh partial
+                    for i in range(acc_elems):
+                        acc[i] += part[i]
+                        part[i] = neg_zero
             if more:
                 stage_a.put(a_tile[uA_STAGE - a_off:], tid, regs_a)
                 stage_b.put(b_tile[uB_STAGE - b_off:], tid, regs_b)

@@ -142,6 +142,10 @@ def build_all(build: Callable[[Any], dict], todo: list, *, jobs: int = 1, desc: 
     return out
 
 
+PLAIN_BACKENDS = ("warptile", "gemv", "tf32mma", "tf32wgmma", "splitk_reduce")
+"""The kernels :func:`plain_kernels` lists come from these, a name each (``warmup --backends``)."""
+
+
 def plain_kernels(dtypes: Iterable[Any], arrangements: Iterable[tuple[str, str]],
                   device: DeviceInfo = H100) -> list[tuple[str, str, tuple, str]]:
     """``(backend, dtype, (layout A, B, D), tile)`` of every handwritten kernel a plain
@@ -229,8 +233,11 @@ def _serial_bound(bound: Any, dtype: np.dtype) -> Any:
 def warmup_rungs(dtypes: Iterable[Any] = ("float64", "float32"), *,
            arrangements: Iterable[tuple[str, str]] = (("row_major", "row_major"),), cc: tuple[int, int] | None = None,
            cache_root: str | None = None, jobs: int = 1, progress: bool = True,
-           log: Callable[[str], None] | None = None) -> list[dict]:
+           log: Callable[[str], None] | None = None, backends: Iterable[str] | None = None) -> list[dict]:
     """Compile :func:`plain_kernels` into the on-disk cache; one record per kernel.
+
+    ``backends``: only the kernels of these (names of :func:`plain_kernels`' first field:
+    ``warptile``, ``gemv``, ``tf32mma``, ``tf32wgmma``, ``splitk_reduce``); default all of them.
 
     ``cc``: the compute capability to build for (default: the current GPU's, or 9.0 where
     there is none, through the stand-in driver; without a GPU any of
@@ -245,6 +252,10 @@ def warmup_rungs(dtypes: Iterable[Any] = ("float64", "float32"), *,
     for dtype in dtypes:
         if np.dtype(dtype) not in (np.float32, np.float64):
             raise TypeError(f"dtypes: the handwritten kernels support float32 and float64, not {np.dtype(dtype)}")
+    wanted = None if backends is None else set(backends)
+    if wanted is not None and (unknown := sorted(wanted - set(PLAIN_BACKENDS))):
+        raise ValueError(f"backends: the handwritten kernels a plain call runs are {', '.join(PLAIN_BACKENDS)}; "
+                         f"got {', '.join(unknown)}")
     explicit = cc is not None
     cc = tuple(cc) if explicit else (_standin.active_cc() or (9, 0))
     device = target_device(cc) if explicit else None  # ValueError for a compute capability dxgemm does not know
@@ -260,7 +271,8 @@ def warmup_rungs(dtypes: Iterable[Any] = ("float64", "float32"), *,
             raise ValueError(f"this GPU is {own[0]}.{own[1]}: build for {cc[0]}.{cc[1]} on a machine without a GPU "
                              "or with such a GPU")
         cc, device = own, device_info(cuda.get_current_device().id)
-    todo = [(kernel, cc, cache_root) for kernel in plain_kernels(dtypes, arrangements, device)]
+    todo = [(kernel, cc, cache_root) for kernel in plain_kernels(dtypes, arrangements, device)
+            if wanted is None or kernel[0] in wanted]
     return build_all(_build_plain, todo, jobs=jobs, desc="dxgemm warmup (handwritten kernels)", progress=progress,
                      log=log, describe=lambda r: f"{r['backend']}/{r['tile']} {r['dtype']} {r['layouts']}: "
                                                  f"{r['seconds']} s")
