@@ -92,8 +92,9 @@ error, 2^-22)``: the TF32 rungs missed it up to K = 96 (H200, 24x40, 4 seeds: 1.
 bound), and met it from K = 128 (0.87x, and 0.76-0.95x at 192-257) as SGEMM's error grows.
 ``warptile`` meets it at every K measured (0.81x at worst, 8-257): on small outputs its tiny
 tile sums in blocks of 8 K (``warptile.TILE_CONFIGS``' ``fold``), on large ones cuBLAS's error
-is a chain's like its own.  It is also as fast or faster up to K = 96 on large outputs, and
-the TF32 rungs faster from K = 128 (``benchmarks/results/h200_float32_blocked_sum.log``)."""
+is a chain's like its own.  It is also as fast or faster on large outputs up to K = 128, the
+TF32 rungs faster from K = 192 (``benchmarks/results/h200_float32_blocked_sum.log``,
+``h200_float32_short_k.log``)."""
 
 
 
