@@ -1265,6 +1265,22 @@ def test_choose_backend_float32_precision():
             assert choose_backend(np.dtype(np.float32), *shape, precision=precision, tf32_cores=False) == "warptile"
 
 
+def test_float32_short_k_runs_the_blocked_sum_on_small_outputs():
+    """Below TF32X3_MIN_K float32's default runs warptile, and every output smaller than 2^19
+    values takes a tile that sums in blocks (``fold``): a chain's error broke the contract on
+    24x40 outputs (h200_float32_blocked_sum.log); larger outputs may take the chain tiles."""
+    from dxgemm.kernels.warptile import CONFIGS, TILE_CONFIGS
+    from dxgemm.policy import TF32X3_MIN_K, choose_backend, choose_tile
+
+    f32 = np.dtype(np.float32)
+    for m, n in ((1, 2), (24, 40), (7, 4096), (511, 1023), (4096, 127), (700, 700)):
+        for k in (1, 17, 48, TF32X3_MIN_K - 1):
+            assert choose_backend(f32, m, n, k, precision="tf32x3") == "warptile", (m, n, k)
+            tile = choose_tile("warptile", f32, m, n, k)
+            cfg = TILE_CONFIGS["float32"].get(tile, CONFIGS["float32"])
+            assert cfg.get("fold") and cfg["BK"] % cfg["fold"] == 0 and cfg["fold"] <= 8, (m, n, k, tile)
+
+
 def test_resolve_precision():
     from dxgemm.policy import resolve_precision
 
