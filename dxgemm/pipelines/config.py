@@ -318,12 +318,13 @@ TARGETS: tuple[tuple[int, int], ...] = ((9, 0),)
 """The compute capabilities the pipeline's kernels are built for (sm_90a: wgmma and TMA)."""
 
 TARGET_NOTES: dict[tuple[int, int], str] = {
-    (10, 0): "no: a test kernel builds for sm_100a (mma.sync, not UTCMMA); none run",
+    (10, 0): "no: a 128-thread test kernel builds for sm_100a on UTCMMA (13.5 compilers); none run",
 }
 """Where the pipeline stands on a compute capability outside :data:`TARGETS`, where more is
 known than "not built for it" (``tools/build_pipeline_target.py`` builds one kernel for any
-target: on sm_100a nvmath-python 1.0 / libmathdx 0.3.2 build it, with mma.sync where sm_90a
-has wgmma).  Enabling a target needs a run on such a GPU."""
+target: on sm_100a nvmath-python 1.0 / libmathdx 0.3.2 build it; cuBLASDx takes the tensor
+cores' UTCMMA there only with 128 threads a block and the 13.1+ compilers, mma.sync with 256,
+``benchmarks/results/sm100_pipeline_build.txt``).  Enabling a target needs a run on such a GPU."""
 
 MAX_SPLIT_K = 8
 """The most K slices :func:`dxgemm.policy.pipeline_split_k` chooses or accepts."""
