@@ -7,19 +7,21 @@ On a GPU, from the repository root::
 For each dtype, shape (``--shapes``) and epilogue (none, ``bias | gelu``) it warms the call
 (compiling or loading its kernels), then times ``--repeats`` repeat calls (same shapes,
 dtypes, layouts and epilogue structure) with ``time.process_time`` (CPU time of this
-process) and ``time.perf_counter``.  Calls are timed in batches of ``--batch`` with the
-stream synchronised between batches, outside the timed part, so the launch queue never
-fills and the GPU is never what the host waits for: what is measured is the enqueue.  The
-baseline is CuPy's ``cupy.matmul(a, b, out=d)`` (cuBLAS) timed the same way, and, for the
-fused calls, cuBLAS followed by one CuPy elementwise kernel for ``bias | gelu``.
+process) and ``time.perf_counter``.  Calls are timed in batches with the stream
+synchronised between batches, outside the timed part; a batch holds at most ``--batch``
+calls and at most about a millisecond of the call's GPU time (measured with CUDA events
+first), so the launch queue never fills and the GPU is never what the host waits for: what
+is measured is the enqueue.  The baseline is CuPy's ``cupy.matmul(a, b, out=d)`` (cuBLAS),
+warmed and timed the same way, and, for the fused calls, cuBLAS followed by one CuPy
+elementwise kernel for ``bias | gelu``.
 ``first_us`` is a call of the same problem after the repeat-call memo is cleared
 (:func:`dxgemm.runtime.calls.clear`): the full validate-bind-decide path with every kernel
 already loaded, what the first call of a new shape costs once its kernel is cached.
 
 Records merged into ``--json`` (``suite: "host_overhead"``; other records kept)::
 
-    {suite, dtype, m, n, k, epilogue, host_us, wall_us, first_us, baseline, baseline_host_us,
-     fused_baseline_host_us, mode, full_path_calls}
+    {suite, dtype, m, n, k, epilogue, host_us, thread_us, wall_us, first_us, baseline, baseline_host_us,
+     fused_baseline_host_us, mode, full_path_calls, batch}
 
 ``--standin`` runs the same calls on a machine without a GPU: the arrays are stand-ins
 for CuPy arrays (host-side objects with CuPy's attributes and ``__cuda_array_interface__``,
@@ -63,10 +65,10 @@ DTYPES = ("float32", "float64")
 # ---------------------------------------------------------------------------------------------
 
 class _Memory:
-    __slots__ = ("ptr",)
+    __slots__ = ("ptr", "device_id")
 
-    def __init__(self, ptr: int):
-        self.ptr = ptr
+    def __init__(self, ptr: int, device_id: int = 0):
+        self.ptr, self.device_id = ptr, device_id
 
 
 class _Device:
@@ -141,6 +143,7 @@ def _standin_cupy() -> types.ModuleType:
     cuda = types.ModuleType("cupy.cuda")
     cuda.Device = _Device
     cuda.get_current_stream = lambda: _STREAM
+    cuda.runtime = types.SimpleNamespace(getDevice=lambda: 0)
     module.cuda = cuda
     return module
 
@@ -214,21 +217,43 @@ def parse_shapes(text: str) -> list[tuple[int, int, int]]:
     return [tuple(int(x) for x in s.split("x")) for s in text.split(",") if s]  # type: ignore[misc]
 
 
-def time_calls(call: Callable[[], Any], repeats: int, batch: int, sync: Callable[[], None]) -> tuple[float, float]:
+def time_calls(call: Callable[[], Any], repeats: int, batch: int, sync: Callable[[], None],
+               thread: list | None = None) -> tuple[float, float]:
     """(CPU us, wall us) per call of ``call()``, over ``repeats`` calls in batches of ``batch``,
-    ``sync()`` between batches (not timed)."""
-    cpu = wall = 0.0
+    ``sync()`` between batches (not timed).  CPU time is the process's (every thread);
+    ``thread``, when given, receives the calling thread's alone."""
+    cpu = wall = own = 0.0
     done = 0
     while done < repeats:
         count = min(batch, repeats - done)
-        c0, w0 = time.process_time(), time.perf_counter()
+        c0, t0, w0 = time.process_time(), time.thread_time(), time.perf_counter()
         for _ in range(count):
             call()
         cpu += time.process_time() - c0
+        own += time.thread_time() - t0
         wall += time.perf_counter() - w0
         done += count
         sync()
+    if thread is not None:
+        thread.append(own / repeats * 1e6)
     return cpu / repeats * 1e6, wall / repeats * 1e6
+
+
+def batch_for(call: Callable[[], Any], limit: int, standin: bool) -> int:
+    """How many calls a timed batch holds: ``limit``, or fewer when the calls' GPU time would
+    pass about a millisecond (so the host never waits on a full launch queue)."""
+    if standin:
+        return limit
+    import cupy
+
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    start.record()
+    for _ in range(10):
+        call()
+    stop.record()
+    stop.synchronize()
+    gpu_us = cupy.cuda.get_elapsed_time(start, stop) * 100.0  # ms over 10 calls -> us per call
+    return max(1, min(limit, int(1000.0 / max(gpu_us, 1e-3))))
 
 
 def _full_path_counter() -> Callable[[], int]:
@@ -278,13 +303,19 @@ def measure(args: argparse.Namespace) -> list[dict]:
             v = array((n,), dtype)
             base_us = fused_base_us = None
             if not standin and args.baseline:
-                base_us, _ = time_calls(lambda: cupy.matmul(a, b, out=d), args.repeats, args.batch, sync)
+                def plain() -> None:
+                    cupy.matmul(a, b, out=d)
 
                 def fused() -> None:
                     cupy.matmul(a, b, out=d)
                     gelu_bias(d, v, d)
 
-                fused_base_us, _ = time_calls(fused, args.repeats, args.batch, sync)
+                for baseline in (plain, fused):  # warm: cuBLAS's handle and kernels, the elementwise kernel
+                    for _ in range(3):
+                        baseline()
+                sync()
+                base_us, _ = time_calls(plain, args.repeats, batch_for(plain, args.batch, standin), sync)
+                fused_base_us, _ = time_calls(fused, args.repeats, batch_for(fused, args.batch, standin), sync)
             for epi in args.epilogues:
                 def call() -> Any:
                     chain = E.bias(v) | E.gelu() if epi == "bias|gelu" else None
@@ -294,7 +325,9 @@ def measure(args: argparse.Namespace) -> list[dict]:
                     call()
                 sync()
                 before = full_path()
-                host_us, wall_us = time_calls(call, args.repeats, args.batch, sync)
+                batch = batch_for(call, args.batch, standin)
+                own: list = []
+                host_us, wall_us = time_calls(call, args.repeats, batch, sync, own)
                 repeats_full = full_path() - before
                 if args.profile:
                     _profile(call, args.profile, f"{dtype} {m}x{n}x{k} {epi}", args.profile_sort)
@@ -305,12 +338,13 @@ def measure(args: argparse.Namespace) -> list[dict]:
 
                 first_us, _ = time_calls(first, args.first_repeats, args.first_repeats, sync)
                 rec = dict(suite="host_overhead", dtype=dtype, m=m, n=n, k=k, epilogue=epi,
-                           host_us=round(host_us, 2), wall_us=round(wall_us, 2), first_us=round(first_us, 2),
+                           host_us=round(host_us, 2), thread_us=round(own[0], 2), wall_us=round(wall_us, 2),
+                           first_us=round(first_us, 2),
                            baseline="cupy.matmul" if base_us is not None else None,
                            baseline_host_us=None if base_us is None else round(base_us, 2),
                            fused_baseline_host_us=None if fused_base_us is None or epi == "none"
                            else round(fused_base_us, 2),
-                           mode="standin" if standin else "gpu", full_path_calls=repeats_full)
+                           mode="standin" if standin else "gpu", full_path_calls=repeats_full, batch=batch)
                 records.append(rec)
                 print(_row(rec), flush=True)
     return records
@@ -329,7 +363,8 @@ def _profile(call: Callable[[], Any], top: int, title: str, sort: str = "tottime
     pstats.Stats(profiler).sort_stats(sort).print_stats(top)
 
 
-HEADER = (f"{'dtype':8s} {'m x n x k':>16s} {'epilogue':10s} {'repeat us':>10s} {'wall us':>9s} {'first us':>9s} "
+HEADER = (f"{'dtype':8s} {'m x n x k':>16s} {'epilogue':10s} {'repeat us':>10s} {'thread us':>9s} {'wall us':>9s} "
+          f"{'first us':>9s} "
           f"{'cuBLAS us':>10s} {'+ewise us':>10s} {'full path':>9s}")
 
 
@@ -339,7 +374,7 @@ def _row(rec: dict) -> str:
 
     shape = f"{rec['m']}x{rec['n']}x{rec['k']}"
     return (f"{rec['dtype']:8s} {shape:>16s} {rec['epilogue']:10s} {num(rec['host_us']):>10s} "
-            f"{num(rec['wall_us']):>9s} {num(rec['first_us']):>9s} {num(rec['baseline_host_us']):>10s} "
+            f"{num(rec.get('thread_us')):>9s} {num(rec['wall_us']):>9s} {num(rec['first_us']):>9s} {num(rec['baseline_host_us']):>10s} "
             f"{num(rec['fused_baseline_host_us']):>10s} {rec['full_path_calls']:>9d}")
 
 
@@ -360,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtypes", default=",".join(DTYPES))
     p.add_argument("--epilogues", default=",".join(EPILOGUES), help="none and/or bias|gelu")
     p.add_argument("--repeats", type=int, default=1000, help="timed repeat calls per case")
-    p.add_argument("--batch", type=int, default=100, help="calls between synchronisations")
+    p.add_argument("--batch", type=int, default=100, help="most calls between synchronisations")
     p.add_argument("--first-repeats", type=int, default=30, help="full-path calls timed per case")
     p.add_argument("--no-baseline", dest="baseline", action="store_false", help="skip cuBLAS's timing")
     p.add_argument("--profile", type=int, default=0, help="print cProfile's top N functions per case")

@@ -66,8 +66,8 @@ def matrix_signature(obj: Any) -> tuple | None:
     are validated in full).
     """
     kind = type(obj)
-    if kind is cupy_ndarray_type():
-        return (kind, obj.shape, obj.strides, obj.dtype, obj.device.id)
+    if kind is cupy_ndarray_type():  # the device by its memory's id (``obj.device`` makes a Device object)
+        return (kind, obj.shape, obj.strides, obj.dtype, obj.data.device_id)
     if SIMULATOR and kind is _simulated_array_type():
         host = obj._ary
         return (kind, host.shape, host.strides, host.dtype, 0)
@@ -240,6 +240,21 @@ def device_of(op: Operand) -> int:
     if err != driver.CUresult.CUDA_SUCCESS:
         raise ValueError(f"{op.name} does not point to CUDA device memory ({err.name})")
     return int(ordinal)
+
+
+_runtime: list = []
+
+
+def current_device() -> int:
+    """The caller's current CUDA device (CuPy's ``cudaGetDevice``; 0 under the simulator):
+    a repeat call launches without switching when its arrays' GPU is already current."""
+    if SIMULATOR:
+        return 0
+    if not _runtime:
+        import cupy
+
+        _runtime.append(cupy.cuda.runtime.getDevice)
+    return _runtime[0]()
 
 
 def on_device(device: int):

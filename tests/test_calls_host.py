@@ -39,7 +39,7 @@ class FakeArray:
         else:
             self.strides = (item,)
         self.device = SimpleNamespace(id=device)
-        self.data = SimpleNamespace(ptr=ptr)
+        self.data = SimpleNamespace(ptr=ptr, device_id=device)
 
 
 @pytest.fixture(autouse=True)

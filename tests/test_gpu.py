@@ -397,3 +397,32 @@ def test_rung_kernels_load_from_disk_in_a_new_process(tmp_path):
     assert float(cold_worst.split("=")[1]) <= 1.0 and float(warm_worst.split("=")[1]) <= 1.0
     # one entry per kernel compiled: medium bias|gelu, small custom, the split part and its reduce
     assert len(list((tmp_path / "kernels").glob("*.dxk"))) == int(cold_compiles.split("=")[1]) == 4
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1000, 777, 513), (64, 64, 1024), (64, 4096, 4096), (1, 4096, 512), (300, 1, 700),
+                                   (200, 300, 64)], ids=lambda s: "x".join(map(str, s)))
+def test_auto_repeat_calls_with_new_arrays_and_scalars(cp, dtype, shape):
+    """``auto``'s repeat calls (the kept launch, ``dxgemm.runtime.launch.RepeatLaunch``, which writes only
+    the slots a call changes into a buffer packed once): new operands, outputs, bias vectors and
+    alpha/beta on every call, plain and fused, at shapes that take one tile launch, a split over K,
+    the single-row and single-column kernels and short K; each result checked against float64."""
+    from dxgemm import epilogues as E
+    from dxgemm.epilogues.reference import check
+    from dxgemm.runtime import calls as _calls
+
+    m, n, k = shape
+    rng = cp.random.default_rng(m * 7 + k)
+    for fused in (False, True):
+        for call, (alpha, beta) in enumerate([(1.0, 0.0), (-2.5, 0.0), (0.75, 0.0), (1.0, 0.5), (3.0, -1.25)]):
+            a = rng.uniform(0.5, 1.0, (m, k)).astype(dtype)  # same-sign data: a stale address or scalar shows
+            b = rng.uniform(0.5, 1.0, (k, n)).astype(dtype)
+            c0 = rng.standard_normal((m, n)).astype(dtype)
+            c = c0.copy() if beta else cp.full((m, n), cp.nan, dtype)  # poisoned where C is not read
+            epilogue = E.bias(rng.standard_normal(n).astype(dtype)) | E.gelu() if fused else None
+            kept = _calls.lookup(_calls.signature(a, b, c, alpha, beta, epilogue, "auto")) is not None
+            dxgemm.gemm(a, b, c, alpha=alpha, beta=beta, epilogue=epilogue)
+            assert kept == (call not in (0, 3)), f"call {call}: served from the memo {kept}"
+            worst = check(c, epilogue, a.astype(np.float64), b.astype(np.float64), np.dtype(dtype), alpha=alpha,
+                          beta=beta, c=c0.astype(np.float64))
+            assert worst <= 1.0, f"fused={fused} call {call} (alpha {alpha}, beta {beta}): {worst:.3g} x the bound"

@@ -212,14 +212,27 @@ class Epilogue(abc.ABC):
         return f"{self.name}()"
 
     def __or__(self, other: "Epilogue") -> "Chain":
-        return Chain(self.stages + _require_epilogue(other, self).stages)
+        return Chain((self, _require_epilogue(other, self)))
 
     def __ror__(self, other: object) -> "Chain":
-        return Chain(_require_epilogue(other, self).stages + self.stages)
+        return Chain((_require_epilogue(other, self), self))
+
+
+_epilogue_classes: dict[type, bool] = {}
+
+
+def is_epilogue(obj: object) -> bool:
+    """``isinstance(obj, Epilogue)``, remembered per class: an ABC's check runs Python code,
+    and composing or calling with a chain asks it for every stage of every call."""
+    kind = type(obj)
+    known = _epilogue_classes.get(kind)
+    if known is None:
+        known = _epilogue_classes[kind] = isinstance(obj, Epilogue)
+    return known
 
 
 def _require_epilogue(other: object, partner: Epilogue) -> Epilogue:
-    if isinstance(other, Epilogue):
+    if is_epilogue(other):
         return other
     hint = ""
     if callable(other) and getattr(other, "__module__", "").startswith("dxgemm.epilogues"):
@@ -237,10 +250,12 @@ class Chain(Epilogue):
     """
 
     def __init__(self, stages: tuple[Epilogue, ...]):
+        flat: list = []
         for stage in stages:
-            if not isinstance(stage, Epilogue):
+            if not is_epilogue(stage):
                 raise TypeError(f"Chain stages must be dxgemm.epilogues epilogues, got {type(stage).__name__}")
-        self._stages = tuple(s for stage in stages for s in stage.stages)
+            flat.extend(stage.stages)
+        self._stages = tuple(flat)
 
     @property
     def stages(self) -> tuple[Epilogue, ...]:
@@ -289,6 +304,9 @@ class Chain(Epilogue):
 
 
 _PLAIN_TYPES = (int, float, bool, str, type(None))
+_EXACT_TYPES = frozenset((int, bool, str, type(None)))
+"""Atoms whose equal values are the same value (not float: -0.0 == 0.0, NaN != NaN; by type,
+since True == 1)."""
 
 
 def signature_atom(value: Any, addresses: list | None = None) -> Hashable | None:
@@ -300,6 +318,11 @@ def signature_atom(value: Any, addresses: list | None = None) -> Hashable | None
     if kind in _PLAIN_TYPES:
         return (kind, value)
     if kind is tuple or kind is dict:
+        if not value:
+            return (kind, ())
+        kinds = tuple(map(type, value.values() if kind is dict else value))
+        if _EXACT_TYPES.issuperset(kinds):  # the common case, in one step: the values and their types
+            return (kind, tuple(value.items()) if kind is dict else value, kinds)
         parts = []
         for key, member in (value.items() if kind is dict else enumerate(value)):
             member_kind = type(member)

@@ -47,9 +47,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .._arrays import check_output_overlap, data_pointer, matrix_signature, on_device
+from .._arrays import check_output_overlap, current_device, data_pointer, matrix_signature, on_device
 from .._streams import stream_handle
-from ..epilogues._base import Epilogue, Span, check_spans
+from ..epilogues._base import Span, check_spans, is_epilogue
 from ..pipelines import config
 from . import env, tuned
 from .launch import Matrix, data_slots, flat_values, matrix_of
@@ -57,6 +57,7 @@ from .launch import Matrix, data_slots, flat_values, matrix_of
 __all__ = ["signature", "probe", "epilogue_signature", "lookup", "remember", "clear"]
 
 _MAX_ENTRIES = 512
+_C_SLOT = 6  # C's data pointer among the alpha/beta stage's flattened slots (alpha, beta, C's vector slots, ld)
 _entries: dict[tuple, "_KeptCall"] = {}
 
 
@@ -126,7 +127,7 @@ def epilogue_signature(epilogue: Any, addresses: list) -> tuple | None:
     is validated in full)."""
     if epilogue is None:
         return ()
-    if not _is_epilogue(type(epilogue)):
+    if not is_epilogue(epilogue):
         return None
     parts = []
     for stage in epilogue.stages:
@@ -135,17 +136,6 @@ def epilogue_signature(epilogue: Any, addresses: list) -> tuple | None:
             return None
         parts.append(part)
     return tuple(parts)
-
-
-_epilogue_types: dict[type, bool] = {}
-
-
-def _is_epilogue(kind: type) -> bool:
-    """``issubclass(kind, Epilogue)``, remembered per class (an ABC's check is slow for every call)."""
-    known = _epilogue_types.get(kind)
-    if known is None:
-        known = _epilogue_types[kind] = issubclass(kind, Epilogue)
-    return known
 
 
 _addressable: dict[type, bool] = {}
@@ -194,7 +184,7 @@ class _KeptCall:
     """
 
     __slots__ = ("call", "m", "n", "k", "scalar", "a", "b", "d", "with_c", "tail", "reads", "writes", "new_output",
-                 "library", "fast", "bytes_a", "bytes_b", "bytes_d", "c_slots", "device", "steering", "steered_by",
+                 "library", "fast", "bytes_a", "bytes_b", "bytes_d", "device", "steering", "steered_by",
                  "moved", "span_of")
 
     def __init__(self, call: Any, m: int, n: int, k: int, scalar: type, a: Any, b: Any, d: Any, with_c: bool,
@@ -204,8 +194,6 @@ class _KeptCall:
         self.with_c, self.tail, self.reads, self.writes, self.new_output = with_c, tail, reads, writes, new_output
         self.library, self.device, self.fast = library, device, None
         self.bytes_a, self.bytes_b, self.bytes_d = (Matrix(0, *rest).nbytes_span[1] for rest in (a, b, d))
-        d_view = Matrix(0, *d)
-        self.c_slots = d_view.vector_slots()[2:4], d_view.vector_slots()[5:], np.int64(d_view.ld)
         self.steering: Callable[[], tuple] | None = None
         self.steered_by: tuple = ()
         self.moved: tuple = ()  # (epilogue slot, address index) of every epilogue array's address
@@ -258,15 +246,20 @@ class _KeptCall:
                                     self.spans(addresses)[0], [])  # raises, with check_spans' message
         elif self.reads or self.writes:
             self._check_races(pa, end_a, pb, end_b, pd, end_d)
-        scalar = self.scalar
-        if self.with_c:  # alpha, beta, C's flat view (Matrix.vector_slots) and leading dimension
-            (size, itemsize), shape_stride, ld = self.c_slots
-            head = [scalar(alpha), scalar(beta), 0, 0, size, itemsize, pd, *shape_stride, ld]
+        # alpha (and beta with C's address: the alpha/beta stage's slots 0, 1 and 6, AlphaBeta.bind's
+        # flattened arguments) and each moved epilogue array's address
+        if self.with_c:
+            scalars: tuple = (alpha, beta)
+            patches = [(_C_SLOT, pd)]
         else:
-            head = [scalar(alpha)]
-        patches = [(slot, addresses[index]) for slot, index in self.moved] if self.moved else ()
-        with on_device(self.device):  # launch on the arrays' GPU (the signature holds it), whichever is current
-            self.fast(pa, pb, pd, head, handle, patches)
+            scalars, patches = (alpha,), []
+        for slot, index in self.moved:
+            patches.append((slot, addresses[index]))
+        if current_device() == self.device:
+            self.fast(pa, pb, pd, scalars, handle, patches)
+        else:
+            with on_device(self.device):  # launch on the arrays' GPU (the signature holds it)
+                self.fast(pa, pb, pd, scalars, handle, patches)
         return out
 
     def _check_races(self, pa: int, end_a: int, pb: int, end_b: int, pd: int, end_d: int) -> None:
@@ -354,7 +347,7 @@ def remember(key: tuple | None, call: Any, op_a: Any, op_b: Any, op_d: Any, orig
                       flat_values(tuple(bound.args[1:])), tuple(bound.reads), tuple(bound.writes), new_output,
                       library, _device_of(op_a))
     head = flat_values((bound.args[0],))
-    if entry.head(alpha, beta, mat_d) != head:
+    if entry.head(alpha, beta, mat_d) != head or (entry.with_c and head[_C_SLOT] != mat_d.ptr):
         return
     if addresses:
         placed = _place(addresses, bound, len(head))

@@ -53,6 +53,31 @@ VARIABLES = ("DXGEMM_CACHE_DIR", "XDG_CACHE_HOME", "DXGEMM_AUTO_PIPELINE", "DXGE
 """Every variable the table above lists."""
 
 
+def _environment_reader():
+    """``os.environ.get`` for the variables a repeat call reads every time, without its
+    per-read key encoding: ``os.environ`` writes every change through to its ``_data``
+    mapping (encoded keys), so a lookup there sees what ``os.environ.get`` would, for a
+    dictionary read.  Falls back to ``os.environ.get`` where that mapping is not there."""
+    data = getattr(os.environ, "_data", None)
+    encode = getattr(os.environ, "encodekey", None)
+    decode = getattr(os.environ, "decodevalue", None)
+    if not isinstance(data, dict) or encode is None or decode is None:
+        return os.environ.get
+    keys: dict[str, object] = {}
+
+    def get(name: str, default: str | None = None) -> str | None:
+        key = keys.get(name)
+        if key is None:
+            key = keys[name] = encode(name)
+        raw = data.get(key)
+        return default if raw is None else decode(raw)
+
+    return get
+
+
+_get = _environment_reader()
+
+
 def cache_dir() -> Path:
     """``$DXGEMM_CACHE_DIR``, else the user cache directory for dxgemm."""
     env = os.environ.get("DXGEMM_CACHE_DIR")
@@ -79,7 +104,7 @@ def _user_cache_dir(xdg_cache_home: str | None) -> Path:
 
 def auto_pipeline() -> bool:
     """Whether ``backend="auto"`` may pick the pipeline (``DXGEMM_AUTO_PIPELINE`` is not ``0``)."""
-    return os.environ.get("DXGEMM_AUTO_PIPELINE", "1") != "0"
+    return _get("DXGEMM_AUTO_PIPELINE", "1") != "0"
 
 
 def compile_workers() -> int:
@@ -113,7 +138,7 @@ def device_as() -> "DeviceInfo | None":
 def device_as_text() -> str | None:
     """``DXGEMM_DEVICE_AS`` as set (None when unset): what the repeat-call memo keys on, a
     dictionary read per call (:func:`device_as` resolves and checks it)."""
-    return os.environ.get("DXGEMM_DEVICE_AS")
+    return _get("DXGEMM_DEVICE_AS")
 
 
 SPLIT_REDUCES = ("separate", "serial")
@@ -134,7 +159,7 @@ def split_reduce() -> str | None:
 
 def split_reduce_text() -> str | None:
     """``DXGEMM_SPLIT_REDUCE`` as set (None when unset): what the repeat-call memo keys on."""
-    return os.environ.get("DXGEMM_SPLIT_REDUCE")
+    return _get("DXGEMM_SPLIT_REDUCE")
 
 
 def _squeeze(name: str) -> str:
@@ -155,6 +180,4 @@ def _device_record(text: str) -> "DeviceInfo":
 def steering_state() -> tuple:
     """The variables that change a call's decisions, as a hashable value (the repeat-call
     memo, :mod:`.calls`, keys on it)."""
-    env = os.environ
-    return (env.get("DXGEMM_AUTO_PIPELINE"), env.get("DXGEMM_CACHE_DIR"), env.get("XDG_CACHE_HOME"),
-            env.get("DXGEMM_DEVICE_AS"))
+    return (_get("DXGEMM_AUTO_PIPELINE"), _get("DXGEMM_CACHE_DIR"), _get("XDG_CACHE_HOME"), _get("DXGEMM_DEVICE_AS"))

@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..kernels import FLAG_VEC_A, FLAG_VEC_B, vector_flags
+from ..kernels import vector_flags
 from ..kernels._device import SIMULATOR
 
 __all__ = ["Matrix", "PackedLaunch", "KernelCall", "KeptBuffers", "KIND_SIZES", "param_layout", "flat_values",
@@ -230,14 +230,6 @@ class PackedLaunch:
         gx, gy, gz = (tuple(grid) + (1, 1))[:3]
         err, = driver.cuLaunchKernel(self._function, gx, gy, gz, bx, by, bz, smem, stream, self._params, 0)
         if err != driver.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"cuLaunchKernel failed: {err!r}")
-
-    def launch_checked(self, stream: Any, dims: tuple, smem: int, values: Sequence) -> None:
-        """:meth:`__call__` for a caller that checked ``len(values)`` once and padded grid and
-        block to three dimensions (``dims``: ``gx, gy, gz, bx, by, bz``): a repeat call's launch."""
-        self.format.pack_into(self._buffer, 0, *values)
-        err, = self._driver.cuLaunchKernel(self._function, *dims, smem, stream, self._params, 0)
-        if err != self._success:
             raise RuntimeError(f"cuLaunchKernel failed: {err!r}")
 
 
@@ -510,17 +502,25 @@ class KernelCall:
         return RepeatLaunch(self, a, b, d, m, n, k, epi_args)
 
 
-class RepeatLaunch:
-    """One problem's launch of a :class:`KernelCall`, its parameters laid out once.
+_ADDRESS = struct.Struct("=Q")  # an 8-byte address slot
+_SCALAR = {"f64": struct.Struct("=d"), "f32": struct.Struct("=f")}  # alpha's and beta's slots
 
-    A repeat call of a remembered signature changes only the addresses of A, B and D and the
-    alpha/beta stage's slots (alpha, beta and C's address); everything else (sizes, leading
-    dimensions, grid, the rest of the epilogue's flattened arguments) was fixed when the call
-    was first made.  So the parameter list is kept, and a call copies it, writes those slots
-    and the alignment flags, and packs: no Matrix views, no per-call flattening or count check.
+
+class RepeatLaunch:
+    """One problem's launch of a :class:`KernelCall`, its parameters packed once.
+
+    A repeat call of a remembered signature changes only the addresses of A, B and D, the
+    alpha/beta stage's scalars and the addresses of the epilogue's arrays; everything else
+    (sizes, leading dimensions, grid, the rest of the epilogue's flattened arguments, and the
+    alignment flags: the signature holds A's and B's 16-byte alignment) was fixed when the
+    call was first made.  So this launch keeps its own packed parameter buffer, and a call
+    writes just those slots into it (``struct.pack_into`` at their offsets) and launches: no
+    list of parameters, no full repack.
+    The driver copies the parameters at launch, so the buffer may be written again as soon
+    as the launch returns; the kernel's launch lock serialises the calls that share it.
     """
 
-    __slots__ = ("call", "values", "dims", "width", "a_ld_ok", "b_ld_ok", "epi_at")
+    __slots__ = ("call", "dims", "_buffer", "_pointers", "_params", "_scalar")
 
     _A, _B, _D, _FLAGS, _EPI = 4, 11, 18, 27, 28  # slot indices in KernelCall's parameter order
 
@@ -532,28 +532,42 @@ class RepeatLaunch:
             raise TypeError(f"kernel takes {len(kinds)} flattened parameters, got {len(values)}")
         assert (values[self._A], values[self._B], values[self._D]) == (a.ptr, b.ptr, d.ptr)
         grid = (-(-n // call.tile_n), -(-m // call.tile_m), call.slices)
-        self.call, self.values = call, values
+        self.call = call
         self.dims = grid + (tuple(call.block) + (1, 1))[:3]
-        self.width = 16 // a.itemsize
-        self.a_ld_ok, self.b_ld_ok = a.ld % self.width == 0, b.ld % self.width == 0
+        slots = len(kinds)
+        self._buffer = ctypes.create_string_buffer(8 * slots)
+        call.launch.format.pack_into(self._buffer, 0, *values)
+        base = ctypes.addressof(self._buffer)
+        self._pointers = (ctypes.c_void_p * slots)(*[base + 8 * i for i in range(slots)])
+        self._params = ctypes.addressof(self._pointers)
+        self._scalar = _SCALAR[kinds[self._EPI]]
 
-    def __call__(self, a_ptr: int, b_ptr: int, d_ptr: int, head: list | None, stream: int,
+    def __call__(self, a_ptr: int, b_ptr: int, d_ptr: int, scalars: Sequence, stream: int,
                  patches: Sequence[tuple[int, int]] = ()) -> None:
-        """Launch with these addresses; ``head`` (None: as recorded) replaces the first epilogue
-        slots, and each ``(index, value)`` of ``patches`` the epilogue slot at that index
-        (an epilogue array's new address)."""
-        values = self.values.copy()
-        values[4], values[11], values[18] = a_ptr, b_ptr, d_ptr
-        values[27] = ((FLAG_VEC_A if self.a_ld_ok and a_ptr % 16 == 0 else 0)
-                      | (FLAG_VEC_B if self.b_ld_ok and b_ptr % 16 == 0 else 0))
-        if head is not None:
-            values[28:28 + len(head)] = head
-        for index, value in patches:
-            values[28 + index] = value
+        """Launch with these addresses; ``scalars`` (alpha, and beta where C is read) go into
+        the first epilogue slots, and each ``(index, address)`` of ``patches`` into the
+        epilogue's (8-byte) slot at that index: C's address, an epilogue array's new address,
+        a split call's workspace."""
         call = self.call
+        launch = call.launch
+        buffer, address, scalar = self._buffer, _ADDRESS.pack_into, self._scalar.pack_into
         with call._lock:
-            call.launch.launch_checked(call._cu_stream(stream), self.dims, call.smem, values)
-
+            address(buffer, 32, a_ptr)  # slots 4, 11 and 18: the data pointers of A, B and D
+            address(buffer, 88, b_ptr)
+            address(buffer, 144, d_ptr)
+            at = 8 * self._EPI
+            for value in scalars:
+                try:
+                    scalar(buffer, at, value)
+                except OverflowError:  # beyond float32's range: inf, as the dtype's conversion gives
+                    scalar(buffer, at, float(np.float32(value)))
+                at += 8
+            for index, value in patches:
+                address(buffer, 8 * (self._EPI + index), value)
+            err, = launch._driver.cuLaunchKernel(launch._function, *self.dims, call.smem, call._cu_stream(stream),
+                                                 self._params, 0)
+        if err != launch._success:
+            raise RuntimeError(f"cuLaunchKernel failed: {err!r}")
 
 
 def launch_layout(compiled: Any) -> tuple[Any, list, tuple, tuple[int, int], int]:

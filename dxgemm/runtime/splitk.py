@@ -144,10 +144,10 @@ class SerialRepeat:
         self.counts_at = self.w_at + 7
         self.launch = split.call.repeat(a, b, d, m, n, k, [*epi_args, *split.extra_slots(m, n, 0, 0)])
 
-    def __call__(self, a_ptr: int, b_ptr: int, d_ptr: int, head: list | None, stream: int,
+    def __call__(self, a_ptr: int, b_ptr: int, d_ptr: int, scalars: Any, stream: int,
                  patches: Any = ()) -> None:
         w, counts = self.split.buffers(*self.mn, stream)
-        self.launch(a_ptr, b_ptr, d_ptr, head, stream, (*patches, (self.w_at, w), (self.counts_at, counts)))
+        self.launch(a_ptr, b_ptr, d_ptr, scalars, stream, (*patches, (self.w_at, w), (self.counts_at, counts)))
 
 
 class SplitKernelCall:
@@ -196,13 +196,13 @@ class SplitRepeat:
         self.part = split.part.repeat(a, b, stacked, m, n, k, split.plain_args)
         self.reduce = split.reduce.repeat(stacked, stride_view, d, m, n, split.slices, epi_args)
 
-    def __call__(self, a_ptr: int, b_ptr: int, d_ptr: int, head: list | None, stream: int,
+    def __call__(self, a_ptr: int, b_ptr: int, d_ptr: int, scalars: Any, stream: int,
                  patches: Any = ()) -> None:
         split = self.split
         core = split._core_device
         w = workspace(split.device, core, stream, core_stream(core, stream), self.nbytes)
-        self.part(a_ptr, b_ptr, w, None, stream)
-        self.reduce(w, w, d_ptr, head, stream, patches)
+        self.part(a_ptr, b_ptr, w, (), stream)  # the slices' kernel keeps its recorded alpha (1)
+        self.reduce(w, w, d_ptr, scalars, stream, patches)
 
 
 class SplitKCall:
@@ -458,11 +458,11 @@ class SimulatedRepeat:
     def __init__(self, call: SimulatedCall, a: Matrix, b: Matrix, d: Matrix, m: int, n: int, k: int, epi_args: list):
         self.call, self.a, self.b, self.d, self.mnk, self.epi = call, a, b, d, (m, n, k), list(epi_args)
 
-    def __call__(self, a_ptr: int, b_ptr: int, d_ptr: int, head: list | None, stream: int,
+    def __call__(self, a_ptr: int, b_ptr: int, d_ptr: int, scalars: Any, stream: int,
                  patches: Any = ()) -> None:
         epi = list(self.epi)
-        if head is not None:
-            epi[:len(head)] = head
+        for index, value in enumerate(scalars):  # alpha (and beta) in the dtype, as the kernel reads them
+            epi[index] = type(epi[index])(value)
         for index, value in patches:
             epi[index] = value
         self.call(dataclasses.replace(self.a, ptr=a_ptr), dataclasses.replace(self.b, ptr=b_ptr),
