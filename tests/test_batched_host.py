@@ -9,12 +9,7 @@ launch are recorded and compared with what each call's arrays require.  The GPU 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
+from ._standin import run_standin
 
 _SCRIPT = r"""
 import sys
@@ -93,9 +88,5 @@ print("OK", len(seen))
 
 
 def test_batched_repeat_calls_launch_with_each_calls_addresses(tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), DXGEMM_CACHE_DIR=str(tmp_path / "cache"))
-    env.pop("NUMBA_ENABLE_CUDASIM", None)
-    script = _SCRIPT.replace("BENCH", repr(str(ROOT / "benchmarks")))
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.startswith("OK"), out.stdout
+    stdout = run_standin(_SCRIPT, tmp_path / "cache")
+    assert stdout.startswith("OK"), stdout

@@ -13,12 +13,7 @@ The ``naive`` rung compiles in seconds; the slots are the same for every handwri
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
+from ._standin import run_standin
 
 _SCRIPT = r"""
 import ctypes, sys
@@ -103,9 +98,5 @@ print("OK", checked)
 
 
 def test_repeat_launch_passes_the_parameters_the_full_path_builds(tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), DXGEMM_CACHE_DIR=str(tmp_path / "cache"))
-    env.pop("NUMBA_ENABLE_CUDASIM", None)
-    script = _SCRIPT.replace("BENCH", repr(str(ROOT / "benchmarks")))
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=900)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.startswith("OK 14"), out.stdout
+    stdout = run_standin(_SCRIPT, tmp_path / "cache")
+    assert stdout.startswith("OK 14"), stdout
