@@ -217,11 +217,11 @@ def parse_shapes(text: str) -> list[tuple[int, int, int]]:
     return [tuple(int(x) for x in s.split("x")) for s in text.split(",") if s]  # type: ignore[misc]
 
 
-def time_calls(call: Callable[[], Any], repeats: int, batch: int, sync: Callable[[], None],
-               thread: list | None = None) -> tuple[float, float]:
-    """(CPU us, wall us) per call of ``call()``, over ``repeats`` calls in batches of ``batch``,
-    ``sync()`` between batches (not timed).  CPU time is the process's (every thread);
-    ``thread``, when given, receives the calling thread's alone."""
+def time_calls(call: Callable[[], Any], repeats: int, batch: int,
+               sync: Callable[[], None]) -> tuple[float, float, float]:
+    """(CPU us, thread CPU us, wall us) per call of ``call()``, over ``repeats`` calls in
+    batches of ``batch``, ``sync()`` between batches (not timed).  CPU time is the process's
+    (every thread), thread CPU time the calling thread's alone."""
     cpu = wall = own = 0.0
     done = 0
     while done < repeats:
@@ -234,9 +234,7 @@ def time_calls(call: Callable[[], Any], repeats: int, batch: int, sync: Callable
         wall += time.perf_counter() - w0
         done += count
         sync()
-    if thread is not None:
-        thread.append(own / repeats * 1e6)
-    return cpu / repeats * 1e6, wall / repeats * 1e6
+    return cpu / repeats * 1e6, own / repeats * 1e6, wall / repeats * 1e6
 
 
 def batch_for(call: Callable[[], Any], limit: int, standin: bool) -> int:
@@ -314,8 +312,8 @@ def measure(args: argparse.Namespace) -> list[dict]:
                     for _ in range(3):
                         baseline()
                 sync()
-                base_us, _ = time_calls(plain, args.repeats, batch_for(plain, args.batch, standin), sync)
-                fused_base_us, _ = time_calls(fused, args.repeats, batch_for(fused, args.batch, standin), sync)
+                base_us = time_calls(plain, args.repeats, batch_for(plain, args.batch, standin), sync)[0]
+                fused_base_us = time_calls(fused, args.repeats, batch_for(fused, args.batch, standin), sync)[0]
             for epi in args.epilogues:
                 def call() -> Any:
                     chain = E.bias(v) | E.gelu() if epi == "bias|gelu" else None
@@ -326,8 +324,7 @@ def measure(args: argparse.Namespace) -> list[dict]:
                 sync()
                 before = full_path()
                 batch = batch_for(call, args.batch, standin)
-                own: list = []
-                host_us, wall_us = time_calls(call, args.repeats, batch, sync, own)
+                host_us, thread_us, wall_us = time_calls(call, args.repeats, batch, sync)
                 repeats_full = full_path() - before
                 if args.profile:
                     _profile(call, args.profile, f"{dtype} {m}x{n}x{k} {epi}", args.profile_sort)
@@ -336,9 +333,9 @@ def measure(args: argparse.Namespace) -> list[dict]:
                     calls.clear()
                     return call()
 
-                first_us, _ = time_calls(first, args.first_repeats, args.first_repeats, sync)
+                first_us = time_calls(first, args.first_repeats, args.first_repeats, sync)[0]
                 rec = dict(suite="host_overhead", dtype=dtype, m=m, n=n, k=k, epilogue=epi,
-                           host_us=round(host_us, 2), thread_us=round(own[0], 2), wall_us=round(wall_us, 2),
+                           host_us=round(host_us, 2), thread_us=round(thread_us, 2), wall_us=round(wall_us, 2),
                            first_us=round(first_us, 2),
                            baseline="cupy.matmul" if base_us is not None else None,
                            baseline_host_us=None if base_us is None else round(base_us, 2),

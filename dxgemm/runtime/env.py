@@ -54,10 +54,11 @@ VARIABLES = ("DXGEMM_CACHE_DIR", "XDG_CACHE_HOME", "DXGEMM_AUTO_PIPELINE", "DXGE
 
 
 def _environment_reader():
-    """``os.environ.get`` for the variables a repeat call reads every time, without its
-    per-read key encoding: ``os.environ`` writes every change through to its ``_data``
-    mapping (encoded keys), so a lookup there sees what ``os.environ.get`` would, for a
-    dictionary read.  Falls back to ``os.environ.get`` where that mapping is not there."""
+    """``os.environ.get`` without its per-read key encoding, this module's one reader (a
+    repeat call reads several variables every time): ``os.environ`` writes every change
+    through to its ``_data`` mapping (encoded keys), so a lookup there sees what
+    ``os.environ.get`` would, for a dictionary read.  Falls back to ``os.environ.get``
+    where that mapping is not there."""
     data = getattr(os.environ, "_data", None)
     encode = getattr(os.environ, "encodekey", None)
     decode = getattr(os.environ, "decodevalue", None)
@@ -80,15 +81,15 @@ _get = _environment_reader()
 
 def cache_dir() -> Path:
     """``$DXGEMM_CACHE_DIR``, else the user cache directory for dxgemm."""
-    env = os.environ.get("DXGEMM_CACHE_DIR")
+    env = _get("DXGEMM_CACHE_DIR")
     if env:
         return Path(env).expanduser()
-    return _user_cache_dir(os.environ.get("XDG_CACHE_HOME"))
+    return _user_cache_dir(_get("XDG_CACHE_HOME"))
 
 
 def cache_dir_set() -> bool:
     """Whether ``DXGEMM_CACHE_DIR`` names the cache directory."""
-    return bool(os.environ.get("DXGEMM_CACHE_DIR"))
+    return bool(_get("DXGEMM_CACHE_DIR"))
 
 
 @functools.lru_cache(maxsize=None)
@@ -109,7 +110,7 @@ def auto_pipeline() -> bool:
 
 def compile_workers() -> int:
     """Processes a cold pipeline build spreads its NVRTC compiles over (``DXGEMM_COMPILE_WORKERS``)."""
-    text = os.environ.get("DXGEMM_COMPILE_WORKERS")
+    text = _get("DXGEMM_COMPILE_WORKERS")
     if text:
         return max(int(text), 1)
     return max(min((os.cpu_count() or 1) - 1, 12), 1)
@@ -117,12 +118,12 @@ def compile_workers() -> int:
 
 def c_compiler() -> str:
     """The C compiler for the stand-in driver (``CC``, default ``gcc``)."""
-    return os.environ.get("CC", "gcc")
+    return _get("CC", "gcc")
 
 
 def simulator_requested() -> bool:
     """Whether ``NUMBA_ENABLE_CUDASIM=1`` asks for Numba's CUDA simulator."""
-    return os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+    return _get("NUMBA_ENABLE_CUDASIM") == "1"
 
 
 def device_as() -> "DeviceInfo | None":
@@ -131,7 +132,7 @@ def device_as() -> "DeviceInfo | None":
     takes (an H100 choosing as an L40S, without the sm_90a pipeline).  Matched by record key
     or product name, ignoring case, spaces, ``-`` and ``_``; ValueError listing the records
     for any other name."""
-    text = os.environ.get("DXGEMM_DEVICE_AS", "").strip()
+    text = _get("DXGEMM_DEVICE_AS", "").strip()
     return _device_record(text) if text else None
 
 
@@ -149,7 +150,7 @@ def split_reduce() -> str | None:
     """How a handwritten split-K call sums its slices as ``DXGEMM_SPLIT_REDUCE`` forces it (None:
     unset, :func:`dxgemm.policy.split_sum_serial` chooses); ValueError for a value not in
     :data:`SPLIT_REDUCES`."""
-    text = os.environ.get("DXGEMM_SPLIT_REDUCE", "").strip().lower()
+    text = _get("DXGEMM_SPLIT_REDUCE", "").strip().lower()
     if not text:
         return None
     if text not in SPLIT_REDUCES:

@@ -195,6 +195,16 @@ def core_stream(device: Any, handle: int) -> Any:
     return stream
 
 
+def parameter_buffer(slots: int) -> tuple[Any, Any, int]:
+    """``(buffer, pointers, params)`` for a kernel of ``slots`` parameters, each in its own
+    8-byte slot of ``buffer``; ``pointers`` holds each slot's address and ``params`` is the
+    address of that array, what ``cuLaunchKernel`` takes as ``kernelParams``."""
+    buffer = ctypes.create_string_buffer(max(8 * slots, 8))
+    base = ctypes.addressof(buffer)
+    pointers = (ctypes.c_void_p * max(slots, 1))(*[base + 8 * i for i in range(slots)])
+    return buffer, pointers, ctypes.addressof(pointers)
+
+
 class PackedLaunch:
     """One kernel launched with ``cuLaunchKernel`` from parameters packed by one ``struct`` call.
 
@@ -209,10 +219,7 @@ class PackedLaunch:
     def __init__(self, kernel: Any, kinds: Sequence[str]):
         self.kinds = tuple(kinds)
         self.format = struct.Struct("=" + "".join(_SLOT_FORMATS[k] for k in self.kinds))
-        self._buffer = ctypes.create_string_buffer(max(8 * len(self.kinds), 8))
-        base = ctypes.addressof(self._buffer)
-        self._pointers = (ctypes.c_void_p * max(len(self.kinds), 1))(*[base + 8 * i for i in range(len(self.kinds))])
-        self._params = ctypes.addressof(self._pointers)
+        self._buffer, self._pointers, self._params = parameter_buffer(len(self.kinds))
         from cuda.bindings import driver
 
         # a CUkernel (cuda.core loads library kernels) is launched as a CUfunction (CUDA >= 12)
@@ -522,7 +529,7 @@ class RepeatLaunch:
 
     __slots__ = ("call", "dims", "_buffer", "_pointers", "_params", "_scalar")
 
-    _A, _B, _D, _FLAGS, _EPI = 4, 11, 18, 27, 28  # slot indices in KernelCall's parameter order
+    _A, _B, _D, _EPI = 4, 11, 18, 28  # slot indices in KernelCall's parameter order (27: the flags)
 
     def __init__(self, call: KernelCall, a: Matrix, b: Matrix, d: Matrix, m: int, n: int, k: int, epi_args: list):
         values = [*a.vector_slots(), *b.vector_slots(), *d.vector_slots(), m, n, k, a.ld, b.ld, d.ld,
@@ -534,12 +541,8 @@ class RepeatLaunch:
         grid = (-(-n // call.tile_n), -(-m // call.tile_m), call.slices)
         self.call = call
         self.dims = grid + (tuple(call.block) + (1, 1))[:3]
-        slots = len(kinds)
-        self._buffer = ctypes.create_string_buffer(8 * slots)
+        self._buffer, self._pointers, self._params = parameter_buffer(len(kinds))
         call.launch.format.pack_into(self._buffer, 0, *values)
-        base = ctypes.addressof(self._buffer)
-        self._pointers = (ctypes.c_void_p * slots)(*[base + 8 * i for i in range(slots)])
-        self._params = ctypes.addressof(self._pointers)
         self._scalar = _SCALAR[kinds[self._EPI]]
 
     def __call__(self, a_ptr: int, b_ptr: int, d_ptr: int, scalars: Sequence, stream: int,
@@ -552,9 +555,9 @@ class RepeatLaunch:
         launch = call.launch
         buffer, address, scalar = self._buffer, _ADDRESS.pack_into, self._scalar.pack_into
         with call._lock:
-            address(buffer, 32, a_ptr)  # slots 4, 11 and 18: the data pointers of A, B and D
-            address(buffer, 88, b_ptr)
-            address(buffer, 144, d_ptr)
+            address(buffer, 8 * self._A, a_ptr)  # the data pointers of A, B and D
+            address(buffer, 8 * self._B, b_ptr)
+            address(buffer, 8 * self._D, d_ptr)
             at = 8 * self._EPI
             for value in scalars:
                 try:
