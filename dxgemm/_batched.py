@@ -17,8 +17,9 @@ any shape that broadcasts to them), ``store`` a ``(*batch, m, n)`` target, and a
 function whose last parameter is named ``batch`` receives the entry's index (row-major over
 the batch shape).
 
-Every handwritten rung runs batched (``auto`` picks ``warptile``, ``tf32mma`` or, for
-``m == 1``, ``gemv``); K is not split, the batch fills the GPU instead.  The cuBLASDx
+Every handwritten rung runs batched (``auto`` picks ``warptile``, ``tf32mma``, on Hopper
+``tf32wgmma`` for large float32 entries, or, for ``m == 1``, ``gemv``); K is not split, the
+batch fills the GPU instead.  The cuBLASDx
 pipeline takes one matrix per launch: ``backend="pipeline"`` with a batch is refused.
 """
 
@@ -34,6 +35,7 @@ from ._checks import check_backend, check_extra, check_one_matrix, check_rung_fi
 from ._streams import stream_handle
 from .epilogues._base import AlphaBeta, Chain, EpilogueContext, Moved, Span, check_spans
 from .kernels import KernelSpec
+from .kernels._device import SIMULATOR
 from ._arrays import data_pointer
 from .runtime.batch_launch import launch_batched, strip_batch
 from .runtime.calls import output_factory
@@ -118,7 +120,7 @@ def batched_gemm(a: Any, b: Any, c: Any, alpha: Any, beta: Any, epilogue: Any, b
         info = device_info(device)
         check_rung_fits(backend, precision, info, device)
         backend, tile = policy.batched_choice(backend, dtype, m, n, k, count, single_rows=m == 1, traits=traits,
-                                              device=info, precision=precision)
+                                              device=info, precision=precision, wgmma=not SIMULATOR)
         spec = KernelSpec(dtype, op_a.entry.layout, op_b.entry.layout, op_d.entry.layout, bound.key, None, tile=tile)
         launch = launch_batched(backend, spec, bound, device, [op_a, op_b, op_d], m, n, k, handle)
     if key is not None and launch is not None and op_a.entry.obj is a and op_b.entry.obj is b:  # inputs not copied

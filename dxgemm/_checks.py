@@ -25,7 +25,7 @@ BACKENDS: tuple[str, ...] = RUNGS + ("tf32mma", "tf32wgmma", "pipeline")
 (the same on Hopper's ``wgmma``, :mod:`dxgemm.kernels.tf32wgmma`) and ``"pipeline"`` (cuBLASDx
 device pipeline on tensor cores, :mod:`dxgemm.pipelines`)."""
 
-ONE_MATRIX_BACKENDS: tuple[str, ...] = ("tf32wgmma", "pipeline")
+ONE_MATRIX_BACKENDS: tuple[str, ...] = ("pipeline",)
 """Backends that take one GEMM a launch: batched and grouped calls refuse them."""
 
 
@@ -34,7 +34,7 @@ def check_one_matrix(backend: str, what: str, unit: str = "matrix") -> None:
     one GEMM a launch."""
     if backend in ONE_MATRIX_BACKENDS:
         raise ValueError(f"backend={backend!r} takes one {unit} per launch; {what} runs on the handwritten "
-                         "kernels: use backend='auto', 'warptile' or 'tf32mma'")
+                         "kernels: use backend='auto', 'warptile', 'tf32mma' or 'tf32wgmma'")
 
 BACKEND_DTYPES: dict[str, tuple[np.dtype, ...]] = {
     name: (np.dtype(np.float32),) if name in policy.TF32_BACKENDS else (np.dtype(np.float32), np.dtype(np.float64))

@@ -34,6 +34,7 @@ from ._checks import (check_backend, check_extra, check_one_matrix, check_pair, 
 from ._streams import stream_handle
 from .epilogues._base import AlphaBeta, Chain, Epilogue, EpilogueContext, Span
 from .kernels import KernelSpec
+from .kernels._device import SIMULATOR
 from .runtime import env
 from .runtime.batch_launch import GroupedLaunch, is_device_array, launch_grouped, replace_at
 from .runtime.calls import epilogue_signature, output_factory
@@ -59,8 +60,9 @@ def grouped_gemm(problems: Sequence[Sequence[Any]], *, alpha: float = 1.0, beta:
             Their arrays may differ per problem (a contiguous vector each, like a bias);
             other arrays and every scalar must be the same.  A ``custom`` function whose last
             parameter is named ``batch`` receives the problem's index.
-        backend: ``"auto"``, ``"warptile"`` or ``"tf32mma"`` (float32), or another handwritten
-            rung; the cuBLASDx pipeline takes one problem per launch.
+        backend: ``"auto"``, ``"warptile"``, ``"tf32mma"`` or ``"tf32wgmma"`` (float32; the
+            second on Hopper), or another handwritten rung; the cuBLASDx pipeline takes one
+            problem per launch.
         precision: as for :func:`dxgemm.gemm`.
         stream: the stream to launch on; default the current stream of the first ``a``'s library.
 
@@ -142,7 +144,7 @@ def grouped_gemm(problems: Sequence[Sequence[Any]], *, alpha: float = 1.0, beta:
         check_rung_fits(backend, precision, info, device)
         backend, tile = policy.batched_choice(backend, dtype, m, n, k, len(live),
                                               single_rows=all(problems_run[g][3] == 1 for g in live), traits=traits,
-                                              device=info, precision=precision)
+                                              device=info, precision=precision, wgmma=not SIMULATOR)
         spec = KernelSpec(dtype, *layouts, bounds[0].key, None, tile=tile)
         launch = launch_grouped(backend, spec, [bounds[g] for g in live], device, [problems_run[g] for g in live],
                                 handle, ops[0][0].library, live)

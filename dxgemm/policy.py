@@ -29,7 +29,7 @@ from .gpus import H100, DeviceInfo, tf32_tensor_ratio
 
 __all__ = ["EpilogueTraits", "PRECISIONS", "resolve_precision", "choose_backend", "choose_tile", "choose_split_tile",
            "thin_orientation",
-           "split_part_tile", "choose_split_k", "choose_tf32_tile", "gemv_column",
+           "split_part_tile", "choose_split_k", "choose_tf32_tile", "choose_batched_tf32", "gemv_column",
            "pipeline_config", "pipeline_split_k", "check_split_count", "F64_BLOCK_COST", "MIN_SLICE_TILES", "tile_fits",
            "tile_smem", "warptile_resident", "PIPELINE_TARGETS"]
 
@@ -487,19 +487,42 @@ def choose_batched_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, c
 
 
 def batched_choice(backend: str, dtype: np.dtype, m: int, n: int, k: int, count: int, *, single_rows: bool,
-                   traits: "EpilogueTraits", device: DeviceInfo = H100, precision: str | None = None) -> tuple[str, str]:
+                   traits: "EpilogueTraits", device: DeviceInfo = H100, precision: str | None = None,
+                   wgmma: bool = False) -> tuple[str, str]:
     """``(backend, tile)`` of a batched or grouped call of ``count`` entries, ``m x n x k`` each (a
     grouped call: its largest problem's).  ``auto`` runs ``gemv`` where every entry is a single
     row (``single_rows``), else :func:`choose_backend` without the pipeline (it takes one matrix
-    per launch); ``tf32mma``'s tile is its precision, another rung's :func:`choose_batched_tile`."""
-    if backend == "auto":
+    per launch); a TF32 backend takes :func:`choose_batched_tf32`'s rung and tile (``wgmma``: the
+    caller can launch ``tf32wgmma``), another rung :func:`choose_batched_tile`."""
+    chosen = backend == "auto"
+    if chosen:
         backend = "gemv" if single_rows else choose_backend(
             dtype, m, n, k, pipeline=False, transcendental=traits.transcendental,
             medium_min_k=traits.medium_tile_min_k, device=device, precision=precision)
+    if backend == "tf32wgmma":
+        return backend, precision  # one tile a precision
     if backend in TF32_BACKENDS:
-        return backend, (tf32_thin_tile(precision, m, n) or f"{precision}_small" if min(m, n) <= 64
-                         else choose_tf32_tile(precision, m * count, n, k, device, split=False))
+        return choose_batched_tf32(precision, m, n, k, count, device, wgmma=wgmma and chosen)
     return backend, choose_batched_tile(backend, dtype, m, n, k, count, device, traits.medium_tile_min_k)
+
+
+def choose_batched_tf32(precision: str, m: int, n: int, k: int, count: int, device: DeviceInfo = H100, *,
+                        wgmma: bool = False) -> tuple[str, str]:
+    """``(backend, tile)`` of a float32 batch of ``count`` entries of ``m x n x k`` on the TF32
+    tensor cores.  An entry with a side of at most 64 takes ``tf32mma``'s thin or small tile
+    (a 128-wide tile would be mostly padding); otherwise the entries' outputs stacked
+    (``count * m`` rows, never split over K: the batch fills the GPU) choose as one call does,
+    ``tf32mma``'s tile by :func:`choose_tf32_tile` against ``tf32wgmma``'s by the same wave
+    model (:data:`TF32_WGMMA_COST`) where ``wgmma`` and :func:`tf32_wgmma_fits` allow it."""
+    if min(m, n) <= 64:
+        return "tf32mma", tf32_thin_tile(precision, m, n) or f"{precision}_small"
+    rows = m * count
+    tile = choose_tf32_tile(precision, rows, n, k, device, split=False)
+    if wgmma and tf32_wgmma_fits(device):
+        mma = _tf32_cost(tile, TF32_TILE_COST[tile.removeprefix(precision)], rows, n, k, device, False)
+        if _tf32_cost(precision, TF32_WGMMA_COST[precision], rows, n, k, device, False) <= mma:
+            return "tf32wgmma", precision
+    return "tf32mma", tile
 
 
 def choose_split_tile(m: int, n: int) -> str:

@@ -25,6 +25,7 @@ import pytest
 
 import dxgemm
 from dxgemm import policy, testing
+from dxgemm.testing import tf32_bound
 
 pytestmark = pytest.mark.gpu
 
@@ -32,7 +33,6 @@ M, N = 24, 40  # small outputs: long K stays quick, and neither side is a tile m
 KS = [1, 16, 24, 48, 96, 128, 129, 257, 4096, 16384, 65536]  # short K: the blocked FMA sum up to 128 (policy.TF32X3_MIN_K), the TF32 rungs from 129
 KINDS = ["normal", "wide_exponent", "same_sign", "positive_outer", "cancellation", "row_col_scale",
          "near_underflow"]
-TF32_UNIT = 2.0**-11  # TF32 keeps 10 mantissa bits: round-to-nearest unit round-off
 
 
 @pytest.fixture(scope="module")
@@ -87,11 +87,6 @@ def test_ieee(cp, kind, k):
     testing.assert_close(d, a, b, np.dtype(np.float32))
 
 
-def _tf32_bound(k: int) -> float:
-    """One TF32 pass: each product's operands rounded to TF32 (2 x 2^-11), summed in float32."""
-    return 2 * TF32_UNIT + (k + 2) * 2.0**-24  # input rounding + the float32 sum's worst case
-
-
 def _pipeline_or_skip() -> None:
     from dxgemm.runtime.pipeline import availability
 
@@ -103,13 +98,13 @@ def _pipeline_or_skip() -> None:
 @pytest.mark.parametrize("k", KS)
 @pytest.mark.parametrize("kind", ["normal", "same_sign", "wide_exponent"])
 def test_tf32(cp, kind, k, backend):
-    """One TF32 pass (:func:`_tf32_bound`), through ``auto`` and through the pipeline's TF32 kernel."""
+    """One TF32 pass (:func:`dxgemm.testing.tf32_bound`), through ``auto`` and through the pipeline's TF32 kernel."""
     if backend == "pipeline":
         _pipeline_or_skip()
     a, b, a_d, b_d = _inputs(cp, kind, k, seed=k + 11)
     d = _run(cp, a_d, b_d, precision="tf32", backend=backend)
     err = testing.relative_error(d, a, b)
-    assert err <= _tf32_bound(k), f"TF32 error {err:.3g} exceeds {_tf32_bound(k):.3g} at K = {k}"
+    assert err <= tf32_bound(k), f"TF32 error {err:.3g} exceeds {tf32_bound(k):.3g} at K = {k}"
     # and it is TF32, not silently float32: some error of TF32's size on random data, wherever a
     # TF32 path runs (auto runs IEEE warptile on a GPU without one: an L40S, or DXGEMM_DEVICE_AS=L40S)
     tf32_here = backend == "pipeline" or "tf32mma" in dxgemm.available_backends(0)
@@ -139,7 +134,7 @@ def test_tf32_pipeline_layouts_edges_epilogue(cp, shape, layouts):
     expect = 0.75 * (a @ b) - 0.5 * c32 + v32
     err = float(np.max(np.abs(cp.asnumpy(d) - expect) / (0.75 * (np.abs(a) @ np.abs(b)) + 0.5 * np.abs(c32)
                                                           + np.abs(v32))))
-    assert err <= _tf32_bound(k), f"TF32 error {err:.3g} exceeds {_tf32_bound(k):.3g}"
+    assert err <= tf32_bound(k), f"TF32 error {err:.3g} exceeds {tf32_bound(k):.3g}"
 
 
 @pytest.mark.parametrize("k", [16384, 65536])

@@ -14,7 +14,7 @@ import pytest
 
 import dxgemm
 from dxgemm import epilogues as E
-from dxgemm.testing import assert_close, check_float32_contract
+from dxgemm.testing import assert_close, check_float32_contract, relative_error, tf32_bound
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
@@ -43,15 +43,61 @@ def _entries(got, a, b, dtype, *, then=None, picks=None, contract=True):
             assert_close(got[index], a64, b64, np.dtype(dtype), unbiased=False)
 
 
+def _wgmma_or_skip():
+    if "tf32wgmma" not in dxgemm.available_backends():
+        pytest.skip("tf32wgmma runs on Hopper (sm_90a) only")
+
+
 @pytest.mark.parametrize("backend, dtype", [("auto", np.float64), ("auto", np.float32), ("warptile", np.float32),
-                                            ("naive", np.float64)])
+                                            ("naive", np.float64), ("tf32wgmma", np.float32), ("tf32mma", np.float32)])
 def test_broadcast_batch_at_edge_sizes(rng, backend, dtype):
+    if backend == "tf32wgmma":
+        _wgmma_or_skip()
     m, n, k = (129, 95, 257) if backend == "naive" else (300, 260, 1000)
     a = cp.asarray((rng.uniform(0.5, 1.0, (3, 1, m, k)) * 2.0 ** rng.integers(-6, 7, (3, 1, m, k))).astype(dtype))
     b = cp.asarray(rng.standard_normal((2, k, n)).astype(dtype))
     d = cp.full((3, 2, m, n), cp.nan, dtype)
     dxgemm.gemm(a, b, d, backend=backend)
-    _entries(d, a, b, dtype, contract=backend == "auto")
+    _entries(d, a, b, dtype, contract=backend in ("auto", "tf32wgmma", "tf32mma"))
+
+
+@pytest.mark.parametrize("precision", ["tf32x3", "tf32"])
+def test_wgmma_batch_with_reversed_transposed_entries_and_a_bias_each(rng, precision):
+    """tf32wgmma over a batch: a negative batch stride, column-major B entries, edge tiles on
+    both sides and a bias per entry (a moved epilogue array); tf32x3 held to the float32
+    contract, one TF32 pass to TF32's bound (:func:`dxgemm.testing.tf32_bound`)."""
+    _wgmma_or_skip()
+    batch, m, n, k = 5, 200, 330, 777
+    a_host = rng.uniform(0.5, 1.5, (batch, m, k)).astype(np.float32)
+    b_host = rng.standard_normal((batch, k, n)).astype(np.float32)
+    a = cp.asarray(a_host[::-1].copy())[::-1]
+    b = cp.asarray(np.swapaxes(b_host, 1, 2).copy()).swapaxes(1, 2)
+    v = cp.asarray(rng.standard_normal((batch, n)).astype(np.float32))
+    d = cp.full((batch, m, n), cp.nan, np.float32)
+    dxgemm.gemm(a, b, d, epilogue=E.bias(v), backend="tf32wgmma", precision=precision)
+    vh = cp.asnumpy(v)
+    got = cp.asnumpy(d)
+    assert not np.isnan(got).any(), "an output element was left unwritten"
+    for i in range(batch):
+        a64, b64 = a_host[i].astype(np.float64), b_host[i].astype(np.float64)
+        c64 = np.broadcast_to(vh[i].astype(np.float64), (m, n))  # the bias as C with beta = 1
+        if precision == "tf32x3":
+            sgemm = cp.asnumpy(cp.matmul(cp.asarray(a_host[i]), cp.asarray(b_host[i]))) + vh[i][None, :]
+            check_float32_contract(got[i].astype(np.float64), a64, b64, sgemm=sgemm, beta=1.0, c=c64)
+        else:
+            err = relative_error(got[i].astype(np.float64), a64, b64, beta=1.0, c=c64)
+            assert err <= tf32_bound(k), (i, err, tf32_bound(k))
+
+
+def test_batch_past_the_grid_limit(rng):
+    """More entries than gridDim.z takes (65535): each block runs several entries in turn."""
+    count, m, n, k = 70000, 9, 10, 11
+    a = cp.asarray(rng.uniform(0.5, 1.5, (count, m, k)))
+    b = cp.asarray(rng.standard_normal((count, k, n)))
+    d = cp.full((count, m, n), cp.nan)
+    dxgemm.gemm(a, b, d)
+    assert not bool(cp.isnan(d).any())
+    _entries(d, a, b, np.float64, picks=[(0,), (65534,), (65535,), (69999,)])
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -116,10 +162,12 @@ def test_beta_reads_each_entry_of_c(rng):
         assert_close(cp.asnumpy(c[i]), ah[i], bh, np.dtype(np.float64), alpha=0.5, beta=-2.0, c=c0[i], unbiased=False)
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_grouped_problems_of_every_shape(rng, dtype):
+@pytest.mark.parametrize("dtype, backend", [(np.float64, "auto"), (np.float32, "auto"), (np.float32, "tf32wgmma")])
+def test_grouped_problems_of_every_shape(rng, dtype, backend):
     """Problems of different m, n, k (tile edges, a single row, K = 0, an empty one), each with its
     own bias, in one launch."""
+    if backend == "tf32wgmma":
+        _wgmma_or_skip()
     shapes = [(300, 260, 1000), (1, 4096, 512), (129, 1, 77), (0, 64, 64), (64, 64, 0), (2048, 512, 1024),
               (17, 33, 5)]
     problems, host, biases = [], [], []
@@ -130,7 +178,7 @@ def test_grouped_problems_of_every_shape(rng, dtype):
         host.append((a, b, v))
         problems.append((cp.asarray(a), cp.asarray(b), cp.full((m, n), cp.nan, dtype)))
         biases.append(cp.asarray(v))
-    outs = dxgemm.grouped_gemm(problems, epilogue=[E.bias(v) | E.relu() for v in biases])
+    outs = dxgemm.grouped_gemm(problems, epilogue=[E.bias(v) | E.relu() for v in biases], backend=backend)
     for g, ((a, b, v), out) in enumerate(zip(host, outs)):
         assert out is problems[g][2]
         got = cp.asnumpy(out)

@@ -71,9 +71,35 @@ def test_auto_takes_wgmma_on_hopper_where_the_wave_model_says(precision):
     assert policy.choose_split_k("tf32wgmma", np.float32, 256, 256, 65536, precision, h100) == 1
 
 
+@pytest.mark.parametrize("precision", ["tf32x3", "tf32"])
+def test_batches_take_wgmma_on_hopper_where_the_wave_model_says(precision):
+    """A batch chooses as its entries' outputs stacked would: wgmma for many large entries, tf32mma
+    where an entry has a side of at most 64, where the caller cannot launch wgmma, and off Hopper."""
+    h100, traits = DEVICES["H100"], policy.EpilogueTraits()
+    f32 = np.dtype(np.float32)
+
+    def choice(m, n, k, count, device=h100, **kw):
+        return policy.batched_choice("auto", f32, m, n, k, count, single_rows=m == 1, traits=traits, device=device,
+                                     precision=precision, **kw)
+
+    for m, n, k, count in ((512, 512, 512, 256), (4096, 4096, 1024, 8), (1024, 1024, 1024, 16)):
+        assert choice(m, n, k, count, wgmma=True) == ("tf32wgmma", precision), (m, n, k, count)
+        assert choice(m, n, k, count)[0] == "tf32mma"  # the caller cannot launch it (the simulator)
+    assert choice(64, 64, 256, 4096, wgmma=True) == ("tf32mma", f"{precision}_small")
+    assert choice(4096, 16, 1024, 8, wgmma=True)[0] == "tf32mma"
+    for name, device in DEVICES.items():
+        if tuple(device.cc) != (9, 0):
+            assert choice(512, 512, 512, 256, device, wgmma=True)[0] != "tf32wgmma", name
+    # named backends keep their rung
+    assert policy.batched_choice("tf32wgmma", f32, 512, 512, 512, 4, single_rows=False, traits=traits,
+                                 precision=precision, wgmma=True) == ("tf32wgmma", precision)
+    assert policy.batched_choice("tf32mma", f32, 512, 512, 512, 256, single_rows=False, traits=traits,
+                                 precision=precision, wgmma=True)[0] == "tf32mma"
+
+
 def test_refused_with_a_clear_error_where_it_cannot_run():
     """Under Numba's simulator (this suite) the backend is not available, and asking for it says
-    why; float64, batches and groups are refused naming what they take instead."""
+    why, for one matrix, a batch and a group alike; float64 is refused naming what it takes."""
     assert "tf32wgmma" in dxgemm.BACKENDS and dxgemm.BACKEND_DTYPES["tf32wgmma"] == (np.dtype(np.float32),)
     assert "tf32wgmma" not in dxgemm.available_backends()
     from numba import cuda
@@ -89,7 +115,7 @@ def test_refused_with_a_clear_error_where_it_cannot_run():
     with pytest.raises(TypeError, match="float32 only"):
         dxgemm.gemm(a64, cuda.to_device(rng.standard_normal((7, 5))), backend="tf32wgmma")
     batch = cuda.to_device(rng.standard_normal((2, 9, 7)).astype(np.float32))
-    with pytest.raises(ValueError, match="one matrix per launch"):
+    with pytest.raises(ValueError, match="tf32wgmma.*wgmma.*simulator"):  # batches run it on Hopper
         dxgemm.gemm(batch, b, backend="tf32wgmma")
-    with pytest.raises(ValueError, match="one problem per launch"):
+    with pytest.raises(ValueError, match="tf32wgmma.*wgmma.*simulator"):
         dxgemm.grouped_gemm([(a, b)], backend="tf32wgmma")

@@ -129,7 +129,7 @@ def compile_rung(backend: str, spec: KernelSpec, epi_type, **overrides) -> Compi
     global _compiles
     numba_devices_ready()
     module = importlib.import_module(f".{backend}", __name__)
-    if spec.batch and spec.batch[0] == "grouped" and backend in ("warptile", "tf32mma"):
+    if spec.batch and spec.batch[0] == "grouped" and backend in ("warptile", "tf32mma", "tf32wgmma"):
         # the grid covers the largest problem: a raster over gridDim would send a smaller
         # problem's blocks to tiles outside it, so each block takes the tile at its own index
         overrides = dict(overrides, group_m=0)

@@ -18,7 +18,9 @@ values in one trailing tuple argument::
     batch = (count, e_1, ..., e_{R-1}, then per operand (A, B, D, each moved epilogue array):
              stride_0, ..., stride_{R-1}, shift)
 
-A grid of ``gz`` along z (at most 65535) walks entries ``blockIdx.z, blockIdx.z + gz, ...``.
+A grid of ``gz`` along z (at most 65535) walks entries ``blockIdx.z, blockIdx.z + gz, ...``,
+with a barrier between two entries of one block: the body's last reads of shared memory (a
+store staged there) must be done before the next entry's loads overwrite it.
 A ``custom`` epilogue that asks for the entry's index (its ``batch`` parameter) gets ``z``
 through the argument tuple (:class:`~dxgemm.epilogues.BatchIndex`).  Split-K kernels, whose
 own ``blockIdx.z`` is the K slice, are not batched.
@@ -71,6 +73,7 @@ def wrap(pyfunc: Callable, rank: int, moved: tuple[tuple[int, ...], ...],
         lines.append(f"        o{j} = uint64({terms})")
     arg_expr = _rebuild("epi_args", epi_shape, (), {p: j for j, p in enumerate(moved)}, set(index_paths))
     lines.append(f"        body(a[o0:], b[o1:], d[o2:], m, n, k, lda, ldb, ldd, flags, {arg_expr})")
+    lines.append("        cuda.syncthreads()  # the body's shared memory is free before the next entry's loads")
     lines.append("        z += int64(cuda.gridDim.z)")
     source = "\n".join(lines) + "\n"
     namespace = {"cuda": cuda, "body": body, "int64": np.int64, "uint64": np.uint64}
@@ -130,6 +133,7 @@ def wrap_grouped(pyfunc: Callable, tile_m: int, tile_n: int, moved: tuple[tuple[
     arg_expr = _rebuild("epi_args", epi_shape, (), {p: j for j, p in enumerate(moved)}, set(), subst)
     lines.append("            body(a[table[row + 7]:], b[table[row + 8]:], d[table[row + 9]:], mz, nz, table[row + 2], "
                  f"table[row + 3], table[row + 4], table[row + 5], table[row + 6], {arg_expr})")
+    lines.append("        cuda.syncthreads()  # the body's shared memory is free before the next problem's loads")
     lines.append("        z += int64(cuda.gridDim.z)")
     source = "\n".join(lines) + "\n"
     namespace = {"cuda": cuda, "body": body, "int64": np.int64}

@@ -262,8 +262,6 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
         raise ValueError(f"tf32wgmma computes float32 GEMMs, got dtype {spec.dtype}")
     if SIMULATOR:
         raise NotImplementedError("tf32wgmma issues wgmma, which Numba's CUDA simulator cannot run")
-    if spec.batch:
-        raise ValueError("tf32wgmma computes one GEMM a launch; batches and groups run on tf32mma")
     cfg = dict(tile_config(spec.tile), **overrides)
     mode = cfg["mode"]
     if mode not in MODES:

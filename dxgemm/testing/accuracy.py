@@ -291,6 +291,17 @@ def relative_error(result: Any, a: Any, b: Any, *, alpha: float = 1.0, beta: flo
     return float(xp.max(rel)) if rel.size else 0.0
 
 
+TF32_UNIT = 2.0**-11
+"""TF32's unit round-off: it keeps 10 mantissa bits, rounded to nearest."""
+
+
+def tf32_bound(k: int) -> float:
+    """The error bound of one TF32 pass (``precision="tf32"``) relative to ``|A| @ |B|`` (as
+    :func:`relative_error` measures): each product's operands rounded to TF32 (``2 x 2^-11``),
+    summed over ``k`` in float32."""
+    return 2 * TF32_UNIT + (k + 2) * 2.0**-24
+
+
 def float32_contract(error: float, sgemm_error: float) -> bool:
     """Issue 34's float32 contract: ``error <= max(2 * sgemm_error, 2^-22)``."""
     return bool(error <= max(2.0 * sgemm_error, CONTRACT_FLOOR))
