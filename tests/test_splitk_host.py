@@ -223,3 +223,43 @@ def test_kept_buffers_reuse_grow_in_stream_order_and_keep_keys_apart():
     assert replaced and device.log[-1] == ("allocate", doubled, 2048, "s7")
     kept.release()  # at exit: every buffer, retired ones too, freed
     assert sorted(e[1] for e in device.log if e[0] == "close") == sorted([first, other, bigger, doubled])
+
+
+def test_a_dropped_kept_buffers_frees_nothing_until_exit(monkeypatch):
+    """A buffer must not be freed on the stream it was allocated on when its KeptBuffers dies
+    (a pipeline kernel unloaded, a kept call forgotten): that stream may be destroyed, and the
+    driver crashes freeing on it.  The buffers wait for exit, freed on the default stream."""
+    import gc
+
+    from dxgemm.runtime import launch
+
+    class Dying(_Buffer):
+        """As a cuda.core buffer: freed once, and when the last reference goes, on its allocation stream."""
+
+        def close(self, stream=None):
+            if self.handle:
+                super().close(stream)
+                self.handle = 0
+
+        def __del__(self):
+            self.close("its allocation stream")
+
+    class Device(_Device):
+        def allocate(self, nbytes, stream=None):
+            self.log.append(("allocate", 0x1000 * (len(self.log) + 1)))
+            return Dying(self.log[-1][1], nbytes, self.log)
+
+    monkeypatch.setattr(launch, "_ORPHANS", [])
+    device, kept = Device(), launch.KeptBuffers()
+    live, _ = kept.get(1, device, "s1", 64)
+    retired, _ = kept.get(2, device, "s2", 64)
+    newer, _ = kept.get(2, device, "s2", 256)
+    del kept
+    gc.collect()
+    assert not any(entry[0] == "close" for entry in device.log)
+    assert sorted(buf.handle for buf in launch._ORPHANS) == sorted([live, retired, newer])
+    launch._release_kept_buffers()
+    closed = [e for e in device.log if e[0] == "close"]
+    assert sorted(e[1] for e in closed) == sorted([live, retired, newer])
+    assert "its allocation stream" not in [e[2] for e in closed]
+    assert launch._ORPHANS == []

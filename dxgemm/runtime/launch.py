@@ -320,6 +320,11 @@ class KeptBuffers:
     under PyTorch's capture the buffer comes from PyTorch's allocator (the graph's private
     pool, kept alive here for the graph's replays); under any other capture the call raises,
     asking for one call on that stream before the capture.
+
+    A cuda.core buffer freed without a stream is freed on the stream it was allocated on, and
+    that stream (the caller's) may be destroyed by then: freeing on a destroyed stream crashes
+    the driver.  So the buffers never die with this object: when it is dropped (its kernel
+    unloaded) they join the orphans, freed at exit on their device's default stream.
     """
 
     def __init__(self) -> None:
@@ -329,6 +334,7 @@ class KeptBuffers:
         self._retired: list[Any] = []
         self._lock = threading.Lock()
         _ALL_KEPT.add(self)
+        weakref.finalize(self, _adopt, self._buffers, self._retired).atexit = False  # exit: release()
 
     def release(self) -> None:
         """Free every buffer now, on its device's default stream: at exit, while the driver still
@@ -337,17 +343,7 @@ class KeptBuffers:
             buffers = list(self._buffers.values()) + self._retired
             self._buffers.clear()
             self._retired.clear()
-        for buf in buffers:
-            try:
-                device_id = getattr(buf, "device_id", None)
-                if device_id is None:
-                    buf.close()
-                    continue
-                from cuda.core import Device
-
-                buf.close(Device(device_id).default_stream)
-            except Exception:  # noqa: BLE001 - at exit: nothing left to report to
-                pass
+        _close_on_default_streams(buffers)
 
     def size(self, key: Any) -> int:
         """Bytes of the buffer kept for ``key`` (0 when none is)."""
@@ -381,13 +377,40 @@ class KeptBuffers:
 
 
 _ALL_KEPT: "weakref.WeakSet[KeptBuffers]" = weakref.WeakSet()
+_ORPHANS: list = []
+"""The buffers of every dropped :class:`KeptBuffers`, kept alive until exit."""
+
+
+def _adopt(buffers: dict, retired: list) -> None:
+    """A dropped KeptBuffers' finalizer: its buffers join :data:`_ORPHANS` instead of being freed."""
+    _ORPHANS.extend(list(buffers.values()) + list(retired))
+
+
+def _close_on_default_streams(buffers: list) -> None:
+    """Free each buffer on its device's default stream (never on the stream it was allocated
+    on, which may be gone); errors are dropped: this runs at exit, with nothing left to report to."""
+    for buf in buffers:
+        try:
+            device_id = getattr(buf, "device_id", None)
+            if device_id is None:
+                buf.close()
+                continue
+            from cuda.core import Device
+
+            buf.close(Device(device_id).default_stream)
+        except Exception:  # noqa: BLE001
+            pass
 
 
 @atexit.register
 def _release_kept_buffers() -> None:
-    """Free the kept buffers before the interpreter's teardown (:meth:`KeptBuffers.release`)."""
+    """Free the kept buffers before the interpreter's teardown (:meth:`KeptBuffers.release`),
+    the orphans of dropped ones too."""
     for kept in list(_ALL_KEPT):
         kept.release()
+    orphans = list(_ORPHANS)
+    _ORPHANS.clear()
+    _close_on_default_streams(orphans)
 
 
 def _torch_capturing() -> bool:
