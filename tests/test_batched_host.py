@@ -90,3 +90,67 @@ print("OK", len(seen))
 def test_batched_repeat_calls_launch_with_each_calls_addresses(tmp_path):
     stdout = run_standin(_SCRIPT, tmp_path / "cache")
     assert stdout.startswith("OK"), stdout
+
+
+_GROUPED_SCRIPT = r"""
+import sys
+sys.path.insert(0, BENCH)
+import host_overhead
+host_overhead.activate_standin()
+import numpy as np
+import cupy as cp
+import dxgemm
+from dxgemm.epilogues import bias
+from dxgemm.runtime import batch_launch
+
+uploads = []
+def upload(host, library, handle, like):
+    uploads.append((handle, host.copy()))
+    return cp.empty(host.shape, host.dtype)
+batch_launch._device_table = upload
+
+def problems(spacer=0):
+    out = []
+    for m in (5, 40, 1):
+        out.append((cp.empty((m, 33), np.float64), cp.empty((33, 17), np.float64), cp.empty((m, 17), np.float64)))
+        if spacer:
+            cp.empty((spacer,), np.float64)  # the next problem lies further on: other offsets in the table
+    return out
+
+first = problems()
+for _ in range(3):  # the same problems: one upload, then the kept table
+    dxgemm.grouped_gemm(first, backend="naive")
+assert len(uploads) == 1, len(uploads)
+table = uploads[0][1]
+assert table[0] == 3 and list(table[1:4]) == [5, 17, 33], table[:12]
+dxgemm.grouped_gemm(first, backend="naive", stream=77)  # another stream: its own copy
+assert len(uploads) == 2 and uploads[-1][0] == 77
+again = problems()  # new arrays laid out alike: the table holds offsets from the lowest address, the same
+dxgemm.grouped_gemm(again, backend="naive")
+assert len(uploads) == 2
+moved = problems(spacer=1000)  # other offsets: a new table
+dxgemm.grouped_gemm(moved, backend="naive")
+assert len(uploads) == 3 and not np.array_equal(uploads[-1][1], table)
+# a bias each: the table holds their offsets, so a new bias is a new table
+vs = [cp.empty((17,), np.float64) for _ in range(3)]
+dxgemm.grouped_gemm(moved, epilogue=[bias(v) for v in vs], backend="naive")
+dxgemm.grouped_gemm(moved, epilogue=[bias(v) for v in vs], backend="naive")
+assert len(uploads) == 4, len(uploads)
+
+# under a capture: the kept table is used; a new one is refused with the reason
+batch_launch.stream_is_capturing = lambda handle: True
+dxgemm.grouped_gemm(moved, backend="naive")
+try:
+    dxgemm.grouped_gemm(problems(spacer=3000), backend="naive")
+except RuntimeError as e:
+    assert "capture" in str(e) and "before the capture" in str(e), e
+else:
+    raise AssertionError("a table upload during a capture was not refused")
+assert len(uploads) == 4
+print("OK", len(uploads))
+"""
+
+
+def test_grouped_calls_reuse_their_table_and_refuse_an_upload_in_a_capture(tmp_path):
+    stdout = run_standin(_GROUPED_SCRIPT, tmp_path / "cache")
+    assert stdout.startswith("OK"), stdout

@@ -32,7 +32,7 @@ def test_tf32_is_tf32():
     a, b, a_d, b_d = _operands("normal")
     d = dxgemm.gemm(a_d, b_d, precision="tf32").copy_to_host()
     err = testing.relative_error(d, a.astype(np.float64), b.astype(np.float64))
-    assert 2.0**-20 < err <= 2 * 2.0**-11 + (K + 2) * 2.0**-24
+    assert 2.0**-20 < err <= testing.tf32_bound(K)
 
 
 @pytest.mark.parametrize("dtype, kwargs, error, match", [

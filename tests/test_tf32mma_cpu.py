@@ -16,6 +16,7 @@ import pytest
 from numba import cuda, typeof
 
 from dxgemm import epilogues as E
+from dxgemm import testing
 from dxgemm.epilogues import Chain, EpilogueContext
 from dxgemm.epilogues._base import AlphaBeta
 from dxgemm.kernels import KernelSpec, Layout, compile_rung, vector_flags
@@ -26,7 +27,7 @@ SMALL = dict(threads=64, BM=32, BN=16, BK=16, WM=16, WN=16, stages=3, group_m=2)
 SMALL_FOLD = 2
 
 U_F32 = 2.0**-24  # float32 unit roundoff
-U_TF32 = 2.0**-11  # TF32 (10 stored mantissa bits), rounded to nearest
+U_TF32 = testing.TF32_UNIT  # TF32 (10 stored mantissa bits), rounded to nearest
 
 
 def run_tf32mma(a: np.ndarray, b: np.ndarray, mode: str = "tf32x3", layouts: str = "rrr", epilogue=None,

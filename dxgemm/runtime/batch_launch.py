@@ -20,7 +20,7 @@ from ..epilogues._base import BatchIndex, Moved
 from ..kernels import FLAG_VEC_A, FLAG_VEC_B, KernelSpec, vector_flags
 from ..kernels._device import SIMULATOR
 from ..kernels.batch_entries import MAX_GRID_Z
-from .launch import cu_stream, flat_values
+from .launch import cu_stream, flat_values, stream_is_capturing
 from .rungs import numba_kernel, rung_call
 
 __all__ = ["strip_batch", "merge_dims", "launch_batched"]
@@ -273,6 +273,7 @@ class GroupedLaunch:
         self.max_n = max(p[4] for p in problems)
         self.backend = backend
         self.call = None if SIMULATOR else rung_call(backend, self.spec, self.bound, device)
+        self._tables: dict[int, tuple[bytes, Any]] = {}  # per stream: the last table's bytes and its device copy
 
     def moved_views(self, addresses: list[list[int]], owner: Any) -> tuple[list, list[list[int]]] | None:
         """Each moved epilogue array's view and per-problem offsets for the arrays at
@@ -327,7 +328,7 @@ class GroupedLaunch:
                 *flats, 0, 0, 0, 0, 0, 0, 0, args, cuda.to_device(table_host))
             return
         call = self.call
-        table = _device_table(table_host, self.library, handle, owner)
+        table = self._table(table_host, handle, owner)
         slots: list = []
         for base, span in views:
             span = max(span, 1)
@@ -336,6 +337,26 @@ class GroupedLaunch:
         grid = (-(-self.max_n // call.tile_n), -(-self.max_m // call.tile_m), self.gz)
         with call._lock:
             call.launch(cu_stream(handle), grid, call.block, call.smem, params)
+
+
+    def _table(self, host: np.ndarray, handle: int, owner: Any) -> Any:
+        """The device copy of ``host`` for a launch on stream ``handle``: the one the last call on
+        that stream uploaded when the table is the same (the same problems at the same addresses:
+        a repeat call, and a call being captured into a CUDA graph after one on that stream,
+        where no copy from host memory may be made), else a new upload, kept for the next."""
+        data = host.tobytes()
+        kept = self._tables.get(handle)
+        if kept is not None and kept[0] == data:
+            return kept[1]
+        if stream_is_capturing(handle):
+            raise RuntimeError("grouped_gemm inside a CUDA graph capture uploads its problem table from host memory, "
+                               "which a capture does not allow; call it once on the capturing stream with the same "
+                               "arrays before the capture (the table is then reused)")
+        table = _device_table(host, self.library, handle, owner)
+        if len(self._tables) >= 8:  # a few streams are usual; more start over rather than grow
+            self._tables.clear()
+        self._tables[handle] = (data, table)
+        return table
 
 
 def _at(value: Any, path: tuple[int, ...]) -> Any:

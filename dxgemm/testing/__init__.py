@@ -13,7 +13,7 @@
 
 from .accuracy import (CONTRACT_FLOOR, STAT_C, assert_close, bias_ratio, bias_threshold, check,
                        check_float32_contract, check_unbiased, error_bound, float32_contract, magnitude, reference,
-                       relative_error, statistical_bound, tf32_bound, underflow_floor)
+                       relative_error, statistical_bound, tf32_bound, underflow_floor, TF32_UNIT)
 from .data import KINDS, make_data
 
 # kept for callers that reached the private helper (dxgemm.epilogues.reference)
@@ -21,4 +21,4 @@ from .accuracy import _xp  # noqa: F401
 
 __all__ = ["error_bound", "statistical_bound", "underflow_floor", "magnitude", "reference", "check", "assert_close",
            "bias_ratio", "bias_threshold", "check_unbiased", "relative_error", "float32_contract",
-           "check_float32_contract", "tf32_bound", "make_data", "KINDS", "STAT_C", "CONTRACT_FLOOR"]
+           "check_float32_contract", "tf32_bound", "TF32_UNIT", "make_data", "KINDS", "STAT_C", "CONTRACT_FLOOR"]
