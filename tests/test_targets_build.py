@@ -1,4 +1,4 @@
-"""Every handwritten rung, gemv's tiles and tf32mma's tiles in both modes build for each target GPU (CPU only).
+"""Every handwritten rung, gemv's tiles and tf32mma's main tiles in both modes build for each target GPU (CPU only).
 
 Runs ``tools/build_targets.py`` in a fresh process (the suite runs under Numba's simulator,
 which compiles nothing): one kernel of each rung, NVVM PTX and ptxas (through nvJitLink) for

@@ -61,11 +61,11 @@ KNOWN = {
 
 def kernels(extended: bool = False):
     """``(backend, dtype, tile)``: one kernel of every rung (float32; warptile in both dtypes, its
-    float64 tile the DMMA one), gemv's row and column tiles, the split-K reduce, every tf32mma
-    tile of the default mode and one-pass tf32's 128x128 tile (``tf32mma.CONFIGS``), tf32wgmma's
-    tf32x3 kernel, and the split parts whose registers differ from their
-    tiles'; ``extended`` (``--all``, the committed table): also one-pass tf32's smaller tiles on both
-    rungs, tf32x3's 128x128 split part and a serial split kernel of each rung
+    float64 tile the DMMA one), gemv's row and column tiles, the split-K reduce, tf32mma's 128x128
+    and 64x64 tiles of the default mode and one-pass tf32's 128x128 tile (``tf32mma.CONFIGS``),
+    tf32wgmma's tf32x3 kernel, and the split parts whose registers differ from their
+    tiles'; ``extended`` (``--all``, the committed table): also the thin tiles and one-pass tf32's
+    smaller tiles on both rungs, tf32x3's 128x128 split part and a serial split kernel of each rung
     (``DXGEMM_SPLIT_REDUCE=serial``), left out of CI's run for time."""
     from dxgemm.kernels.tf32mma import CONFIGS
     from dxgemm.kernels.tf32wgmma import CONFIGS as WGMMA_CONFIGS
@@ -73,9 +73,10 @@ def kernels(extended: bool = False):
     out = [(rung, "float32", "large") for rung in RUNGS]
     out += [("warptile", "float64", "tiny"), ("gemv", "float64", "large"), ("gemv", "float32", "rows"),
             ("gemv", "float64", "rows_deep"), ("splitk_reduce", "float64", "large")]
-    # every tile of the default mode, tf32x3; of one-pass tf32 the 128x128 tile (``extended``: all of them)
+    # the default mode's 128x128 and 64x64 tiles, of one-pass tf32 the 128x128 tile (``extended``: every
+    # tile of both, the thin ones too)
     out += [("tf32mma", "float32", tile) for tile in CONFIGS if tile != "large" and "_split" not in tile
-            and (tile.startswith("tf32x3") or tile == "tf32" or extended)]
+            and (tile in ("tf32x3", "tf32x3_small", "tf32") or extended)]
     out += [("tf32wgmma", "float32", tile) for tile in WGMMA_CONFIGS  # built for sm_90a only
             if tile == "tf32x3" or extended]
     # the split parts whose registers differ from their tile's (the thin and 64-wide ones match theirs)
