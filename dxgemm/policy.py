@@ -271,10 +271,14 @@ def choose_tf32_rung(precision: str, m: int, n: int, k: int, device: DeviceInfo 
     if (not wgmma or not tf32_wgmma_fits(device) or tf32_thin_tile(precision, m, n) is not None
             or min(m, n) <= 64):
         return "tf32mma", tile
-    chosen = _tf32_cost(tile, TF32_TILE_COST[tile.removeprefix(precision)], m, n, k, device, True)
-    if _tf32_cost(precision, TF32_WGMMA_COST[precision], m, n, k, device, False) <= chosen:
-        return "tf32wgmma", precision
-    return "tf32mma", tile
+    return ("tf32wgmma", precision) if _wgmma_cheaper(precision, tile, m, n, k, device, True) else ("tf32mma", tile)
+
+
+def _wgmma_cheaper(precision: str, tile: str, m: int, n: int, k: int, device: DeviceInfo, split: bool) -> bool:
+    """Whether the wave model costs ``tf32wgmma``'s 128x128 tile (unsplit) at most ``tf32mma``'s
+    ``tile`` (with its K split when ``split``) for an ``m x n x k`` call."""
+    mma = _tf32_cost(tile, TF32_TILE_COST[tile.removeprefix(precision)], m, n, k, device, split)
+    return _tf32_cost(precision, TF32_WGMMA_COST[precision], m, n, k, device, False) <= mma
 
 
 def resolve_precision(dtype: Any, backend: str, precision: str | None) -> str | None:
@@ -518,10 +522,8 @@ def choose_batched_tf32(precision: str, m: int, n: int, k: int, count: int, devi
         return "tf32mma", tf32_thin_tile(precision, m, n) or f"{precision}_small"
     rows = m * count
     tile = choose_tf32_tile(precision, rows, n, k, device, split=False)
-    if wgmma and tf32_wgmma_fits(device):
-        mma = _tf32_cost(tile, TF32_TILE_COST[tile.removeprefix(precision)], rows, n, k, device, False)
-        if _tf32_cost(precision, TF32_WGMMA_COST[precision], rows, n, k, device, False) <= mma:
-            return "tf32wgmma", precision
+    if wgmma and tf32_wgmma_fits(device) and _wgmma_cheaper(precision, tile, rows, n, k, device, False):
+        return "tf32wgmma", precision
     return "tf32mma", tile
 
 

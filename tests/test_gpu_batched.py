@@ -43,16 +43,9 @@ def _entries(got, a, b, dtype, *, then=None, picks=None, contract=True):
             assert_close(got[index], a64, b64, np.dtype(dtype), unbiased=False)
 
 
-def _wgmma_or_skip():
-    if "tf32wgmma" not in dxgemm.available_backends():
-        pytest.skip("tf32wgmma runs on Hopper (sm_90a) only")
-
-
 @pytest.mark.parametrize("backend, dtype", [("auto", np.float64), ("auto", np.float32), ("warptile", np.float32),
                                             ("naive", np.float64), ("tf32wgmma", np.float32), ("tf32mma", np.float32)])
 def test_broadcast_batch_at_edge_sizes(rng, backend, dtype):
-    if backend == "tf32wgmma":
-        _wgmma_or_skip()
     m, n, k = (129, 95, 257) if backend == "naive" else (300, 260, 1000)
     a = cp.asarray((rng.uniform(0.5, 1.0, (3, 1, m, k)) * 2.0 ** rng.integers(-6, 7, (3, 1, m, k))).astype(dtype))
     b = cp.asarray(rng.standard_normal((2, k, n)).astype(dtype))
@@ -61,12 +54,12 @@ def test_broadcast_batch_at_edge_sizes(rng, backend, dtype):
     _entries(d, a, b, dtype, contract=backend in ("auto", "tf32wgmma", "tf32mma"))
 
 
+@pytest.mark.parametrize("backend", ["tf32wgmma"])  # named, so conftest skips it where it cannot run
 @pytest.mark.parametrize("precision", ["tf32x3", "tf32"])
-def test_wgmma_batch_with_reversed_transposed_entries_and_a_bias_each(rng, precision):
+def test_wgmma_batch_with_reversed_transposed_entries_and_a_bias_each(rng, precision, backend):
     """tf32wgmma over a batch: a negative batch stride, column-major B entries, edge tiles on
     both sides and a bias per entry (a moved epilogue array); tf32x3 held to the float32
     contract, one TF32 pass to TF32's bound (:func:`dxgemm.testing.tf32_bound`)."""
-    _wgmma_or_skip()
     batch, m, n, k = 5, 200, 330, 777
     a_host = rng.uniform(0.5, 1.5, (batch, m, k)).astype(np.float32)
     b_host = rng.standard_normal((batch, k, n)).astype(np.float32)
@@ -74,7 +67,7 @@ def test_wgmma_batch_with_reversed_transposed_entries_and_a_bias_each(rng, preci
     b = cp.asarray(np.swapaxes(b_host, 1, 2).copy()).swapaxes(1, 2)
     v = cp.asarray(rng.standard_normal((batch, n)).astype(np.float32))
     d = cp.full((batch, m, n), cp.nan, np.float32)
-    dxgemm.gemm(a, b, d, epilogue=E.bias(v), backend="tf32wgmma", precision=precision)
+    dxgemm.gemm(a, b, d, epilogue=E.bias(v), backend=backend, precision=precision)
     vh = cp.asnumpy(v)
     got = cp.asnumpy(d)
     assert not np.isnan(got).any(), "an output element was left unwritten"
@@ -166,8 +159,6 @@ def test_beta_reads_each_entry_of_c(rng):
 def test_grouped_problems_of_every_shape(rng, dtype, backend):
     """Problems of different m, n, k (tile edges, a single row, K = 0, an empty one), each with its
     own bias, in one launch."""
-    if backend == "tf32wgmma":
-        _wgmma_or_skip()
     shapes = [(300, 260, 1000), (1, 4096, 512), (129, 1, 77), (0, 64, 64), (64, 64, 0), (2048, 512, 1024),
               (17, 33, 5)]
     problems, host, biases = [], [], []

@@ -338,12 +338,12 @@ class GroupedLaunch:
         with call._lock:
             call.launch(cu_stream(handle), grid, call.block, call.smem, params)
 
-
     def _table(self, host: np.ndarray, handle: int, owner: Any) -> Any:
         """The device copy of ``host`` for a launch on stream ``handle``: the one the last call on
-        that stream uploaded when the table is the same (the same problems at the same addresses:
-        a repeat call, and a call being captured into a CUDA graph after one on that stream,
-        where no copy from host memory may be made), else a new upload, kept for the next."""
+        that stream uploaded when the table is the same (it holds offsets from the lowest
+        addresses, so a repeat call on arrays laid out alike, and a call being captured into a
+        CUDA graph after one on that stream, where no copy from host memory may be made), else
+        a new upload, kept for the next."""
         data = host.tobytes()
         kept = self._tables.get(handle)
         if kept is not None and kept[0] == data:
