@@ -467,6 +467,14 @@ four blocks of 8 rows per SM) and from four times that K on any number; else a w
 fast, 16384 rows at K = 1024-4096 up to 2x slower (``docs/performance.md``)."""
 
 
+GEMV_BATCHED_BLOCKS_PER_SM = 8
+"""A batch of single rows runs ``gemv``'s ``"batched"`` tile (blocks of 32 outputs, 256-512
+threads) from this many of its blocks an SM, enough to fill every SM several times over;
+below that the batch is too short to hide the drain of a block with so few lanes an output,
+and the single call's tile (64 lanes an output) keeps more loads in flight
+(``benchmarks/results/h200_gemv_batched_tiles.log``)."""
+
+
 def gemv_column(m: int, n: int) -> bool:
     """Whether ``auto`` runs a single-column problem (``n == 1``, a matrix times a vector) on
     ``gemv``'s ``"rows"`` tile: every element of A is used once, so streaming A at full
@@ -480,7 +488,10 @@ def choose_batched_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, c
     """The tile of a batched call: ``count`` entries of ``m x n`` fill the GPU together, so the
     tile is chosen as for their outputs stacked (``count * m`` rows, :func:`choose_tile`), then
     made the smallest (64x64, ``"tiny"``) where an entry is narrower than the tile on either side
-    (a larger tile would be mostly padding)."""
+    (a larger tile would be mostly padding).  ``gemv`` over single rows takes its ``"batched"``
+    tile where its blocks (32 outputs each) number at least :data:`GEMV_BATCHED_BLOCKS_PER_SM` an SM."""
+    if backend == "gemv":
+        return "batched" if m == 1 and count * -(-n // 32) >= GEMV_BATCHED_BLOCKS_PER_SM * device.sm_count else "large"
     if backend != "warptile":
         return "large"
     tile = choose_tile(backend, dtype, m * count, n, k, device, medium_min_k)

@@ -96,6 +96,22 @@ def test_auto_float32_single_rows_take_gemv():
     _check_broadcast("auto", np.float32, ((2, 1, 9), (2, 9, 7)))
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("how_b", ["row", "T"])
+def test_single_rows_on_gemvs_batched_tile(monkeypatch, dtype, how_b):
+    """gemv's ``"batched"`` tile (chosen where a batch of single rows fills the GPU; forced here):
+    K = 200 runs its eight-load loop, the four-load one and the tail; 40 columns leave a part block."""
+    from dxgemm import policy
+
+    monkeypatch.setattr(policy, "GEMV_BATCHED_BLOCKS_PER_SM", 0)
+    assert policy.choose_batched_tile("gemv", np.dtype(dtype), 1, 40, 200, 2) == "batched"
+    a = data((2, 1, 200), dtype, "wide")
+    b = data((2, 200, 40), dtype)
+    v = data((2, 40), dtype, "wide")
+    got = dxgemm.gemm(on_device(a), on_device(b, how_b), epilogue=E.bias(on_device(v))).copy_to_host()
+    check_entries(got, a, b, dtype, then=lambda i, x: x + v[i].astype(np.float64)[None, :])
+
+
 def _check_broadcast(backend, dtype, shapes):
     a = data(shapes[0], dtype)
     b = data(shapes[1], dtype, "wide")

@@ -151,3 +151,18 @@ def test_single_column_tiles_follow_k_and_the_sm_count():
     assert policy.choose_tile("gemv", f32, m, 1, 4096, small) == "rows"
     assert policy.choose_tile("gemv", f32, m, 1, 4096, big) == "rows_deep"
     assert policy.choose_tile("gemv", f32, 1, 4096, 4096, H100) == "large"  # one row: the row tile
+
+
+def test_batched_single_rows_take_the_batched_gemv_tile_where_the_batch_fills_the_gpu():
+    """Single-row entries run gemv's ``"batched"`` tile from GEMV_BATCHED_BLOCKS_PER_SM of its
+    blocks (32 outputs each) an SM, on any device's SM count; else the single call's tile."""
+    for name in ("H100", "RTX 4090", "B200"):
+        device = DEVICES[name]
+        need = policy.GEMV_BATCHED_BLOCKS_PER_SM * device.sm_count
+        for dtype in (np.dtype(np.float32), np.dtype(np.float64)):
+            assert policy.choose_batched_tile("gemv", dtype, 1, 32 * need, 4096, 1, device) == "batched"
+            assert policy.choose_batched_tile("gemv", dtype, 1, 32 * need - 32, 4096, 1, device) == "large"
+            assert policy.choose_batched_tile("gemv", dtype, 1, 4096, 64, -(-need // 128), device) == "batched"
+            assert policy.choose_batched_tile("gemv", dtype, 1, 4096, 4096, 2, device) == "large"
+            assert policy.batched_choice("auto", dtype, 1, 4096, 4096, 32, single_rows=True,
+                                         traits=policy.EpilogueTraits(), device=device) == ("gemv", "batched")

@@ -579,14 +579,26 @@ def test_custom_function_numba_cannot_compile():
     assert "returns_a_pair" in pair and "must return a number" in pair and "UniTuple(float64 x 2)" in pair
 
 
-@pytest.mark.parametrize("m, n, tile", [(70, 46, "split_narrow"), (46, 70, "split_wide"), (100, 70, "split")])
+def _short_slices(monkeypatch):
+    """Split-K tests under the simulator: the policy's split limits (F64_MIN_SLICE_K 256,
+    TF32MMA_MIN_SLICE_K 256 and TF32MMA_SPLIT_MIN_K 512, tuned for the GPU) cut to 64 / 64 / 128,
+    so that a call of two or four slices simulates a quarter of the K; the slicing, the sum and
+    the epilogue do not depend on a slice's length beyond a K tile (32)."""
+    from dxgemm import policy
+
+    monkeypatch.setattr(policy, "F64_MIN_SLICE_K", 64)
+    monkeypatch.setattr(policy, "TF32MMA_MIN_SLICE_K", 64)
+    monkeypatch.setattr(policy, "TF32MMA_SPLIT_MIN_K", 128)
+
+
+@pytest.mark.parametrize("m, n, tile", [(70, 46, "split_narrow"), (46, 70, "split_wide"), (70, 66, "split")])
 def test_float64_warptile_split_k(monkeypatch, rng, m, n, tile):
     """float64 warptile calls whose split tiles would fill at most half the SMs, with K from
     F64_SPLIT_MIN_K, run as K slices into a workspace, then one reduce that applies alpha, beta
     with C, and the epilogue (row/col-dependent: a value sent to the wrong element shows), here
     into column-major D (the kernel-level tests store row-major).  The simulator is told of 2
     SMs: one tile (128x64 for 46 columns, 64x128 for 46 rows, else 128x128), two slices; and
-    of a split from K = 512 (two slices of F64_MIN_SLICE_K), a quarter of the simulated work."""
+    of a split from two slices of a shortened F64_MIN_SLICE_K (:func:`_short_slices`)."""
     import dataclasses
 
     import dxgemm._gemm as gemm_module
@@ -594,6 +606,7 @@ def test_float64_warptile_split_k(monkeypatch, rng, m, n, tile):
     from dxgemm.runtime.device import H100
 
     monkeypatch.setattr(gemm_module, "device_info", lambda device=None: dataclasses.replace(H100, sm_count=2))
+    _short_slices(monkeypatch)
     k = 2 * policy.F64_MIN_SLICE_K
     monkeypatch.setattr(policy, "F64_SPLIT_MIN_K", k)
     assert policy.choose_split_tile(m, n) == tile
@@ -621,6 +634,7 @@ def test_float64_thin_tiles(monkeypatch, rng, m, n, k, tile):
     from dxgemm.runtime.device import H100
 
     if k == "deep":
+        _short_slices(monkeypatch)
         k = 4 * policy.F64_MIN_SLICE_K
         monkeypatch.setattr(policy, "F64_SPLIT_MIN_K", k)
     two_sms = dataclasses.replace(H100, sm_count=2)
@@ -637,7 +651,7 @@ def test_float64_thin_tiles(monkeypatch, rng, m, n, k, tile):
 
 @pytest.mark.parametrize("dtype, backend, m, n, k, tile, slices", [
     (np.float64, "warptile", 131, 13, "deep", "split_n16", 2),  # two 128x16 tiles, two slices each
-    (np.float32, "tf32mma", 60, 60, 600, "tf32x3_small_split", 2),  # one 64x64 tile
+    (np.float32, "tf32mma", 60, 60, 150, "tf32x3_small_split", 2),  # one 64x64 tile, the shortened split limits
 ])
 def test_serial_split_k(monkeypatch, rng, dtype, backend, m, n, k, tile, slices):
     """DXGEMM_SPLIT_REDUCE=serial: a split call's slices are summed in the slices' own kernel by
@@ -650,7 +664,8 @@ def test_serial_split_k(monkeypatch, rng, dtype, backend, m, n, k, tile, slices)
     from dxgemm import policy
     from dxgemm.runtime.device import H100
 
-    if k == "deep":  # two minimum slices, F64_SPLIT_MIN_K patched down to them (a quarter of the real limit's work)
+    _short_slices(monkeypatch)
+    if k == "deep":  # two minimum slices, F64_SPLIT_MIN_K patched down to them
         k = 2 * policy.F64_MIN_SLICE_K
         monkeypatch.setattr(policy, "F64_SPLIT_MIN_K", k)
     two_sms = dataclasses.replace(H100, sm_count=2)

@@ -136,12 +136,24 @@ def test_custom_reads_its_entry_of_a_table(rng):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_single_row_entries_take_gemv(rng, dtype):
-    a = cp.asarray(rng.uniform(0.5, 1.5, (32, 1, 4096)).astype(dtype))
-    b = cp.asarray(rng.standard_normal((32, 4096, 1000)).astype(dtype))
-    d = cp.full((32, 1, 1000), cp.nan, dtype)
+@pytest.mark.parametrize("tile", ["large", "batched"])
+def test_single_row_entries_take_gemv(rng, dtype, tile):
+    """A short batch of single rows runs gemv's single-call tile, a long one its ``"batched"`` tile
+    (n is chosen from this GPU's SM count so that the batch just reaches it, a part block at the edge)."""
+    from dxgemm import policy
+    from dxgemm.runtime.device import device_info
+
+    sms = device_info(cp.cuda.Device().id).sm_count
+    count, k = 32, 4096
+    n = 1000 if tile == "large" else 32 * -(-policy.GEMV_BATCHED_BLOCKS_PER_SM * sms // count) - 27
+    if tile == "large":
+        count = 2
+    assert policy.choose_batched_tile("gemv", np.dtype(dtype), 1, n, k, count, device_info(cp.cuda.Device().id)) == tile
+    a = cp.asarray(rng.uniform(0.5, 1.5, (count, 1, k)).astype(dtype))
+    b = cp.asarray(rng.standard_normal((count, k, n)).astype(dtype))
+    d = cp.full((count, 1, n), cp.nan, dtype)
     dxgemm.gemm(a, b, d)
-    _entries(d, a, b, dtype, picks=[(0,), (31,)])
+    _entries(d, a, b, dtype, picks=[(0,), (count - 1,)])
 
 
 def test_beta_reads_each_entry_of_c(rng):

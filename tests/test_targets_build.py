@@ -27,5 +27,6 @@ def test_every_rung_builds_and_fits_every_target(tmp_path):
     table = (tmp_path / "t.txt").read_text()
     for cc in ("8.0", "8.9", "9.0", "10.0", "12.0"):
         for kernel in ("warptile/tiny float64", "tf32mma/tf32x3 float32", "tf32mma/tf32 float32", "naive/large",
-                       "tf32mma/tf32x3_small float32", "gemv/rows float32", "gemv/rows_deep float64"):
+                       "tf32mma/tf32x3_small float32", "gemv/rows float32", "gemv/rows_deep float64",
+                       "gemv/batched float32"):
             assert any(line.split()[:1] == [cc] and kernel in line for line in table.splitlines()), (cc, kernel)

@@ -30,6 +30,12 @@ lanes of one row; column-major: 16 rows at two k).  The grid's first dimension w
 output columns, its second blocks of rows.  ``"rows_deep"`` gives each row of a row-major A
 four warps (128 lanes), for long K on few rows, where eight rows a block would leave too
 few loads in flight to stream A at full bandwidth.
+
+The tile ``"batched"`` is for a batch of single rows (``dxgemm.policy.choose_batched_tile``),
+where the batch, not K, supplies the parallelism: with B row-major a warp covers 32 adjacent
+outputs, an output gets 8 (float64) or 16 (float32) lanes and each thread eight loads in
+flight (:data:`BATCHED_TILES`).  The single-call tile's 64 lanes and 1024-thread blocks leave
+one block an SM, idle while a block drains and the next starts; this one keeps several.
 """
 
 from __future__ import annotations
@@ -38,6 +44,13 @@ from numba import cuda
 
 from ._device import U, make_offset
 from ._spec import BuiltKernel, KernelSpec, Layout
+
+
+BATCHED_TILES = {"float64": (32, 8, 8), "float32": (32, 16, 8)}
+"""The ``"batched"`` tile where B's K is not contiguous: (outputs a block, lanes an output, loads in flight
+a thread), per dtype.  A batch brings its own parallelism, so a block can give each output fewer lanes
+than a single call's (a short partial sum, a block of 256-512 threads, several blocks an SM) and a warp
+32 adjacent outputs (one 128- or 256-byte line per load)."""
 
 
 def build(spec: KernelSpec) -> BuiltKernel:
@@ -53,11 +66,16 @@ def build(spec: KernelSpec) -> BuiltKernel:
     # K contiguous: a warp is 32 lanes of one output.  Otherwise a warp is 16 outputs x 2
     # lanes (two 64/128-byte pieces of a line), so 4096 outputs make 256 blocks, two per SM.
     cols, lanes = (8, 32) if k_fast else (16, 64)
+    unroll = 4
     if spec.tile == "rows_deep" and k_fast:  # few rows, long K: four warps a row keep more loads in flight
         cols, lanes = 2, 128
+    if spec.tile == "batched" and not k_fast:
+        cols, lanes, unroll = BATCHED_TILES[spec.dtype.name]
+
+    width = max(33, cols + 1)
 
     def gemv(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args):
-        partial = cuda.shared.array((lanes, 33), nb)
+        partial = cuda.shared.array((lanes, width), nb)
         if k_fast:
             lane = U(cuda.threadIdx.x)
             c = U(cuda.threadIdx.y)
@@ -76,8 +94,23 @@ def build(spec: KernelSpec) -> BuiltKernel:
         acc1 = zero
         acc2 = zero
         acc3 = zero
+        acc4 = zero
+        acc5 = zero
+        acc6 = zero
+        acc7 = zero
         if live:
             i = lane
+            if unroll == 8:
+                while i + U(7 * lanes) < kk:  # eight independent loads in flight per thread
+                    acc0 += a[a_off(row, i, U(lda))] * b[b_off(i, col, U(ldb))]
+                    acc1 += a[a_off(row, i + U(lanes), U(lda))] * b[b_off(i + U(lanes), col, U(ldb))]
+                    acc2 += a[a_off(row, i + U(2 * lanes), U(lda))] * b[b_off(i + U(2 * lanes), col, U(ldb))]
+                    acc3 += a[a_off(row, i + U(3 * lanes), U(lda))] * b[b_off(i + U(3 * lanes), col, U(ldb))]
+                    acc4 += a[a_off(row, i + U(4 * lanes), U(lda))] * b[b_off(i + U(4 * lanes), col, U(ldb))]
+                    acc5 += a[a_off(row, i + U(5 * lanes), U(lda))] * b[b_off(i + U(5 * lanes), col, U(ldb))]
+                    acc6 += a[a_off(row, i + U(6 * lanes), U(lda))] * b[b_off(i + U(6 * lanes), col, U(ldb))]
+                    acc7 += a[a_off(row, i + U(7 * lanes), U(lda))] * b[b_off(i + U(7 * lanes), col, U(ldb))]
+                    i += U(8 * lanes)
             while i + U(3 * lanes) < kk:  # four independent loads in flight per thread
                 acc0 += a[a_off(row, i, U(lda))] * b[b_off(i, col, U(ldb))]
                 acc1 += a[a_off(row, i + U(lanes), U(lda))] * b[b_off(i + U(lanes), col, U(ldb))]
@@ -87,7 +120,7 @@ def build(spec: KernelSpec) -> BuiltKernel:
             while i < kk:
                 acc0 += a[a_off(row, i, U(lda))] * b[b_off(i, col, U(ldb))]
                 i += U(lanes)
-        partial[lane, c] = (acc0 + acc1) + (acc2 + acc3)
+        partial[lane, c] = ((acc0 + acc1) + (acc2 + acc3)) + ((acc4 + acc5) + (acc6 + acc7))
         cuda.syncthreads()
         if lane == U(0) and live:
             total = zero
