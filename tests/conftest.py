@@ -32,6 +32,9 @@ def pytest_configure(config):
     config.addinivalue_line("filterwarnings", "ignore:Grid size")
     if not _gpu_run(config):
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+        from tests import _fast_simulator
+
+        _fast_simulator.install()
 
 
 def pytest_collection_modifyitems(config, items):
