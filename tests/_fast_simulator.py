@@ -1,19 +1,23 @@
-"""Two scheduling shortcuts for Numba's CUDA simulator, so the CPU suite fits CI's time budget.
+"""Three shortcuts for Numba's CUDA simulator, so the CPU suite fits CI's time budget.
 
-The simulator runs every CUDA thread as a Python thread, and two of its habits cost more than
-the kernels' own arithmetic (a warptile launch ran ~3x faster with both shortcuts):
+The simulator runs every CUDA thread as a Python thread, and three of its habits cost more than
+the kernels' own arithmetic (with these shortcuts a small warptile launch ran ~4x faster):
 
 * every device-function call enters ``swapped_cuda_module``: two lock round trips and, when
   the module's count drops to zero between calls, a scan of the module's globals.  With a
   hundred threads calling the epilogue chain per element, the threads queue on that lock.
   Here each launch swaps the ``cuda`` name of every loaded ``dxgemm`` and ``tests`` module
-  once, for the whole launch, and device functions from those modules are called directly.
+  once, for the whole launch (generated code, exec'd with its own globals, on its first call), and
+  device functions are then called directly.
   What the functions see is unchanged: the launch's fake ``cuda`` module.
-* the block manager polls its threads for ``syncthreads`` in a loop that never gives up the
-  GIL between passes, so the threads it waits for run only when the interpreter preempts it.
-  Here each pass yields first (``time.sleep(0)``); the barrier rule is the simulator's.
+* the block manager polls its threads for ``syncthreads`` in a loop that holds the GIL, so the
+  threads it waits for run only when the interpreter preempts it.  Here a block's barrier is
+  a condition variable: the last thread to arrive (or to exit) releases the others, and the
+  manager sleeps until the block ends or a thread fails.  The barrier rule is the simulator's.
+* ``cuda.shared.array`` identifies an allocation by its caller's file and line through a walk
+  of the whole stack (a file stat per frame); here it reads the caller's frame alone.
 
-Both replace private simulator functions, so :func:`install` checks that they are there and
+All three replace private simulator functions, so :func:`install` checks that they are there and
 leaves the simulator as it is otherwise (the suite is then only slower).
 """
 
