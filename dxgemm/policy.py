@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .kernels.gemv import BATCHED_TILES as GEMV_BATCHED_TILES
 from .kernels.warptile import CONFIGS as WARPTILE_CONFIGS
 from .kernels.warptile import TILE_CONFIGS as WARPTILE_TILES
 from .pipelines.config import (_DEEP_K_TILES_F64, _SHALLOW_K_TILES, _SHALLOW_K_TILES_TF32, CONFIGS, MAX_SPLIT_K, SIMT_FLOAT32_MAX_SIDE,
@@ -491,7 +492,8 @@ def choose_batched_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, c
     (a larger tile would be mostly padding).  ``gemv`` over single rows takes its ``"batched"``
     tile where its blocks (32 outputs each) number at least :data:`GEMV_BATCHED_BLOCKS_PER_SM` an SM."""
     if backend == "gemv":
-        return "batched" if m == 1 and count * -(-n // 32) >= GEMV_BATCHED_BLOCKS_PER_SM * device.sm_count else "large"
+        cols = GEMV_BATCHED_TILES[np.dtype(dtype).name][0]
+        return "batched" if m == 1 and count * -(-n // cols) >= GEMV_BATCHED_BLOCKS_PER_SM * device.sm_count else "large"
     if backend != "warptile":
         return "large"
     tile = choose_tile(backend, dtype, m * count, n, k, device, medium_min_k)

@@ -6,10 +6,9 @@ the kernels' own arithmetic (with these shortcuts a small warptile launch ran ~4
 * every device-function call enters ``swapped_cuda_module``: two lock round trips and, when
   the module's count drops to zero between calls, a scan of the module's globals.  With a
   hundred threads calling the epilogue chain per element, the threads queue on that lock.
-  Here each launch swaps the ``cuda`` name of every loaded ``dxgemm`` and ``tests`` module
-  once, for the whole launch (generated code, exec'd with its own globals, on its first call), and
-  device functions are then called directly.
-  What the functions see is unchanged: the launch's fake ``cuda`` module.
+  Here a launch swaps the ``cuda`` name in a device function's globals on the function's first
+  call and keeps it swapped until the launch ends; calls are then direct.  What the functions
+  see is unchanged: the launch's fake ``cuda`` module.
 * the block manager polls its threads for ``syncthreads`` in a loop that holds the GIL, so the
   threads it waits for run only when the interpreter preempts it.  Here a block's barrier is
   a condition variable: the last thread to arrive (or to exit) releases the others, and the
@@ -31,7 +30,7 @@ import types
 
 def install() -> bool:
     """Patch the simulator in place; returns whether it did.  Call after ``NUMBA_ENABLE_CUDASIM=1``."""
-    from numba import config, cuda
+    from numba import config
 
     if not config.ENABLE_CUDASIM:
         return False
@@ -40,13 +39,13 @@ def install() -> bool:
 
     needed = (
         hasattr(sim_kernel, "_push_kernel_context"),
-        hasattr(sim_kernel, "_get_kernel_context"),
-        hasattr(sim_kernel.FakeCUDAKernel, "__call__"),
+        hasattr(sim_kernel, "_kernel_context"),
+        hasattr(sim_kernel, "FakeCUDAKernel"),
         hasattr(sim_kernel.BlockManager, "run"),
         hasattr(sim_kernel, "BlockThread"),
         hasattr(sim_kernel.BlockThread, "syncthreads"),
         hasattr(kernelapi, "swapped_cuda_module"),
-        hasattr(kernelapi, "FakeCUDAShared"),
+        hasattr(getattr(kernelapi, "FakeCUDAShared", None), "array"),
     )
     if not all(needed) or getattr(sim_kernel, "_dxgemm_fast", False):
         return False
@@ -63,17 +62,16 @@ def install() -> bool:
     launch: dict = {}
     pin_lock = threading.Lock()
 
+    def pin(names: dict) -> None:
+        """Swap ``cuda`` in ``names`` (a device function's globals) for the rest of the launch."""
+        with pin_lock:
+            if id(names) not in pinned:
+                launch["stack"].enter_context(swapped(types.SimpleNamespace(__globals__=names), launch["fake_cuda"]))
+                pinned.add(id(names))
+
     @contextlib.contextmanager
     def push_and_pin(fake_cuda):
         with push_context(fake_cuda), contextlib.ExitStack() as stack:
-            for name, module in list(sys.modules.items()):
-                if module is None or not name.startswith(("dxgemm", "tests")):
-                    continue
-                names = getattr(module, "__dict__", None)
-                if not names or not any(value is cuda for value in names.values()):
-                    continue
-                stack.enter_context(swapped(types.SimpleNamespace(__globals__=names), fake_cuda))
-                pinned.add(id(names))
             launch.update(stack=stack, fake_cuda=fake_cuda)
             try:
                 yield
@@ -82,17 +80,11 @@ def install() -> bool:
                 pinned.clear()
 
     def call(self, *args):
-        if self._device or sim_kernel._kernel_context:
+        if (self._device or sim_kernel._kernel_context) and launch:
             names = self.fn.__globals__
-            if id(names) not in pinned and launch:
-                # generated code (exec'd with its own globals): pinned for the rest of the launch
-                with pin_lock:
-                    if id(names) not in pinned:
-                        launch["stack"].enter_context(
-                            swapped(types.SimpleNamespace(__globals__=names), launch["fake_cuda"]))
-                        pinned.add(id(names))
-            if id(names) in pinned:
-                return self.fn(*args)
+            if id(names) not in pinned:
+                pin(names)
+            return self.fn(*args)
         return call_kernel(self, *args)
 
     class BlockState:

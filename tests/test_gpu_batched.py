@@ -143,12 +143,12 @@ def test_single_row_entries_take_gemv(rng, dtype, tile):
     from dxgemm import policy
     from dxgemm.runtime.device import device_info
 
-    sms = device_info(cp.cuda.Device().id).sm_count
+    device = device_info(cp.cuda.Device().id)
     count, k = 32, 4096
-    n = 1000 if tile == "large" else 32 * -(-policy.GEMV_BATCHED_BLOCKS_PER_SM * sms // count) - 27
+    n = 1000 if tile == "large" else 32 * -(-policy.GEMV_BATCHED_BLOCKS_PER_SM * device.sm_count // count) - 27
     if tile == "large":
         count = 2
-    assert policy.choose_batched_tile("gemv", np.dtype(dtype), 1, n, k, count, device_info(cp.cuda.Device().id)) == tile
+    assert policy.choose_batched_tile("gemv", np.dtype(dtype), 1, n, k, count, device) == tile
     a = cp.asarray(rng.uniform(0.5, 1.5, (count, 1, k)).astype(dtype))
     b = cp.asarray(rng.standard_normal((count, k, n)).astype(dtype))
     d = cp.full((count, 1, n), cp.nan, dtype)

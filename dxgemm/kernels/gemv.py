@@ -72,10 +72,9 @@ def build(spec: KernelSpec) -> BuiltKernel:
     if spec.tile == "batched" and not k_fast:
         cols, lanes, unroll = BATCHED_TILES[spec.dtype.name]
 
-    width = max(33, cols + 1)
 
     def gemv(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args):
-        partial = cuda.shared.array((lanes, width), nb)
+        partial = cuda.shared.array((lanes, 33), nb)
         if k_fast:
             lane = U(cuda.threadIdx.x)
             c = U(cuda.threadIdx.y)
