@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .kernels.gemv import BATCHED_TILES as GEMV_BATCHED_TILES
+from .kernels.gemv import TILE_CONFIGS as GEMV_TILES
 from .kernels.warptile import CONFIGS as WARPTILE_CONFIGS
 from .kernels.warptile import TILE_CONFIGS as WARPTILE_TILES
 from .pipelines.config import (_DEEP_K_TILES_F64, _SHALLOW_K_TILES, _SHALLOW_K_TILES_TF32, CONFIGS, MAX_SPLIT_K, SIMT_FLOAT32_MAX_SIDE,
@@ -468,12 +468,13 @@ four blocks of 8 rows per SM) and from four times that K on any number; else a w
 fast, 16384 rows at K = 1024-4096 up to 2x slower (``docs/performance.md``)."""
 
 
-GEMV_BATCHED_BLOCKS_PER_SM = 8
-"""A batch of single rows runs ``gemv``'s ``"batched"`` tile (blocks of 32 outputs, 256-512
-threads) from this many of its blocks an SM, enough to fill every SM several times over;
-below that the batch is too short to hide the drain of a block with so few lanes an output,
-and the single call's tile (64 lanes an output) keeps more loads in flight
-(``benchmarks/results/h200_gemv_batched_tiles.log``)."""
+GEMV_BATCHED_THREADS_PER_SM = {"batched": 640, "batched_wide": 384}
+"""A batch of single rows runs the first of ``gemv``'s batched tiles whose threads over the whole
+batch number at least this many an SM, else the single call's tile: ``"batched"`` (8-16 lanes an
+output) where the batch keeps every SM busy with it, ``"batched_wide"`` (twice the lanes, twice the
+loads in flight an output) for a shorter batch, and the single call's tile (16 outputs a block, 64
+lanes: four times the blocks) where even that leaves most SMs idle.  Each figure lies between two
+measured sides of its crossover on an H200 (``benchmarks/results/h200_gemv_vector_tiles.log``)."""
 
 
 def gemv_column(m: int, n: int) -> bool:
@@ -489,11 +490,17 @@ def choose_batched_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, c
     """The tile of a batched call: ``count`` entries of ``m x n`` fill the GPU together, so the
     tile is chosen as for their outputs stacked (``count * m`` rows, :func:`choose_tile`), then
     made the smallest (64x64, ``"tiny"``) where an entry is narrower than the tile on either side
-    (a larger tile would be mostly padding).  ``gemv`` over single rows takes its ``"batched"``
-    tile where its blocks (32 outputs each) number at least :data:`GEMV_BATCHED_BLOCKS_PER_SM` an SM."""
+    (a larger tile would be mostly padding).  ``gemv`` over single rows takes the tile
+    :data:`GEMV_BATCHED_THREADS_PER_SM` picks."""
     if backend == "gemv":
-        cols = GEMV_BATCHED_TILES[np.dtype(dtype).name][0]
-        return "batched" if m == 1 and count * -(-n // cols) >= GEMV_BATCHED_BLOCKS_PER_SM * device.sm_count else "large"
+        if m != 1:
+            return "large"
+        tiles = GEMV_TILES[np.dtype(dtype).name]
+        for tile, least in GEMV_BATCHED_THREADS_PER_SM.items():
+            cols, lanes, _ = tiles[tile]
+            if count * -(-n // cols) * 32 * lanes >= least * device.sm_count:
+                return tile
+        return "large"
     if backend != "warptile":
         return "large"
     tile = choose_tile(backend, dtype, m * count, n, k, device, medium_min_k)

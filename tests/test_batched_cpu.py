@@ -97,19 +97,23 @@ def test_auto_float32_single_rows_take_gemv():
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("how_b", ["row", "T"])
-def test_single_rows_on_gemvs_batched_tile(monkeypatch, dtype, how_b):
-    """gemv's ``"batched"`` tile (chosen where a batch of single rows fills the GPU; forced here):
-    K = 200 runs its eight-load loop, the four-load one and the tail; 40 columns leave a part block."""
+@pytest.mark.parametrize("how_b, tile", [("row", "batched"), ("row", "batched_wide"), ("T", "batched"),
+                                         ("view", "batched")])
+def test_single_rows_on_gemvs_batched_tile(monkeypatch, dtype, how_b, tile):
+    """gemv's batched tiles (chosen where a batch of single rows fills the GPU; forced here):
+    K = 200 runs its four-load loop and the tail; 41 columns end in a part vector and leave a part
+    block; B as a view of a larger buffer (2 columns in, 46 apart) is not 16-byte aligned, so
+    every thread takes the element-by-element path."""
     from dxgemm import policy
 
-    monkeypatch.setattr(policy, "GEMV_BATCHED_BLOCKS_PER_SM", 0)
-    assert policy.choose_batched_tile("gemv", np.dtype(dtype), 1, 40, 200, 2) == "batched"
+    monkeypatch.setattr(policy, "GEMV_BATCHED_THREADS_PER_SM", {tile: 0})
+    assert policy.choose_batched_tile("gemv", np.dtype(dtype), 1, 41, 200, 2) == tile
     a = data((2, 1, 200), dtype, "wide")
-    b = data((2, 200, 40), dtype)
-    v = data((2, 40), dtype, "wide")
-    got = dxgemm.gemm(on_device(a), on_device(b, how_b), epilogue=E.bias(on_device(v))).copy_to_host()
-    check_entries(got, a, b, dtype, then=lambda i, x: x + v[i].astype(np.float64)[None, :])
+    b = data((2, 200, 41), dtype)
+    v = data((2, 41), dtype, "wide")
+    d = cuda.to_device(np.full((2, 1, 41), np.nan, dtype))
+    dxgemm.gemm(on_device(a), on_device(b, how_b), d, epilogue=E.bias(on_device(v)))
+    check_entries(d.copy_to_host(), a, b, dtype, then=lambda i, x: x + v[i].astype(np.float64)[None, :])
 
 
 def _check_broadcast(backend, dtype, shapes):

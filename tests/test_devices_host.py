@@ -154,15 +154,23 @@ def test_single_column_tiles_follow_k_and_the_sm_count():
 
 
 def test_batched_single_rows_take_the_batched_gemv_tile_where_the_batch_fills_the_gpu():
-    """Single-row entries run gemv's ``"batched"`` tile from GEMV_BATCHED_BLOCKS_PER_SM of its
-    blocks (32 outputs each) an SM, on any device's SM count; else the single call's tile."""
+    """Single-row entries run the first of gemv's batched tiles whose threads number at least
+    GEMV_BATCHED_THREADS_PER_SM an SM of any device, just at that count and not one block below
+    it; else the single call's tile.  Entries of more than one row never take them."""
+    from dxgemm.kernels.gemv import TILE_CONFIGS
+
     for name in ("H100", "RTX 4090", "B200"):
         device = DEVICES[name]
-        need = policy.GEMV_BATCHED_BLOCKS_PER_SM * device.sm_count
         for dtype in (np.dtype(np.float32), np.dtype(np.float64)):
-            assert policy.choose_batched_tile("gemv", dtype, 1, 32 * need, 4096, 1, device) == "batched"
-            assert policy.choose_batched_tile("gemv", dtype, 1, 32 * need - 32, 4096, 1, device) == "large"
-            assert policy.choose_batched_tile("gemv", dtype, 1, 4096, 64, -(-need // 128), device) == "batched"
-            assert policy.choose_batched_tile("gemv", dtype, 1, 4096, 4096, 2, device) == "large"
+            tiles = TILE_CONFIGS[dtype.name]
+            for tile, least in policy.GEMV_BATCHED_THREADS_PER_SM.items():
+                cols, lanes, _ = tiles[tile]
+                blocks = -(-least * device.sm_count // (32 * lanes))  # the fewest blocks that reach it
+                assert policy.choose_batched_tile("gemv", dtype, 1, cols * blocks, 4096, 1, device) == tile
+                assert policy.choose_batched_tile("gemv", dtype, 1, cols * blocks // 2 - 1, 4096, 2, device) == tile
+                below = policy.choose_batched_tile("gemv", dtype, 1, cols * (blocks - 1), 4096, 1, device)
+                assert below == ("batched_wide" if tile == "batched" else "large"), (name, dtype, tile)
+            assert policy.choose_batched_tile("gemv", dtype, 1, 4096, 4096, 1, device) == "large"
+            assert policy.choose_batched_tile("gemv", dtype, 2, 4096, 4096, 64, device) == "large"
             assert policy.batched_choice("auto", dtype, 1, 4096, 4096, 32, single_rows=True,
                                          traits=policy.EpilogueTraits(), device=device) == ("gemv", "batched")

@@ -136,18 +136,22 @@ def test_custom_reads_its_entry_of_a_table(rng):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("tile", ["large", "batched"])
+@pytest.mark.parametrize("tile", ["large", "batched_wide", "batched"])
 def test_single_row_entries_take_gemv(rng, dtype, tile):
-    """A short batch of single rows runs gemv's single-call tile, a long one its ``"batched"`` tile
-    (n is chosen from this GPU's SM count so that the batch just reaches it, a part block at the edge)."""
+    """A short batch of single rows runs gemv's single-call tile, longer ones its batched tiles
+    (n is chosen from this GPU's SM count so that the batch just reaches the tile's threshold, with
+    a part block at the edge; a multiple of the vector width, so B's rows stay 16-byte aligned)."""
     from dxgemm import policy
+    from dxgemm.kernels.gemv import TILE_CONFIGS
     from dxgemm.runtime.device import device_info
 
     device = device_info(cp.cuda.Device().id)
-    count, k = 32, 4096
-    n = 1000 if tile == "large" else 32 * -(-policy.GEMV_BATCHED_BLOCKS_PER_SM * device.sm_count // count) - 27
-    if tile == "large":
-        count = 2
+    count, k = 2, 4096
+    n = 1000
+    if tile != "large":
+        cols, lanes, _ = TILE_CONFIGS[np.dtype(dtype).name][tile]
+        blocks = -(-policy.GEMV_BATCHED_THREADS_PER_SM[tile] * device.sm_count // (32 * lanes))
+        n = cols * -(-blocks // count) - 16 // np.dtype(dtype).itemsize
     assert policy.choose_batched_tile("gemv", np.dtype(dtype), 1, n, k, count, device) == tile
     a = cp.asarray(rng.uniform(0.5, 1.5, (count, 1, k)).astype(dtype))
     b = cp.asarray(rng.standard_normal((count, k, n)).astype(dtype))

@@ -31,32 +31,37 @@ output columns, its second blocks of rows.  ``"rows_deep"`` gives each row of a 
 four warps (128 lanes), for long K on few rows, where eight rows a block would leave too
 few loads in flight to stream A at full bandwidth.
 
-The tile ``"batched"`` is for a batch of single rows (``dxgemm.policy.choose_batched_tile``),
-where the batch, not K, supplies the parallelism: with B row-major a warp covers 32 adjacent
-outputs, an output gets 8 (float64) or 16 (float32) lanes and each thread eight loads in
-flight (:data:`BATCHED_TILES`).  The single-call tile's 64 lanes and 1024-thread blocks leave
-one block an SM, idle while a block drains and the next starts; this one keeps several.
+The tiles ``"batched"`` and ``"batched_wide"`` are for a batch of single rows
+(``dxgemm.policy.choose_batched_tile``), where the batch, not K, supplies the parallelism.  With B
+row-major each thread owns 16 bytes of adjacent outputs (4 float32, 2 float64) and reads them with
+one vector load a k (:func:`build_vector`), so a warp's load is 512 bytes and a thread's loads in
+flight carry four or two times the bytes of scalar ones for the same registers spent on addresses;
+an output gets 8-32 lanes (:data:`TILE_CONFIGS`).  The single-call tile's 64 lanes and 1024-thread
+blocks leave one block an SM, idle while a block drains and the next starts; these keep several.
 """
 
 from __future__ import annotations
 
 from numba import cuda
 
-from ._device import U, make_offset
+from . import FLAG_VEC_B
+from ._device import VEC_BYTES, U, load_vec, make_offset
 from ._spec import BuiltKernel, KernelSpec, Layout
 
 
-BATCHED_TILES = {"float64": (32, 8, 8), "float32": (32, 16, 8)}
-"""The ``"batched"`` tile where B's K is not contiguous: (outputs a block, lanes an output, loads in flight
-a thread), per dtype.  A batch brings its own parallelism, so a block can give each output fewer lanes
-than a single call's (a short partial sum, a block of 256-512 threads, several blocks an SM) and a warp
-32 adjacent outputs (one 128- or 256-byte line per load)."""
+TILE_CONFIGS = {"float64": {"batched": (64, 8, 8), "batched_wide": (64, 16, 4)},
+                "float32": {"batched": (128, 16, 4), "batched_wide": (128, 32, 4)}}
+"""The batched tiles where B's K is not contiguous: (outputs a block, lanes an output, loads in flight
+a thread), per dtype; the kernel cache's key holds them.  A batch brings its own parallelism, so a
+block gives each output fewer lanes than a single call's (a short partial sum, several blocks an SM);
+``"batched_wide"`` gives it twice the lanes, for a batch too short to fill the GPU with
+``"batched"``'s blocks (``benchmarks/results/h200_gemv_vector_tiles.log``)."""
 
 
-def build(spec: KernelSpec) -> BuiltKernel:
-    a_off = make_offset(spec.layout_a)
-    b_off = make_offset(spec.layout_b)
-    d_off = make_offset(spec.layout_d)
+def build(spec: KernelSpec, *, shape: tuple[int, int, int] | None = None) -> BuiltKernel:
+    """``spec``'s kernel; ``shape`` = (outputs a block, lanes an output, loads in flight a thread)
+    replaces the tile's (benchmarks try variants)."""
+    a_off, b_off, d_off = (make_offset(layout) for layout in (spec.layout_a, spec.layout_b, spec.layout_d))
     epilogue = spec.epilogue_fn
     nb = spec.dtype.type
     zero = nb(0)
@@ -65,16 +70,26 @@ def build(spec: KernelSpec) -> BuiltKernel:
     k_fast = spec.layout_a == Layout.ROW if by_rows else spec.layout_b == Layout.COL
     # K contiguous: a warp is 32 lanes of one output.  Otherwise a warp is 16 outputs x 2
     # lanes (two 64/128-byte pieces of a line), so 4096 outputs make 256 blocks, two per SM.
-    cols, lanes = (8, 32) if k_fast else (16, 64)
-    unroll = 4
+    cols, lanes, unroll = (8, 32, 4) if k_fast else (16, 64, 4)
     if spec.tile == "rows_deep" and k_fast:  # few rows, long K: four warps a row keep more loads in flight
         cols, lanes = 2, 128
-    if spec.tile == "batched" and not k_fast:
-        cols, lanes, unroll = BATCHED_TILES[spec.dtype.name]
-
+    if spec.tile.startswith("batched") and not k_fast:
+        cols, lanes, unroll = TILE_CONFIGS[spec.dtype.name][spec.tile]
+    if shape is not None:
+        cols, lanes, unroll = shape
+    if unroll not in (1, 2, 4, 8, 16) or (cols > 32 and (k_fast or by_rows or cols != 32 * VEC_BYTES // spec.dtype.itemsize)):
+        raise ValueError(f"gemv: a block holds at most 32 outputs (or 32 vectors of 16 bytes along B's rows) "
+                         f"and a thread 1, 2, 4, 8 or 16 loads, got {(cols, lanes, unroll)}")
+    if cols > 32:
+        return build_vector(spec, lanes, unroll)
+    span = U((unroll - 1) * lanes)  # the last load of a round, past the first
+    step = U(unroll * lanes)
 
     def gemv(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args):
         partial = cuda.shared.array((lanes, 33), nb)
+        acc = cuda.local.array(unroll, nb)  # ``unroll`` independent sums: that many loads in flight
+        for u in range(unroll):
+            acc[u] = zero
         if k_fast:
             lane = U(cuda.threadIdx.x)
             c = U(cuda.threadIdx.y)
@@ -89,37 +104,29 @@ def build(spec: KernelSpec) -> BuiltKernel:
             col = U(cuda.blockIdx.x) * U(cols) + c
         live = row < U(m) if by_rows else col < U(n)
         kk = U(k)
-        acc0 = zero
-        acc1 = zero
-        acc2 = zero
-        acc3 = zero
-        acc4 = zero
-        acc5 = zero
-        acc6 = zero
-        acc7 = zero
         if live:
             i = lane
-            if unroll == 8:
-                while i + U(7 * lanes) < kk:  # eight independent loads in flight per thread
-                    acc0 += a[a_off(row, i, U(lda))] * b[b_off(i, col, U(ldb))]
-                    acc1 += a[a_off(row, i + U(lanes), U(lda))] * b[b_off(i + U(lanes), col, U(ldb))]
-                    acc2 += a[a_off(row, i + U(2 * lanes), U(lda))] * b[b_off(i + U(2 * lanes), col, U(ldb))]
-                    acc3 += a[a_off(row, i + U(3 * lanes), U(lda))] * b[b_off(i + U(3 * lanes), col, U(ldb))]
-                    acc4 += a[a_off(row, i + U(4 * lanes), U(lda))] * b[b_off(i + U(4 * lanes), col, U(ldb))]
-                    acc5 += a[a_off(row, i + U(5 * lanes), U(lda))] * b[b_off(i + U(5 * lanes), col, U(ldb))]
-                    acc6 += a[a_off(row, i + U(6 * lanes), U(lda))] * b[b_off(i + U(6 * lanes), col, U(ldb))]
-                    acc7 += a[a_off(row, i + U(7 * lanes), U(lda))] * b[b_off(i + U(7 * lanes), col, U(ldb))]
-                    i += U(8 * lanes)
-            while i + U(3 * lanes) < kk:  # four independent loads in flight per thread
-                acc0 += a[a_off(row, i, U(lda))] * b[b_off(i, col, U(ldb))]
-                acc1 += a[a_off(row, i + U(lanes), U(lda))] * b[b_off(i + U(lanes), col, U(ldb))]
-                acc2 += a[a_off(row, i + U(2 * lanes), U(lda))] * b[b_off(i + U(2 * lanes), col, U(ldb))]
-                acc3 += a[a_off(row, i + U(3 * lanes), U(lda))] * b[b_off(i + U(3 * lanes), col, U(ldb))]
-                i += U(4 * lanes)
-            while i < kk:
-                acc0 += a[a_off(row, i, U(lda))] * b[b_off(i, col, U(ldb))]
+            while i + span < kk:
+                for u in range(unroll):
+                    j = i + U(u * lanes)
+                    acc[u] += a[a_off(row, j, U(lda))] * b[b_off(j, col, U(ldb))]
+                i += step
+            while i < kk:  # the tail: fewer than ``unroll`` loads left
+                acc[0] += a[a_off(row, i, U(lda))] * b[b_off(i, col, U(ldb))]
                 i += U(lanes)
-        partial[lane, c] = ((acc0 + acc1) + (acc2 + acc3)) + ((acc4 + acc5) + (acc6 + acc7))
+        # a pairwise sum of the accumulators; constant indices keep them in registers
+        if unroll >= 16:
+            for u in range(8):
+                acc[u] += acc[u + 8]
+        if unroll >= 8:
+            for u in range(4):
+                acc[u] += acc[u + 4]
+        if unroll >= 4:
+            for u in range(2):
+                acc[u] += acc[u + 2]
+        if unroll >= 2:
+            acc[0] += acc[1]
+        partial[lane, c] = acc[0]
         cuda.syncthreads()
         if lane == U(0) and live:
             total = zero
@@ -131,3 +138,90 @@ def build(spec: KernelSpec) -> BuiltKernel:
     if by_rows:  # grid: (n, ceil(m / cols))
         return BuiltKernel(gemv, block=block, tile_m=cols, tile_n=1)
     return BuiltKernel(gemv, block=block, tile_m=1, tile_n=cols)
+
+
+def build_vector(spec: KernelSpec, lanes: int, unroll: int) -> BuiltKernel:
+    """The batched tile over B row-major with 16-byte loads: a block of ``32 x lanes`` threads
+    covers ``32 w`` adjacent outputs (``w = 16 / itemsize``), thread ``(c, lane)`` the ``w``
+    outputs from ``32 w blockIdx.x + w c``, summing ``k = lane, lane + lanes, ...``.
+
+    Each k step reads one A element (a broadcast) and one vector of B, so ``unroll`` loads in
+    flight move ``16 unroll`` bytes of B a thread.  Where B is not 16-byte aligned (the flags)
+    or the vector crosses column ``n``, the thread reads the same outputs one element at a time.
+    The partial sums meet in shared memory; warp ``j < w`` then finishes the block's outputs
+    ``32 j .. 32 j + 31``, so the final reads and the store are a warp's consecutive columns."""
+    a_off, b_off, d_off = (make_offset(layout) for layout in (spec.layout_a, spec.layout_b, spec.layout_d))
+    epilogue, nb = spec.epilogue_fn, spec.dtype.type
+    zero = nb(0)
+    width = VEC_BYTES // spec.dtype.itemsize
+    cols = 32 * width
+    pitch = cols + 1  # a partial sum's row in shared memory, padded against bank conflicts
+    if lanes < width:
+        raise ValueError(f"gemv: the vector tile needs at least {width} lanes an output, got {lanes}")
+    sums = unroll * width
+    span = U((unroll - 1) * lanes)
+    step = U(unroll * lanes)
+    vec_flag = U(FLAG_VEC_B)
+
+    def gemv_vector(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args):
+        partial = cuda.shared.array((lanes, pitch), nb)
+        acc = cuda.local.array(sums, nb)  # acc[u * width + v]: load u's sum for output v
+        for u in range(sums):
+            acc[u] = zero
+        c = U(cuda.threadIdx.x)
+        lane = U(cuda.threadIdx.y)
+        row = U(cuda.blockIdx.y)
+        col0 = U(cuda.blockIdx.x) * U(cols)
+        col = col0 + c * U(width)  # this thread's first output
+        un = U(n)
+        kk = U(k)
+        if row < U(m) and col < un:
+            i = lane
+            if (U(flags) & vec_flag) != U(0) and col + U(width) <= un:
+                while i + span < kk:
+                    for u in range(unroll):
+                        j = i + U(u * lanes)
+                        x = a[a_off(row, j, U(lda))]
+                        y = load_vec(b, b_off(j, col, U(ldb)))
+                        for v in range(width):
+                            acc[u * width + v] += x * y[v]
+                    i += step
+                while i < kk:
+                    x = a[a_off(row, i, U(lda))]
+                    y = load_vec(b, b_off(i, col, U(ldb)))
+                    for v in range(width):
+                        acc[v] += x * y[v]
+                    i += U(lanes)
+            else:  # unaligned B or the last outputs of a row: element by element
+                while i < kk:
+                    x = a[a_off(row, i, U(lda))]
+                    for v in range(width):
+                        if col + U(v) < un:
+                            acc[v] += x * b[b_off(i, col + U(v), U(ldb))]
+                    i += U(lanes)
+        # a pairwise sum over the loads, per output; constant indices keep acc in registers
+        if unroll >= 16:
+            for u in range(8 * width):
+                acc[u] += acc[u + 8 * width]
+        if unroll >= 8:
+            for u in range(4 * width):
+                acc[u] += acc[u + 4 * width]
+        if unroll >= 4:
+            for u in range(2 * width):
+                acc[u] += acc[u + 2 * width]
+        if unroll >= 2:
+            for u in range(width):
+                acc[u] += acc[u + width]
+        for v in range(width):
+            partial[lane, c * U(width) + U(v)] = acc[v]
+        cuda.syncthreads()
+        if lane < U(width):
+            out = lane * U(32) + c  # warp ``lane`` finishes outputs 32 lane .. 32 lane + 31
+            col_out = col0 + out
+            if row < U(m) and col_out < un:
+                total = zero
+                for j in range(lanes):
+                    total += partial[j, out]
+                d[d_off(row, col_out, U(ldd))] = epilogue(total, row, col_out, epi_args)
+
+    return BuiltKernel(gemv_vector, block=(32, lanes), tile_m=1, tile_n=cols)
