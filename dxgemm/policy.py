@@ -485,12 +485,24 @@ def gemv_column(m: int, n: int) -> bool:
     return n == 1 and 1 < m <= 8 * GEMV_MAX_ROW_BLOCKS
 
 
+TINY_BATCHED_MIN_BLOCKS_PER_SM = 3
+"""A batch of entries narrower than its tile, each at least 64x64, runs ``warptile``'s
+``"tiny_batched"`` tile from this many 64x64 blocks an SM (fewer, or smaller entries: ``"tiny"``).
+With several blocks an SM the batch is bound by each block's throughput, not its latency: on an
+H200 against cuBLAS strided-batched, float64 4096 x 64^3 went from 0.86x to 0.98x, 2048 x 64 x 64
+x 128 from 0.90x to 1.00x, 512 x 64 x 64 x 512 from 0.96x to 1.03x; float32 4096 x 64^3 from 0.76x
+to 0.82x and 2048 x 64 x 64 x 128 from 0.67x to 0.74x (4096 x 64 x 64 x 32: 0.96x either way).
+Entries of 32x32 ran slower on it in float64 (8192 x 32^3: 0.49x to 0.45x).  Measured from 3.9
+blocks an SM up (``benchmarks/results/h200_warptile_tiny_batched.log``)."""
+
+
 def choose_batched_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, count: int,
                         device: DeviceInfo = H100, medium_min_k: float = 0.0) -> str:
     """The tile of a batched call: ``count`` entries of ``m x n`` fill the GPU together, so the
     tile is chosen as for their outputs stacked (``count * m`` rows, :func:`choose_tile`), then
-    made the smallest (64x64, ``"tiny"``) where an entry is narrower than the tile on either side
-    (a larger tile would be mostly padding).  ``gemv`` over single rows takes the tile
+    made the smallest (64x64, ``"tiny"``, or ``"tiny_batched"`` from
+    :data:`TINY_BATCHED_MIN_BLOCKS_PER_SM`) where an entry is narrower than the tile on either side
+    (a larger tile would be mostly padding) or the stacked outputs chose ``"tiny"``.  ``gemv`` over single rows takes the tile
     :data:`GEMV_BATCHED_THREADS_PER_SM` picks."""
     if backend == "gemv":
         if m != 1:
@@ -505,8 +517,10 @@ def choose_batched_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, c
         return "large"
     tile = choose_tile(backend, dtype, m * count, n, k, device, medium_min_k)
     cfg = WARPTILE_TILES.get(np.dtype(dtype).name, {}).get(tile, WARPTILE_CONFIGS[np.dtype(dtype).name])
-    if m < cfg["BM"] or n < cfg["BN"]:
-        return "tiny"
+    if tile == "tiny" or m < cfg["BM"] or n < cfg["BN"]:
+        many = count * -(-m // 64) * -(-n // 64) >= TINY_BATCHED_MIN_BLOCKS_PER_SM * device.sm_count
+        full = min(m, n) >= 64  # an entry fills the 64x64 block
+        return "tiny_batched" if many and full and tile_fits(device, dtype, "tiny_batched") else "tiny"
     return tile
 
 

@@ -174,3 +174,22 @@ def test_batched_single_rows_take_the_batched_gemv_tile_where_the_batch_fills_th
             assert policy.choose_batched_tile("gemv", dtype, 2, 4096, 4096, 64, device) == "large"
             assert policy.batched_choice("auto", dtype, 1, 4096, 4096, 32, single_rows=True,
                                          traits=policy.EpilogueTraits(), device=device) == ("gemv", "batched")
+
+
+def test_batches_of_small_entries_take_the_batched_tiny_tile_where_they_fill_the_gpu():
+    """Entries narrower than the tile but at least 64 on both sides run ``"tiny_batched"`` from
+    TINY_BATCHED_MIN_BLOCKS_PER_SM blocks an SM of any device where it fits, else ``"tiny"``;
+    smaller entries keep ``"tiny"``."""
+    for name in ("H100", "RTX 4090", "B200", "RTX 5090"):
+        device = DEVICES[name]
+        need = policy.TINY_BATCHED_MIN_BLOCKS_PER_SM * device.sm_count
+        for dtype in (np.dtype(np.float32), np.dtype(np.float64)):
+            fits = policy.tile_fits(device, dtype, "tiny_batched")
+            assert fits or name == "RTX 4090", (name, dtype)  # 99 KiB a block is enough for its 64 KiB
+            assert policy.choose_batched_tile("warptile", dtype, 64, 64, 64, need, device) == (
+                "tiny_batched" if fits else "tiny")
+            assert policy.choose_batched_tile("warptile", dtype, 64, 64, 64, need - 1, device) == "tiny"
+            assert policy.choose_batched_tile("warptile", dtype, 70, 100, 37, -(-need // 4), device) == (
+                "tiny_batched" if fits else "tiny")  # 2 x 2 blocks an entry
+            assert policy.choose_batched_tile("warptile", dtype, 32, 32, 64, 100 * need, device) == "tiny"
+            assert policy.choose_batched_tile("warptile", dtype, 64, 48, 64, 100 * need, device) == "tiny"

@@ -106,6 +106,25 @@ def test_many_small_entries_with_reversed_and_transposed_operands(rng, dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_batch_of_small_odd_entries_on_the_batched_tiny_tile(rng, dtype):
+    """Entries of 70 x 100 (part blocks on both sides) and K = 37 (a part K tile), enough of them
+    for ``warptile``'s ``"tiny_batched"`` tile; a bias per entry."""
+    from dxgemm import policy
+    from dxgemm.runtime.device import device_info
+
+    count, m, n, k = 700, 70, 100, 37
+    assert policy.choose_batched_tile("warptile", np.dtype(dtype), m, n, k, count,
+                                      device_info(cp.cuda.Device().id)) == "tiny_batched"
+    a = cp.asarray(rng.uniform(0.5, 1.5, (count, m, k)).astype(dtype))
+    b = cp.asarray((rng.standard_normal((count, k, n)) * np.exp2(rng.integers(-8, 8, (count, k, n)))).astype(dtype))
+    v = cp.asarray(rng.standard_normal((count, 1, n)).astype(dtype))
+    d = cp.full((count, m, n), cp.nan, dtype)
+    dxgemm.gemm(a, b, d, backend="warptile", epilogue=E.bias(v.reshape(count, n)))
+    vh = cp.asnumpy(v).astype(np.float64)
+    _entries(d, a, b, dtype, then=lambda i, x: x + vh[i], picks=[(0,), (1,), (350,), (count - 1,)])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_per_entry_bias_gelu_and_store(rng, dtype):
     batch, m, n, k = 6, 257, 384, 512
     a = cp.asarray(rng.standard_normal((batch, m, k)).astype(dtype))
