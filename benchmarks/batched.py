@@ -102,7 +102,7 @@ def measure(args) -> list[dict]:
                        "baseline_ms": round(base, 5),
                        "baseline_spread": [round(min(theirs), 5), round(max(theirs), 5)],
                        "ratio": round(base / ms, 4), "max_error_ratio": round(float(worst), 4), "gpu": gpu}
-                records.append(rec)
+                keep(args, records, rec)
                 print(f"{case:>18} {dt.name:8} {epi:10} dxgemm {ms:9.4f} ms  baseline {base:9.4f} ms  "
                       f"x{base / ms:6.3f}  error/bound {worst:.3f}", flush=True)
     if args.grouped:
@@ -156,11 +156,21 @@ def measure_grouped(args, cp, np, dxgemm, stream, gpu, per_call_ms) -> list[dict
                "baseline_spread": [round(min(theirs), 5), round(max(theirs), 5)], "ratio": round(base / ms, 4),
                "cublas_sum_ms": round(cublas_sum, 5), "ratio_to_cublas_sum": round(cublas_sum / ms, 4),
                "max_error_ratio": round(float(worst), 4), "gpu": gpu}
-        records.append(rec)
+        keep(args, records, rec)
         print(f"{'grouped_moe64':>18} {dt.name:8} {'plain':10} dxgemm {ms:9.4f} ms  loop {base:9.4f} ms  "
               f"x{base / ms:6.3f}  cuBLAS sum {cublas_sum:9.4f} ms  x{cublas_sum / ms:6.3f}  error/bound {worst:.3f}",
               flush=True)
     return records
+
+
+def keep(args, records: list[dict], rec: dict) -> None:
+    """Add ``rec`` to ``records`` and, with ``--json``, merge it into the file at once: a run cut
+    short by a time limit keeps what it measured."""
+    records.append(rec)
+    if args.json:
+        from dxgemm.bench import merge_records
+
+        merge_records(args.json, [rec], ("suite", "case", "dtype", "epilogue", "gpu"))
 
 
 def alternate(cp, ours, baseline, stream, args, per_call_ms) -> tuple[list[float], list[float]]:
@@ -192,11 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--grouped", action=argparse.BooleanOptionalAction, default=True,
                    help="also the grouped case (64 problems of a mixture-of-experts layer)")
     args = p.parse_args(argv)
-    records = measure(args)
-    if args.json:
-        from dxgemm.bench import merge_records
-
-        merge_records(args.json, records, ("suite", "case", "dtype", "epilogue", "gpu"))
+    measure(args)  # each record merged into --json as it is measured
     return 0
 
 
