@@ -119,7 +119,7 @@ def support() -> list[dict[str, str]]:
                 seen.add(backend)
             return ", ".join(b for b in order if b in seen)
 
-        every = ["large", *TILE_CONFIGS["float64"]]
+        every = ["large", *(t for t in TILE_CONFIGS["float64"] if not t.endswith("_batched"))]  # a plain call's
         tiles = [t for t in every if policy.tile_fits(device, "float64", t)]
         missing = [t for t in ("large", "medium", "small") if t not in tiles]
         note = "" if not missing else f" ({tiles[0]} tile only)" if len(tiles) == 1 else f" (no {'/'.join(missing)} tile)"

@@ -117,16 +117,17 @@ def test_single_rows_on_gemvs_batched_tile(monkeypatch, dtype, how_b, tile):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_small_entries_on_warptiles_batched_tiny_tile(monkeypatch, dtype):
-    """``warptile``'s ``"tiny_batched"`` tile (chosen for many entries of at least 64x64; forced
-    here): 70 x 65 entries leave part blocks on both sides, K = 37 a part K tile."""
+@pytest.mark.parametrize("tile, m, n", [("tiny_batched", 70, 65), ("micro_batched", 20, 45)])
+def test_small_entries_on_warptiles_batched_tiny_tiles(monkeypatch, dtype, tile, m, n):
+    """``warptile``'s batched small tiles (chosen for many small entries; forced here): 70 x 65 and
+    20 x 45 entries leave part blocks on both sides, K = 37 a part K tile."""
     from dxgemm import policy
 
     monkeypatch.setattr(policy, "TINY_BATCHED_MIN_BLOCKS_PER_SM", 0)
-    assert policy.choose_batched_tile("warptile", np.dtype(dtype), 70, 65, 37, 2) == "tiny_batched"
-    a = data((2, 70, 37), dtype, "wide")
-    b = data((2, 37, 65), dtype)
-    d = cuda.to_device(np.full((2, 70, 65), np.nan, dtype))
+    assert policy.choose_batched_tile("warptile", np.dtype(dtype), m, n, 37, 2) == tile
+    a = data((2, m, 37), dtype, "wide")
+    b = data((2, 37, n), dtype)
+    d = cuda.to_device(np.full((2, m, n), np.nan, dtype))
     dxgemm.gemm(on_device(a), on_device(b, "T"), d, backend="warptile")
     check_entries(d.copy_to_host(), a, b, dtype)
 

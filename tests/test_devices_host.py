@@ -177,9 +177,9 @@ def test_batched_single_rows_take_the_batched_gemv_tile_where_the_batch_fills_th
 
 
 def test_batches_of_small_entries_take_the_batched_tiny_tile_where_they_fill_the_gpu():
-    """Entries narrower than the tile but at least 64 on both sides run ``"tiny_batched"`` from
-    TINY_BATCHED_MIN_BLOCKS_PER_SM blocks an SM of any device where it fits, else ``"tiny"``;
-    smaller entries keep ``"tiny"``."""
+    """Entries narrower than the tile but at least 64 on both sides run ``"tiny_batched"``, entries
+    with a side of at most 32 ``"micro_batched"``, from TINY_BATCHED_MIN_BLOCKS_PER_SM of their
+    blocks an SM of any device where it fits, else ``"tiny"``; entries in between keep ``"tiny"``."""
     for name in ("H100", "RTX 4090", "B200", "RTX 5090"):
         device = DEVICES[name]
         need = policy.TINY_BATCHED_MIN_BLOCKS_PER_SM * device.sm_count
@@ -191,5 +191,9 @@ def test_batches_of_small_entries_take_the_batched_tiny_tile_where_they_fill_the
             assert policy.choose_batched_tile("warptile", dtype, 64, 64, 64, need - 1, device) == "tiny"
             assert policy.choose_batched_tile("warptile", dtype, 70, 100, 37, -(-need // 4), device) == (
                 "tiny_batched" if fits else "tiny")  # 2 x 2 blocks an entry
-            assert policy.choose_batched_tile("warptile", dtype, 32, 32, 64, 100 * need, device) == "tiny"
             assert policy.choose_batched_tile("warptile", dtype, 64, 48, 64, 100 * need, device) == "tiny"
+            micro = policy.tile_fits(device, dtype, "micro_batched")
+            assert micro, (name, dtype)
+            assert policy.choose_batched_tile("warptile", dtype, 32, 32, 64, need, device) == "micro_batched"
+            assert policy.choose_batched_tile("warptile", dtype, 32, 32, 64, need - 1, device) == "tiny"
+            assert policy.choose_batched_tile("warptile", dtype, 20, 100, 64, -(-need // 4), device) == "micro_batched"

@@ -106,15 +106,16 @@ def test_many_small_entries_with_reversed_and_transposed_operands(rng, dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_batch_of_small_odd_entries_on_the_batched_tiny_tile(rng, dtype):
-    """Entries of 70 x 100 (part blocks on both sides) and K = 37 (a part K tile), enough of them
-    for ``warptile``'s ``"tiny_batched"`` tile; a bias per entry."""
+@pytest.mark.parametrize("tile, count, m, n", [("tiny_batched", 700, 70, 100), ("micro_batched", 3000, 30, 50)])
+def test_batch_of_small_odd_entries_on_the_batched_tiny_tiles(rng, dtype, tile, count, m, n):
+    """Entries of 70 x 100 and 30 x 50 (part blocks on both sides) and K = 37 (a part K tile), enough
+    of them for ``warptile``'s batched small tiles; a bias per entry."""
     from dxgemm import policy
     from dxgemm.runtime.device import device_info
 
-    count, m, n, k = 700, 70, 100, 37
+    k = 37
     assert policy.choose_batched_tile("warptile", np.dtype(dtype), m, n, k, count,
-                                      device_info(cp.cuda.Device().id)) == "tiny_batched"
+                                      device_info(cp.cuda.Device().id)) == tile
     a = cp.asarray(rng.uniform(0.5, 1.5, (count, m, k)).astype(dtype))
     b = cp.asarray((rng.standard_normal((count, k, n)) * np.exp2(rng.integers(-8, 8, (count, k, n)))).astype(dtype))
     v = cp.asarray(rng.standard_normal((count, 1, n)).astype(dtype))

@@ -61,7 +61,7 @@ KNOWN = {
 
 def kernels(extended: bool = False):
     """``(backend, dtype, tile)``: one kernel of every rung (float32; warptile in both dtypes, its
-    float64 tile the DMMA one, and its tiny and batched tiny tiles), gemv's row, column and batched tiles, the split-K reduce, tf32mma's 128x128
+    float64 tile the DMMA one, and its tiny and batched small tiles), gemv's row, column and batched tiles, the split-K reduce, tf32mma's 128x128
     and 64x64 tiles of the default mode and one-pass tf32's 128x128 tile (``tf32mma.CONFIGS``),
     tf32wgmma's tf32x3 kernel, and the split parts whose registers differ from their
     tiles'; ``extended`` (``--all``, the committed table): also the thin tiles and one-pass tf32's
@@ -71,7 +71,8 @@ def kernels(extended: bool = False):
     from dxgemm.kernels.tf32wgmma import CONFIGS as WGMMA_CONFIGS
 
     out = [(rung, "float32", "large") for rung in RUNGS]
-    out += [("warptile", "float64", "tiny"), ("warptile", "float64", "tiny_batched"), ("gemv", "float64", "large"), ("gemv", "float32", "rows"),
+    out += [("warptile", "float64", "tiny"), ("warptile", "float64", "tiny_batched"), ("warptile", "float64", "micro_batched"),
+            ("gemv", "float64", "large"), ("gemv", "float32", "rows"),
             ("gemv", "float64", "rows_deep"), ("gemv", "float32", "batched"), ("splitk_reduce", "float64", "large")]
     # the default mode's 128x128 and 64x64 tiles, of one-pass tf32 the 128x128 tile (``extended``: every
     # tile of both, the thin ones too)

@@ -123,6 +123,9 @@ TILE_CONFIGS = {
         # a batch of small entries: 4 warps of 32x32, twice a thread's outputs (more independent FMAs)
         "tiny_batched": dict(threads=128, BM=64, BN=64, BK=16, WM=32, WN=32, WNITER=2, TM=4, TN=4, stages=2, unroll=2,
                              fold=8),
+        # a batch of entries with a side of at most 32: 32x32 blocks, 2 warps of 32x16
+        "micro_batched": dict(threads=64, BM=32, BN=32, BK=16, WM=32, WN=16, WNITER=1, TM=4, TN=4, stages=2, unroll=2,
+                              fold=8),
     },
     "float64": {
         "small": _F64_SMALL,
@@ -130,6 +133,8 @@ TILE_CONFIGS = {
         # a batch of small entries: K tiles of 16, twice the bytes a cp.async stage moves, for K
         # loops of a few tiles that are all prologue and drain
         "tiny_batched": dict(kind="dmma", copy="async", threads=256, BM=64, BN=64, BK=16, WM=32, WN=16, stages=4),
+        # a batch of entries with a side of at most 32: 32x32 blocks, 4 warps of 16x16
+        "micro_batched": dict(kind="dmma", copy="async", threads=128, BM=32, BN=32, BK=16, WM=16, WN=16, stages=4),
         # the small tile on m16n8k8 for K below 64: half its mmas a K tile, where the K loop is
         # too short to hide the longer instruction's extra issue; at deeper K m16n8k4 is as fast
         "short": dict(_F64_SMALL, mma_sm90=(16, 8)),
@@ -163,7 +168,9 @@ float64 ``"small"`` (8 warps of 64x16, ``cp.async`` four stages deep) serves sho
 few output tiles, where the large tile leaves SMs idle; ``"short"``, the same tile on
 m16n8k8, takes K below 64; ``"tiny"`` halves it to 64x64 for the smallest outputs, and
 ``"tiny_batched"`` (K tiles of 16) is that tile for batches of small entries, where many blocks
-keep every SM busy and each block's short K loop decides.
+keep every SM busy and each block's short K loop decides; ``"micro_batched"`` (32x32, 4 warps of
+16x16) for batches of entries with a side of at most 32, which would leave three quarters of a
+64x64 block idle.
 ``"medium"``, cuBLAS's own shallow-K kernel shape, has the small tile's 128x64 blocks as 4
 warps of 64x32 on m16n8k8, half the instructions per multiply-add: it wins where its blocks
 fill every SM twice, or where its finer waves fit the SMs better than the large tile's,
@@ -173,7 +180,8 @@ rate.
 
 float32 ``"small"`` (64x128, 8 warps of 32x32) and ``"tiny"`` (64x64, 8 warps of 32x16)
 give small and skinny problems the blocks the 128x128 tile leaves idle (``"tiny_batched"``, 4
-warps of 32x32, for batches of small entries); from 2048^3 the
+warps of 32x32, for batches of small entries; ``"micro_batched"``, 32x32 in 2 warps of 32x16, for
+entries with a side of at most 32); from 2048^3 the
 128x128 tile is fastest.  ``fold`` (the tiny tile: 8) restarts each output's partial sum
 every ``fold`` K and adds it into the running sum (module docstring); without it one FMA
 chain runs over K.  The measurements behind each tile are in
