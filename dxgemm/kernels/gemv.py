@@ -77,19 +77,16 @@ def build(spec: KernelSpec, *, shape: tuple[int, int, int] | None = None) -> Bui
         cols, lanes, unroll = TILE_CONFIGS[spec.dtype.name][spec.tile]
     if shape is not None:
         cols, lanes, unroll = shape
-    if unroll not in (1, 2, 4, 8, 16) or (cols > 32 and (k_fast or by_rows or cols != 32 * VEC_BYTES // spec.dtype.itemsize)):
-        raise ValueError(f"gemv: a block holds at most 32 outputs (or 32 vectors of 16 bytes along B's rows) "
-                         f"and a thread 1, 2, 4, 8 or 16 loads, got {(cols, lanes, unroll)}")
-    if cols > 32:
+    vector = cols > 32
+    if (vector and (k_fast or by_rows or cols != 32 * VEC_BYTES // spec.dtype.itemsize or unroll not in (1, 2, 4, 8, 16))
+            or not vector and unroll not in (4, 8)):
+        raise ValueError(f"gemv: a block holds at most 32 outputs a thread 4 or 8 loads, or 32 vectors of 16 bytes "
+                         f"along B's rows a thread 1, 2, 4, 8 or 16 loads; got {(cols, lanes, unroll)}")
+    if vector:
         return build_vector(spec, lanes, unroll)
-    span = U((unroll - 1) * lanes)  # the last load of a round, past the first
-    step = U(unroll * lanes)
 
     def gemv(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args):
         partial = cuda.shared.array((lanes, 33), nb)
-        acc = cuda.local.array(unroll, nb)  # ``unroll`` independent sums: that many loads in flight
-        for u in range(unroll):
-            acc[u] = zero
         if k_fast:
             lane = U(cuda.threadIdx.x)
             c = U(cuda.threadIdx.y)
@@ -104,29 +101,37 @@ def build(spec: KernelSpec, *, shape: tuple[int, int, int] | None = None) -> Bui
             col = U(cuda.blockIdx.x) * U(cols) + c
         live = row < U(m) if by_rows else col < U(n)
         kk = U(k)
+        acc0 = zero
+        acc1 = zero
+        acc2 = zero
+        acc3 = zero
+        acc4 = zero
+        acc5 = zero
+        acc6 = zero
+        acc7 = zero
         if live:
             i = lane
-            while i + span < kk:
-                for u in range(unroll):
-                    j = i + U(u * lanes)
-                    acc[u] += a[a_off(row, j, U(lda))] * b[b_off(j, col, U(ldb))]
-                i += step
-            while i < kk:  # the tail: fewer than ``unroll`` loads left
-                acc[0] += a[a_off(row, i, U(lda))] * b[b_off(i, col, U(ldb))]
+            if unroll == 8:
+                while i + U(7 * lanes) < kk:  # eight independent loads in flight per thread
+                    acc0 += a[a_off(row, i, U(lda))] * b[b_off(i, col, U(ldb))]
+                    acc1 += a[a_off(row, i + U(lanes), U(lda))] * b[b_off(i + U(lanes), col, U(ldb))]
+                    acc2 += a[a_off(row, i + U(2 * lanes), U(lda))] * b[b_off(i + U(2 * lanes), col, U(ldb))]
+                    acc3 += a[a_off(row, i + U(3 * lanes), U(lda))] * b[b_off(i + U(3 * lanes), col, U(ldb))]
+                    acc4 += a[a_off(row, i + U(4 * lanes), U(lda))] * b[b_off(i + U(4 * lanes), col, U(ldb))]
+                    acc5 += a[a_off(row, i + U(5 * lanes), U(lda))] * b[b_off(i + U(5 * lanes), col, U(ldb))]
+                    acc6 += a[a_off(row, i + U(6 * lanes), U(lda))] * b[b_off(i + U(6 * lanes), col, U(ldb))]
+                    acc7 += a[a_off(row, i + U(7 * lanes), U(lda))] * b[b_off(i + U(7 * lanes), col, U(ldb))]
+                    i += U(8 * lanes)
+            while i + U(3 * lanes) < kk:  # four independent loads in flight per thread
+                acc0 += a[a_off(row, i, U(lda))] * b[b_off(i, col, U(ldb))]
+                acc1 += a[a_off(row, i + U(lanes), U(lda))] * b[b_off(i + U(lanes), col, U(ldb))]
+                acc2 += a[a_off(row, i + U(2 * lanes), U(lda))] * b[b_off(i + U(2 * lanes), col, U(ldb))]
+                acc3 += a[a_off(row, i + U(3 * lanes), U(lda))] * b[b_off(i + U(3 * lanes), col, U(ldb))]
+                i += U(4 * lanes)
+            while i < kk:
+                acc0 += a[a_off(row, i, U(lda))] * b[b_off(i, col, U(ldb))]
                 i += U(lanes)
-        # a pairwise sum of the accumulators; constant indices keep them in registers
-        if unroll >= 16:
-            for u in range(8):
-                acc[u] += acc[u + 8]
-        if unroll >= 8:
-            for u in range(4):
-                acc[u] += acc[u + 4]
-        if unroll >= 4:
-            for u in range(2):
-                acc[u] += acc[u + 2]
-        if unroll >= 2:
-            acc[0] += acc[1]
-        partial[lane, c] = acc[0]
+        partial[lane, c] = ((acc0 + acc1) + (acc2 + acc3)) + ((acc4 + acc5) + (acc6 + acc7))
         cuda.syncthreads()
         if lane == U(0) and live:
             total = zero
