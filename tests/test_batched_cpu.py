@@ -97,22 +97,30 @@ def test_auto_float32_single_rows_take_gemv():
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("how_b, tile", [("row", "batched"), ("row", "batched_wide"), ("T", "batched"),
-                                         ("view", "batched")])
-def test_single_rows_on_gemvs_batched_tile(monkeypatch, dtype, how_b, tile):
-    """gemv's batched tiles (chosen where a batch of single rows fills the GPU; forced here):
-    K = 200 runs its four-load loop and the tail; 41 columns end in a part vector and leave a part
-    block; B as a view of a larger buffer (2 columns in, 46 apart) is not 16-byte aligned, so
-    every thread takes the element-by-element path."""
+@pytest.mark.parametrize("how_b, n, tile", [("row", 40, "batched"), ("row", 40, "batched_wide"), ("padded", 41, "batched"),
+                                            ("shifted", 41, "batched"), ("T", 41, "batched")])
+def test_single_rows_on_gemvs_batched_tile(monkeypatch, dtype, how_b, n, tile):
+    """gemv's batched tiles (chosen where a batch of single rows fills the GPU; forced here): K = 200
+    runs the four-load loop and the tail, and the columns end in a part block.  B row-major takes
+    the vector loads; ``padded`` (41 columns of rows 48 apart) ends in a part vector, read element
+    by element; ``shifted`` (one element into its buffer) is not 16-byte aligned, so every thread
+    reads element by element; ``T`` (column-major) runs the scalar kernel with lanes along K."""
     from dxgemm import policy
 
     monkeypatch.setattr(policy, "GEMV_BATCHED_THREADS_PER_SM", {tile: 0})
-    assert policy.choose_batched_tile("gemv", np.dtype(dtype), 1, 41, 200, 2) == tile
+    assert policy.choose_batched_tile("gemv", np.dtype(dtype), 1, n, 200, 2) == tile
     a = data((2, 1, 200), dtype, "wide")
-    b = data((2, 200, 41), dtype)
-    v = data((2, 41), dtype, "wide")
-    d = cuda.to_device(np.full((2, 1, 41), np.nan, dtype))
-    dxgemm.gemm(on_device(a), on_device(b, how_b), d, epilogue=E.bias(on_device(v)))
+    b = data((2, 200, n), dtype)
+    v = data((2, n), dtype, "wide")
+    if how_b in ("padded", "shifted"):
+        buffer = np.full((2, 200, 48), np.nan, dtype)
+        start = 1 if how_b == "shifted" else 0
+        buffer[:, :, start:start + n] = b
+        b_dev = FakeCUDAArray(buffer[:, :, start:start + n])
+    else:
+        b_dev = on_device(b, how_b)
+    d = cuda.to_device(np.full((2, 1, n), np.nan, dtype))
+    dxgemm.gemm(on_device(a), b_dev, d, epilogue=E.bias(on_device(v)))
     check_entries(d.copy_to_host(), a, b, dtype, then=lambda i, x: x + v[i].astype(np.float64)[None, :])
 
 

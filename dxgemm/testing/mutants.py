@@ -96,6 +96,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("grouped problems read problem 0's leading dimension of A", "dxgemm/kernels/batch_entries.py",
            "table[row + 3], table[row + 4]", "table[4], table[row + 4]",
            ("tests/test_grouped_cpu.py", "-k", "matches_its_reference and row-warptile-float64")),
+    Mutant("gemv's vector tile gives every output the vector's first element", "dxgemm/kernels/gemv.py",
+           "acc[u * width + v] += x * y[v]", "acc[u * width + v] += x * y[0]",
+           ("tests/test_batched_cpu.py", "-k", "gemvs_batched_tile and row-40-batched-float32")),
+    Mutant("gemv's vector tile drops the last column of a part vector", "dxgemm/kernels/gemv.py",
+           "                        if col + U(v) < un:\n", "                        if col + U(v) < un - U(1):\n",
+           ("tests/test_batched_cpu.py", "-k", "gemvs_batched_tile and padded-41-batched-float64")),
 )
 """Every mutant: name, file (relative to the project root), exact old text, new text, the tests that must catch it."""
 
