@@ -488,25 +488,20 @@ def gemv_column(m: int, n: int) -> bool:
 TINY_BATCHED_MIN_BLOCKS_PER_SM = 3
 """A batch of entries narrower than its tile runs ``warptile``'s batched small tiles from this many
 of their blocks an SM (fewer: ``"tiny"``): ``"micro_batched"`` (32x32) where an entry has a side of
-at most 32, ``"tiny_batched"`` (64x64) where both sides are at least 64; between the two, the
-single call's ``"tiny"``.  With several blocks an SM the batch is bound by each block's throughput,
-not its latency.  On an H200 against cuBLAS strided-batched: float64 4096 x 64^3 went from 0.86x to
-0.98x, 2048 x 64 x 64 x 128 from 0.90x to 1.00x, 512 x 64 x 64 x 512 from 0.96x to 1.03x, 8192 x
-32^3 from 0.49x to 1.01x, 4096 x 32 x 64 x 128 from 0.70x to 0.98x, 16384 x 16^3 from 0.27x to
-0.79x; float32 4096 x 64^3 from 0.76x to 0.82x, 8192 x 32^3 from 0.28x to 0.94x, 16384 x 16^3 from
-0.23x to 0.77x.  Entries of 40x40 and 48x80 ran as fast or faster on ``"tiny"`` in float64 (in
-float32 48x80 ran faster on the 32x32 tile, 0.68x against 0.55x; a rule for it is not made yet).
-Measured from 3.9 (64x64) and 62 (32x32) blocks an SM up
-(``benchmarks/results/h200_warptile_tiny_batched*.log``)."""
+at most 32, ``"tiny_batched"`` (64x64) where both sides are at least 64, the single call's
+``"tiny"`` in between (there it measured as fast or faster in float64).  With several blocks an SM
+the batch is bound by each block's throughput rather than its latency, which the batched tiles
+trade for: measured on an H200 from 3.9 (64x64) and 62 (32x32) blocks an SM up, 1.1-3.4x faster
+(``benchmarks/results/h200_warptile_tiny_batched*.log``, ``docs/performance.md``)."""
 
 
 def choose_batched_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, count: int,
                         device: DeviceInfo = H100, medium_min_k: float = 0.0) -> str:
     """The tile of a batched call: ``count`` entries of ``m x n`` fill the GPU together, so the
     tile is chosen as for their outputs stacked (``count * m`` rows, :func:`choose_tile`), then
-    made the smallest (64x64, ``"tiny"``, or a batched small tile by
-    :data:`TINY_BATCHED_MIN_BLOCKS_PER_SM`) where an entry is narrower than the tile on either side
-    (a larger tile would be mostly padding) or the stacked outputs chose ``"tiny"``.  ``gemv`` over single rows takes the tile
+    made a small one (``"tiny"``, or a batched small tile by :data:`TINY_BATCHED_MIN_BLOCKS_PER_SM`)
+    where an entry is narrower than the tile on either side (a larger tile would be mostly padding)
+    or the stacked outputs chose ``"tiny"``.  ``gemv`` over single rows takes the tile
     :data:`GEMV_BATCHED_THREADS_PER_SM` picks."""
     if backend == "gemv":
         if m != 1:
