@@ -126,9 +126,11 @@ def test_single_rows_on_gemvs_batched_tile(monkeypatch, dtype, how_b, n, tile):
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("tile, m, n", [("tiny_batched", 70, 65), ("micro_batched", 20, 45)])
-def test_small_entries_on_warptiles_batched_tiny_tiles(monkeypatch, dtype, tile, m, n):
+@pytest.mark.parametrize("how_a, how_b", [("row", "T"), ("col", "row"), ("view", "view")])
+def test_small_entries_on_warptiles_batched_tiny_tiles(monkeypatch, dtype, tile, m, n, how_a, how_b):
     """``warptile``'s batched small tiles (chosen for many small entries; forced here): 70 x 65 and
-    20 x 45 entries leave part blocks on both sides, K = 37 a part K tile."""
+    20 x 45 entries leave part blocks on both sides, K = 37 a part K tile; A and B row-major,
+    column-major and unaligned views."""
     from dxgemm import policy
 
     monkeypatch.setattr(policy, "TINY_BATCHED_MIN_BLOCKS_PER_SM", 0)
@@ -136,7 +138,7 @@ def test_small_entries_on_warptiles_batched_tiny_tiles(monkeypatch, dtype, tile,
     a = data((2, m, 37), dtype, "wide")
     b = data((2, 37, n), dtype)
     d = cuda.to_device(np.full((2, m, n), np.nan, dtype))
-    dxgemm.gemm(on_device(a), on_device(b, "T"), d, backend="warptile")
+    dxgemm.gemm(on_device(a, how_a), on_device(b, how_b), d, backend="warptile")
     check_entries(d.copy_to_host(), a, b, dtype)
 
 
