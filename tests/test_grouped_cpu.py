@@ -22,9 +22,9 @@ SHAPES = [(5, 7, 9), (1, 3, 4), (0, 5, 3), (8, 2, 0), (6, 6, 6), (3, 1, 11), (7,
 
 
 
-def _problems(dtype, layout="row"):
+def _problems(dtype, layout="row", shapes=SHAPES):
     host, dev = [], []
-    for m, n, k in SHAPES:
+    for m, n, k in shapes:
         a = RNG.uniform(0.5, 1.5, (m, k)).astype(dtype)
         b = (RNG.standard_normal((k, n)) * np.exp2(RNG.integers(-6, 7, (k, n)))).astype(dtype)
         c = np.full((m, n), np.nan, dtype)
@@ -44,6 +44,25 @@ def test_every_problem_matches_its_reference(backend, dtype, layout):
     outs = dxgemm.grouped_gemm(dev, backend=backend)
     for g, ((a, b), (_, _, c), out) in enumerate(zip(host, dev, outs)):
         assert out is c
+        got = out.copy_to_host()
+        assert not np.isnan(got).any(), g
+        assert_close(got, a.astype(np.float64), b.astype(np.float64), np.dtype(dtype), unbiased=False)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("tile, shapes", [("micro_batched", SHAPES),
+                                          ("tiny_batched", [(70, 65, 9), (64, 64, 5), (65, 90, 3), (0, 70, 4)])])
+def test_problems_on_warptiles_batched_small_tiles(monkeypatch, dtype, tile, shapes):
+    """A group on ``warptile``'s batched small tiles (chosen for many small problems; forced here):
+    the tile is the largest problem's, each problem ends in part blocks."""
+    from dxgemm import policy
+
+    monkeypatch.setattr(policy, "TINY_BATCHED_MIN_BLOCKS_PER_SM", 0)
+    m, n = max(s[0] for s in shapes), max(s[1] for s in shapes)
+    assert policy.choose_batched_tile("warptile", np.dtype(dtype), m, n, 9, len(shapes)) == tile
+    host, dev = _problems(dtype, "row", shapes)
+    outs = dxgemm.grouped_gemm(dev, backend="warptile")
+    for g, ((a, b), out) in enumerate(zip(host, outs)):
         got = out.copy_to_host()
         assert not np.isnan(got).any(), g
         assert_close(got, a.astype(np.float64), b.astype(np.float64), np.dtype(dtype), unbiased=False)
