@@ -113,6 +113,7 @@ def measure(args) -> None:
     from dxgemm.epilogues.reference import check
     from dxgemm.runtime import calls
     from dxgemm.runtime.memo import KERNELS
+    from batched import alternate
     from sweep import per_call_ms
 
     stream = cp.cuda.Stream(non_blocking=True)
@@ -161,13 +162,7 @@ def measure(args) -> None:
                     print(f"{dtype} {count}x{m}x{n}x{k} {name:12} not run: {type(e).__name__}: {str(e)[:160]}", flush=True)
                     continue
                 err = max(float(check(d[i], None, a[i], b[i], dt)) for i in (0, count - 1))
-                for f in (ours, cublas):
-                    f()
-                    f()
-                mine, theirs = [], []
-                for _ in range(args.rounds):
-                    mine.append(per_call_ms(cp, ours, stream, args.target_ms))
-                    theirs.append(per_call_ms(cp, cublas, stream, args.target_ms))
+                mine, theirs = alternate(cp, ours, cublas, stream, args, per_call_ms)
                 ms, base = statistics.median(mine), statistics.median(theirs)
                 print(f"{dtype} {count}x{m}x{n}x{k} {name:12} {ms:.4f} ms ({min(mine):.4f}-{max(mine):.4f})  "
                       f"cuBLAS {base:.4f}  x {base / ms:.3f}  err/bound {err:.3f}", flush=True)

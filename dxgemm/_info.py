@@ -98,7 +98,7 @@ def support() -> list[dict[str, str]]:
 
     from . import policy
     from .gpus import DEVICES, target_device
-    from .kernels.warptile import TILE_CONFIGS
+    from .kernels.warptile import BATCH_TILES, TILE_CONFIGS
     from .pipelines.config import TARGETS, TARGET_NOTES
 
     order = ("warptile", "tf32wgmma", "tf32mma", "pipeline")
@@ -119,7 +119,7 @@ def support() -> list[dict[str, str]]:
                 seen.add(backend)
             return ", ".join(b for b in order if b in seen)
 
-        every = ["large", *(t for t in TILE_CONFIGS["float64"] if not t.endswith("_batched"))]  # a plain call's
+        every = ["large", *(t for t in TILE_CONFIGS["float64"] if t not in BATCH_TILES)]  # a plain call's
         tiles = [t for t in every if policy.tile_fits(device, "float64", t)]
         missing = [t for t in ("large", "medium", "small") if t not in tiles]
         note = "" if not missing else f" ({tiles[0]} tile only)" if len(tiles) == 1 else f" (no {'/'.join(missing)} tile)"

@@ -517,13 +517,16 @@ def choose_batched_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, c
     tile = choose_tile(backend, dtype, m * count, n, k, device, medium_min_k)
     cfg = WARPTILE_TILES.get(np.dtype(dtype).name, {}).get(tile, WARPTILE_CONFIGS[np.dtype(dtype).name])
     if tile == "tiny" or m < cfg["BM"] or n < cfg["BN"]:
-        least = TINY_BATCHED_MIN_BLOCKS_PER_SM * device.sm_count
-        if min(m, n) <= 32:  # a 64x64 block would be at least half idle
-            many = count * -(-m // 32) * -(-n // 32) >= least
-            return "micro_batched" if many and tile_fits(device, dtype, "micro_batched") else "tiny"
-        many = count * -(-m // 64) * -(-n // 64) >= least
-        full = min(m, n) >= 64  # an entry fills the 64x64 block
-        return "tiny_batched" if many and full and tile_fits(device, dtype, "tiny_batched") else "tiny"
+        tiles = WARPTILE_TILES[np.dtype(dtype).name]
+        side = min(m, n)
+        # 32x32 blocks where a 64x64 one would be at least half idle; 64x64 where an entry fills one
+        small = ("micro_batched" if side <= tiles["micro_batched"]["BM"]
+                 else "tiny_batched" if side >= tiles["tiny_batched"]["BM"] else None)
+        if small is not None:
+            blocks = count * -(-m // tiles[small]["BM"]) * -(-n // tiles[small]["BN"])
+            if blocks >= TINY_BATCHED_MIN_BLOCKS_PER_SM * device.sm_count and tile_fits(device, dtype, small):
+                return small
+        return "tiny"
     return tile
 
 

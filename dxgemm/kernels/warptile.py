@@ -188,6 +188,10 @@ chain runs over K.  The measurements behind each tile are in
 ``docs/performance.md``."""
 
 
+BATCH_TILES = ("tiny_batched", "micro_batched")
+"""The tiles only a batched or grouped call runs (``dxgemm.policy.choose_batched_tile``): what a
+plain call runs (``warmup``'s list, ``info``'s table) leaves them out."""
+
 def tile_config(dtype_name: str, tile: str) -> dict:
     """The configuration of ``tile`` for ``dtype_name``: :data:`TILE_CONFIGS`' entry (``"large"`` and
     unnamed tiles: :data:`CONFIGS`), or, for ``"<split tile>_serial"``, that split tile's serial

@@ -153,8 +153,8 @@ def plain_kernels(dtypes: Iterable[Any], arrangements: Iterable[tuple[str, str]]
     under ``auto`` on ``device``, for the given A/B ``arrangements`` (``"row_major"``/``"col_major"`` pairs).
 
     That is ``warptile`` on each of its tiles that :func:`dxgemm.policy.tile_fits` the device
-    (``warptile.TILE_CONFIGS`` besides ``"large"`` and the batches' ``"tiny_batched"``, float64's
-    split-K tiles among them, which
+    (``warptile.TILE_CONFIGS`` besides ``"large"`` and the batches' ``warptile.BATCH_TILES``,
+    float64's split-K tiles among them, which
     :func:`dxgemm.policy.choose_split_k` runs with the plain chain), the split-K reduce that
     applies the chain, ``gemv`` for one output row or column, and float32's default ``tf32mma`` (mode
     ``"tf32x3"``, each of its tiles and their split parts that fit) where ``auto`` runs it
@@ -167,9 +167,8 @@ def plain_kernels(dtypes: Iterable[Any], arrangements: Iterable[tuple[str, str]]
     out = []
     for dtype in dtypes:
         name = np.dtype(dtype).name
-        # a "_batched" tile runs in batched calls only, whose kernels are not a plain call's
         tiles = [t for t in ["large"] + [t for t in warptile.TILE_CONFIGS.get(name, {}) if t != "large"]
-                 if policy.tile_fits(device, name, t) and not t.endswith("_batched")]
+                 if policy.tile_fits(device, name, t) and t not in warptile.BATCH_TILES]
         tf32 = [t for t in tf32mma.CONFIGS if t.startswith("tf32x3")  # float32's default mode, each tile and split
                 if name == "float32" and policy.tf32_auto(device) and policy.tf32_tile_fits(device, t)]
         wgmma = ["tf32x3"] if tf32 and policy.tf32_wgmma_fits(device) else []  # auto's 128x128 tile on Hopper
