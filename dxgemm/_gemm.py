@@ -158,15 +158,15 @@ def gemm(
         serial = slices > 1 and (forced == "serial" if forced else policy.split_sum_serial(m, n, slices))
         if SIMULATOR and slices > 1:  # nothing is compiled: Numba's simulated launches, not kept
             launch_simulated(backend, spec, op_a, op_b, op_d, m, n, k, flags, bound, slices,
-                             policy.split_part_tile(backend, tile, m, n), serial=serial)
+                             policy.split_part_tile(backend, tile, m, n, dtype), serial=serial)
             return out
         if SIMULATOR:  # Numba's simulated launch from addresses, as the packed launch on a GPU
             call = SimulatedCall(backend, spec, bound)
         elif serial:
-            call = rung_serial_split(backend, spec, bound, device, slices, policy.split_part_tile(backend, tile, m, n),
-                                     m, n, handle)
+            call = rung_serial_split(backend, spec, bound, device, slices,
+                                     policy.split_part_tile(backend, tile, m, n, dtype), m, n, handle)
         elif slices > 1:
-            call = rung_split(backend, spec, bound, device, slices, policy.split_part_tile(backend, tile, m, n))
+            call = rung_split(backend, spec, bound, device, slices, policy.split_part_tile(backend, tile, m, n, dtype))
         else:
             call = rung_call(backend, spec, bound, device)
         call(matrix_of(op_a), matrix_of(op_b), matrix_of(op_d), m, n, k, flat_values(bound.args), handle)

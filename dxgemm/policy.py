@@ -619,11 +619,13 @@ def _f64_tiles(tile: str, m: int, n: int) -> int:
     return -(-m // cfg["BM"]) * -(-n // cfg["BN"])
 
 
-def split_part_tile(backend: str, tile: str, m: int, n: int) -> str:
+def split_part_tile(backend: str, tile: str, m: int, n: int, dtype: Any) -> str:
     """The tile the K slices of a split ``backend`` call run (:func:`choose_split_k`):
-    float64 ``warptile``'s split tile for the width (:func:`choose_split_tile`), or the split
-    variant of ``tf32mma``'s mode."""
-    return f"{tile}_split" if backend == "tf32mma" else choose_split_tile(m, n)
+    float64 ``warptile``'s split tile for the width (:func:`choose_split_tile`), float32
+    ``warptile``'s one split tile (the tiny tile's), or the split variant of ``tf32mma``'s mode."""
+    if backend == "tf32mma":
+        return f"{tile}_split"
+    return "split" if np.dtype(dtype) == np.float32 else choose_split_tile(m, n)
 
 
 TF32MMA_MAX_SLICES = 64
@@ -634,6 +636,15 @@ TF32MMA_SPLIT_MIN_K = 512
 
 TF32MMA_MIN_SLICE_K = 256
 """The least K a ``tf32mma`` slice keeps (eight 32-deep K tiles; :func:`choose_split_k`)."""
+
+F32_SPLIT_MIN_K = 512
+"""The shortest K a float32 ``warptile`` call is split over (:func:`choose_split_k`)."""
+
+F32_MIN_SLICE_K = 256
+"""The least K a float32 ``warptile`` slice keeps (16 of the split tile's 16-deep K tiles)."""
+
+F32_MAX_SLICES = 64
+"""The most K slices a float32 ``warptile`` call is split into."""
 
 F64_SPLIT_MIN_K = 2048
 """The shortest K a float64 ``warptile`` call is split over (:func:`choose_split_k`).  At
@@ -662,6 +673,13 @@ def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: 
     unsplit at 0.54-0.63x (``docs/performance.md``).  The slices' sums (each within the
     float32 contract) are added by the reduce in float32, which adds to no bias.
 
+    float32 ``warptile`` (IEEE float32: ``precision="ieee"``, and the default where the TF32
+    tensor cores do not pay, :func:`tf32_auto`): as ``tf32mma``, on the tiny tile's split form,
+    from K = :data:`F32_SPLIT_MIN_K`, slices of at least :data:`F32_MIN_SLICE_K`, at most
+    :data:`F32_MAX_SLICES`.  Besides the SMs it fills, the split keeps the float32 contract
+    at deep K: unsplit, each output sums K in one chain of ``K / 8`` blocked partials (the tiny
+    tile's ``fold``), which misses the contract on small outputs from K = 4096, where cuBLAS splits.
+
     float64: a call whose split tiles (:func:`choose_split_tile`) would fill at most half the
     blocks the GPU holds at once runs on the small, tiny or thin tile, at about half the large
     tile's DMMA rate, on few blocks.  Slicing K over ``gridDim.z`` gives the split tile's warps
@@ -678,6 +696,15 @@ def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: 
         if k < TF32MMA_SPLIT_MIN_K or 2 * tiles > resident * device.sm_count:
             return 1
         return max(1, min(resident * device.sm_count // tiles, k // TF32MMA_MIN_SLICE_K, TF32MMA_MAX_SLICES))
+    if backend == "warptile" and np.dtype(dtype) == np.float32:
+        if k < F32_SPLIT_MIN_K:
+            return 1
+        cfg = WARPTILE_TILES["float32"]["split"]
+        tiles = -(-m // cfg["BM"]) * -(-n // cfg["BN"])
+        slots = device.sm_count * warptile_resident(dtype, "split")
+        if 2 * tiles > slots:
+            return 1
+        return max(1, min(slots // tiles, k // F32_MIN_SLICE_K, F32_MAX_SLICES))
     if backend != "warptile" or np.dtype(dtype) != np.float64 or tile == "large" or k < F64_SPLIT_MIN_K:
         return 1
     split_tile = choose_split_tile(m, n)

@@ -68,15 +68,15 @@ def test_every_decision_fits_the_device(name):
                 slices = policy.choose_split_k(backend, dt, m, n, k, tile, device)
                 assert 1 <= slices <= policy.TF32MMA_MAX_SLICES, where
                 if slices > 1:
-                    assert tf32mma.smem_bytes(policy.split_part_tile(backend, tile, m, n)) <= device.smem_per_block, where
+                    assert tf32mma.smem_bytes(policy.split_part_tile(backend, tile, m, n, dt)) <= device.smem_per_block, where
                 continue
             assert backend == "warptile", where
             tile = policy.choose_tile(backend, dt, m, n, k, device, 0.0 if mk == math.inf else mk)
             check_warptile(device, dt, tile, f"{where} tile {tile}")
             slices = policy.choose_split_k(backend, dt, m, n, k, tile, device)
-            assert 1 <= slices <= policy.F64_MAX_SLICES, where
+            assert 1 <= slices <= max(policy.F64_MAX_SLICES, policy.F32_MAX_SLICES), where
             if slices > 1:
-                check_warptile(device, dt, policy.choose_split_tile(m, n), f"{where} split tile")
+                check_warptile(device, dt, policy.split_part_tile(backend, tile, m, n, dt), f"{where} split tile")
     # the choices follow the device, not one GPU's figures
     assert ("pipeline" in counts) == (device.cc in TARGETS), counts
     # the tensor cores where they fit and pay: several times the FMA units' rate (gpus.TF32_TENSOR_PER_FP32)
@@ -117,13 +117,18 @@ def test_warmup_lists_what_a_plain_call_runs_on_each_target():
     assert {("tf32mma", "float32", "tf32x3"), ("warptile", "float64", "large"), ("warptile", "float64", "split"),
             ("splitk_reduce", "float64", "large")} <= h100
     assert {t for b, d, t in ada if b == "warptile" and d == "float64"} == {"tiny"}
-    assert not any(b in ("tf32mma", "splitk_reduce") for b, _, _ in ada)
+    assert not any(b == "tf32mma" for b, _, _ in ada)
+    # float32's deep K on IEEE warptile there: its split tile and the reduce (float64's split tiles do not fit)
+    assert {("warptile", "float32", "split"), ("splitk_reduce", "float32", "large")} <= ada
+    assert ("warptile", "float32", "split") not in h100  # the H100 runs deep float32 K on tf32mma
     for name, device in DEVICES.items():  # every tile the policy picks there is built
         for dtype in (np.dtype(np.float32), np.dtype(np.float64)):
             for m, n, k in SHAPES[::7]:
+                if dtype == np.float32 and policy.tf32_auto(device) and k >= policy.TF32X3_MIN_K:
+                    continue  # auto runs tf32mma there
                 tile = policy.choose_tile("warptile", dtype, m, n, k, device)
                 if policy.choose_split_k("warptile", dtype, m, n, k, tile, device) > 1:
-                    tile = policy.choose_split_tile(m, n)
+                    tile = policy.split_part_tile("warptile", tile, m, n, dtype)
                 assert ("warptile", dtype.name, tile) in listed(device), (name, m, n, k, tile)
 
 

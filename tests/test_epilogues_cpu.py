@@ -70,10 +70,11 @@ EPILOGUES = ["bias_col", "bias_row", "relu", "leaky_relu", "gelu", "gelu_tanh", 
              "scale", "custom", "store"]
 
 
-def _run_and_check(epilogue, a, b, dtype, *, backend="naive", alpha=1.0, beta=0.0, c=None, layout_c="row"):
+def _run_and_check(epilogue, a, b, dtype, *, backend="naive", alpha=1.0, beta=0.0, c=None, layout_c="row",
+                   layout_a="row", **kwargs):
     d = device_matrix(c, layout_c) if c is not None else poisoned(a.shape[:1] + b.shape[1:], dtype, layout_c)
-    out = dxgemm.gemm(device_matrix(a, "row"), device_matrix(b, "row"), d, alpha=alpha, beta=beta,
-                      epilogue=epilogue, backend=backend)
+    out = dxgemm.gemm(device_matrix(a, layout_a), device_matrix(b, "row"), d, alpha=alpha, beta=beta,
+                      epilogue=epilogue, backend=backend, **kwargs)
     assert out is d
     f64 = lambda x: None if x is None else x.astype(np.float64)  # noqa: E731
     assert_close(out, epilogue, f64(a), f64(b), np.dtype(dtype), alpha=alpha, beta=beta, c=f64(c),
@@ -619,6 +620,37 @@ def test_float64_warptile_split_k(monkeypatch, rng, m, n, tile):
                    beta=-1.5, c=c, layout_c="col")
 
 
+@pytest.mark.parametrize("m, n, layout_a, reduce", [(70, 46, "row", "separate"), (13, 70, "col", "serial"),
+                                                     (9, 20, "row", None)])
+def test_float32_warptile_split_k(monkeypatch, rng, m, n, layout_a, reduce):
+    """float32 warptile (precision "ieee") calls of few tiles split over K into the tiny tile's
+    split form: the slices' loads end at their own K (a K tail in the last slice: K is not a
+    multiple of 16), then the reduce (or, "serial", the tiles' last slices; None: the policy's
+    choice, serial for a thin output) applies alpha, beta with C and a row/col-dependent epilogue
+    into column-major D.  The simulator is told of 8 SMs (2 tiles for 70 rows: 4 slots each), the
+    split limits cut to 64 (a quarter of the simulated work): 4 slices."""
+    import dataclasses
+
+    import dxgemm._gemm as gemm_module
+    from dxgemm import policy
+    from dxgemm.runtime.device import H100
+
+    eight_sms = dataclasses.replace(H100, sm_count=8)
+    monkeypatch.setattr(gemm_module, "device_info", lambda device=None: eight_sms)
+    monkeypatch.setattr(policy, "F32_MIN_SLICE_K", 64)
+    monkeypatch.setattr(policy, "F32_SPLIT_MIN_K", 128)
+    if reduce:
+        monkeypatch.setenv("DXGEMM_SPLIT_REDUCE", reduce)
+    k = 4 * 64 + 11  # 17 K tiles: slices of 5 tiles, the last of 2 (27 K)
+    tile = policy.choose_tile("warptile", np.float32, m, n, k, eight_sms)
+    assert policy.choose_split_k("warptile", np.dtype(np.float32), m, n, k, tile, eight_sms) == 4  # K // 64
+    assert policy.split_part_tile("warptile", tile, m, n, np.float32) == "split"
+    a, b = _operands(rng, np.float32, m, n, k)
+    c = rng.standard_normal((m, n)).astype(np.float32)
+    _run_and_check(_make("custom", rng, np.float32, m, n), a, b, np.float32, backend="warptile", precision="ieee",
+                   alpha=0.75, beta=-1.5, c=c, layout_c="col", layout_a=layout_a)
+
+
 @pytest.mark.parametrize("m, n, k, tile", [(131, 13, 70, "n16"), (11, 150, 70, "m16"), (70, 16, "deep", "n16"),
                                            (9, 100, "deep", "m16")])
 def test_float64_thin_tiles(monkeypatch, rng, m, n, k, tile):
@@ -673,7 +705,7 @@ def test_serial_split_k(monkeypatch, rng, dtype, backend, m, n, k, tile, slices)
     monkeypatch.setenv("DXGEMM_SPLIT_REDUCE", "serial")
     chosen = (policy.choose_tf32_tile("tf32x3", m, n, k, two_sms) if backend == "tf32mma"
               else policy.choose_tile(backend, dtype, m, n, k, two_sms))
-    assert policy.split_part_tile(backend, chosen, m, n) == tile
+    assert policy.split_part_tile(backend, chosen, m, n, dtype) == tile
     assert policy.choose_split_k(backend, np.dtype(dtype), m, n, k, chosen, two_sms) == slices
     a, b = _operands(rng, dtype, m, n, k)
     c = rng.standard_normal((m, n)).astype(dtype)

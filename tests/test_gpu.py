@@ -242,6 +242,10 @@ def test_serial_split_k(cp, monkeypatch, dtype):
     monkeypatch.setenv("DXGEMM_SPLIT_REDUCE", "serial")
     monkeypatch.setenv("DXGEMM_AUTO_PIPELINE", "0")
     info, dt = device_info(), np.dtype(dtype)
+    from dxgemm.policy import tile_fits
+
+    if dt == np.float64 and not tile_fits(info, dt, "split"):  # 99 KiB a block (an Ada GPU, DXGEMM_DEVICE_AS=L40S)
+        pytest.skip("float64 warptile's split-K tile does not fit this GPU's shared memory: no call splits")
     stream = cp.cuda.Stream(non_blocking=True)
     _calls.clear()
     ran = 0
@@ -395,8 +399,15 @@ def test_rung_kernels_load_from_disk_in_a_new_process(tmp_path):
     (_, cold_s, cold_compiles, cold_worst), (_, warm_s, warm_compiles, warm_worst) = lines
     assert cold_compiles != "compiles=0" and warm_compiles == "compiles=0"
     assert float(cold_worst.split("=")[1]) <= 1.0 and float(warm_worst.split("=")[1]) <= 1.0
-    # one entry per kernel compiled: medium bias|gelu, small custom, the split part and its reduce
-    assert len(list((tmp_path / "kernels").glob("*.dxk"))) == int(cold_compiles.split("=")[1]) == 4
+    # one entry per kernel compiled: medium bias|gelu, small custom, and the silu call's kernel, or its
+    # split part and reduce where it splits (not where the split tile does not fit: DXGEMM_DEVICE_AS=L40S)
+    from dxgemm.policy import choose_split_k, choose_tile
+    from dxgemm.runtime.device import device_info
+
+    info = device_info()
+    split = choose_split_k("warptile", np.float64, 200, 300, 4000,
+                           choose_tile("warptile", np.float64, 200, 300, 4000, info), info) > 1
+    assert len(list((tmp_path / "kernels").glob("*.dxk"))) == int(cold_compiles.split("=")[1]) == 3 + split
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

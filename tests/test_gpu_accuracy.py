@@ -25,6 +25,7 @@ import pytest
 
 import dxgemm
 from dxgemm import policy, testing
+from dxgemm.runtime.device import device_info
 from dxgemm.testing import tf32_bound
 
 pytestmark = pytest.mark.gpu
@@ -107,7 +108,7 @@ def test_tf32(cp, kind, k, backend):
     assert err <= tf32_bound(k), f"TF32 error {err:.3g} exceeds {tf32_bound(k):.3g} at K = {k}"
     # and it is TF32, not silently float32: some error of TF32's size on random data, wherever a
     # TF32 path runs (auto runs IEEE warptile on a GPU without one: an L40S, or DXGEMM_DEVICE_AS=L40S)
-    tf32_here = backend == "pipeline" or "tf32mma" in dxgemm.available_backends(0)
+    tf32_here = backend == "pipeline" or policy.tf32_auto(device_info(), "tf32")
     if kind == "normal" and k >= 257 and tf32_here:
         assert err > 2.0**-20
 

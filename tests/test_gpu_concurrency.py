@@ -196,6 +196,11 @@ def test_grouped_call_captured_after_a_warm_up(cp, dtype):
 
 def test_workspace_taken_during_a_capture_is_a_clear_error(cp):
     """A call whose workspace does not exist yet on the capturing stream says so (no broken graph)."""
+    from dxgemm.policy import tile_fits
+    from dxgemm.runtime.device import device_info
+
+    if not tile_fits(device_info(), np.float64, "split"):  # 99 KiB a block (an Ada GPU, DXGEMM_DEVICE_AS=L40S)
+        pytest.skip("float64 warptile's split-K tile does not fit this GPU's shared memory: no call splits")
     a = cp.asarray(np.random.default_rng(0).standard_normal((96, 8192)))
     b = cp.asarray(np.random.default_rng(1).standard_normal((8192, 64)))
     d = cp.empty((96, 64))

@@ -69,10 +69,11 @@ def test_tf32mma_split_k_rule():
     assert choose_split_k("tf32mma", f32, 4096, 4096, 4096, "tf32x3", h100) == 1  # a full GPU of tiles
     assert choose_split_k("tf32mma", f32, 16, 16, TF32MMA_SPLIT_MIN_K - 1, "tf32x3", h100) == 1  # K too short
     for tile in [t for t in CONFIGS if t != "large" and not t.endswith("_split")]:
-        assert split_part_tile("tf32mma", tile, 16, 16) in CONFIGS
-        assert CONFIGS[split_part_tile("tf32mma", tile, 16, 16)]["mode"] == tile.split("_")[0]
-    assert split_part_tile("warptile", "small", 4096, 64) == "split_narrow"
-    assert split_part_tile("warptile", "small", 64, 4096) == "split_wide"
+        assert split_part_tile("tf32mma", tile, 16, 16, np.float32) in CONFIGS
+        assert CONFIGS[split_part_tile("tf32mma", tile, 16, 16, np.float32)]["mode"] == tile.split("_")[0]
+    assert split_part_tile("warptile", "small", 4096, 64, np.float64) == "split_narrow"
+    assert split_part_tile("warptile", "small", 64, 4096, np.float64) == "split_wide"
+    assert split_part_tile("warptile", "small", 4096, 64, np.float32) == "split"
 
 
 def test_thin_outputs_take_the_thin_tiles():

@@ -178,8 +178,9 @@ def test_compile_progress_on_a_terminal_only(capsys):
 
 def test_plain_kernels_hold_every_tile_a_plain_call_can_take():
     """``warmup`` builds :func:`_warmup.plain_kernels`: every tile ``choose_tile`` and
-    ``choose_split_tile`` can give a plain call must be among them, in both dtypes."""
-    from dxgemm.policy import choose_split_k, choose_split_tile, choose_tile
+    ``split_part_tile`` can give a plain call on ``warptile`` must be among them, in both dtypes
+    (float32 from ``TF32X3_MIN_K`` runs ``tf32mma`` on the H100)."""
+    from dxgemm.policy import TF32X3_MIN_K, choose_split_k, choose_tile, split_part_tile
 
     listed = {(backend, dtype, tile) for backend, dtype, _, tile in
               _warmup.plain_kernels(["float32", "float64"], [("row_major", "col_major")])}
@@ -191,9 +192,11 @@ def test_plain_kernels_hold_every_tile_a_plain_call_can_take():
         for m in sides:
             for n in sides:
                 for k in depths:
+                    if dtype == np.float32 and k >= TF32X3_MIN_K:
+                        continue
                     tile = choose_tile("warptile", dtype, m, n, k)
                     if choose_split_k("warptile", dtype, m, n, k, tile) > 1:
-                        tile = choose_split_tile(m, n)
+                        tile = split_part_tile("warptile", tile, m, n, dtype)
                     chosen.add(("warptile", dtype.name, tile))
     assert chosen <= listed, chosen - listed
     assert {t for b, d, t in chosen if d == "float64"} >= {"large", "medium", "small", "split", "split_narrow"}
@@ -219,7 +222,7 @@ def test_plain_kernels_hold_the_split_forms_thin_calls_take():
                         else policy.choose_tile(backend, dtype, m, n, k))
                 slices = policy.choose_split_k(backend, dtype, m, n, k, tile)
                 if slices > 1:
-                    part = policy.split_part_tile(backend, tile, m, n)
+                    part = policy.split_part_tile(backend, tile, m, n, dtype)
                     if policy.split_sum_serial(m, n, slices):
                         part, serial = serial_tile(part), serial + 1
                     chosen.add((backend, dtype.name, part))

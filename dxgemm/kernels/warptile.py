@@ -47,12 +47,13 @@ What else makes this rung fast (the figures: ``docs/performance.md``):
   copy origin past the edge moved back to the last row (column, or 16-byte chunk) inside:
   the rows and columns it then fills are never stored.  A wave lasts as long as its
   slowest block, so edge blocks must not be slower than interior ones.
-* **K split over the grid for few output tiles** (float64).  A skinny output with deep K
+* **K split over the grid for few output tiles.**  A skinny output with deep K
   has too few tiles to fill the SMs; its K slices run as the grid's z, each into a
   workspace laid out like D, and :mod:`~.splitk_reduce` adds them and applies the
-  epilogue (``TILE_CONFIGS["float64"]["split"]``, ``"split_narrow"``, ``"split_wide"``, and the
-  thin ``"split_n16"`` and ``"split_m16"``,
-  ``dxgemm.policy.choose_split_k``).
+  epilogue (float64: ``TILE_CONFIGS["float64"]["split"]``, ``"split_narrow"``, ``"split_wide"``, and the
+  thin ``"split_n16"`` and ``"split_m16"``; float32: the tiny tile's ``"split"``;
+  ``dxgemm.policy.choose_split_k``).  In float32 it is also what keeps a deep sum accurate:
+  each slice sums a short stretch of K, the slices are added once.
 * **A blocked sum for small float32 outputs** (the ``"tiny"`` tile, ``fold``).  Each output's
   products go into a fresh partial every 8 K, added into the running sum: far fewer
   roundings at the sum's magnitude than one FMA chain over K.  cuBLAS sums small outputs
@@ -126,6 +127,11 @@ TILE_CONFIGS = {
         # a batch of entries with a side of at most 32: 32x32 blocks, 2 warps of 32x16
         "micro_batched": dict(threads=64, BM=32, BN=32, BK=16, WM=32, WN=16, WNITER=1, TM=4, TN=4, stages=2, unroll=2,
                               fold=8),
+        # the tiny tile over K slices (blockIdx.z) into a workspace, for outputs of few tiles and
+        # deep K (dxgemm.policy.choose_split_k): the grid fills the SMs, and each output's sum is
+        # short blocked chains a slice, the slices added by the reduce
+        "split": dict(threads=256, BM=64, BN=64, BK=16, WM=32, WN=16, WNITER=1, TM=4, TN=4, stages=2, unroll=2, fold=8,
+                      split_k=True),
     },
     "float64": {
         "small": _F64_SMALL,
@@ -256,6 +262,12 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     runs = [(wm * TM + i, wm * WSUBM + i, wn * TN, wn * WSUBN) for wm in range(WMITER) for i in range(TM)
             for wn in range(WNITER)]
     store_tile = _make_straight_store(runs, N_REG, store_run)
+    SPLIT = bool(cfg.get("split_k", False))  # K sliced over gridDim.z, partial sums into a workspace
+    SERIAL = SPLIT and bool(cfg.get("serial", False))  # ... summed by the tile's last slice (finish)
+    D_ROWS = spec.layout_d == Layout.ROW
+    if SERIAL:  # the slices go to the workspace as they are; the caller's epilogue runs in finish
+        store_slice = _make_straight_store(runs, N_REG, _run_store(TN, _identity, d_off, D_VEC))
+        finish = make_serial_finish(spec, BM, BN, threads)
     one, two = U(1), U(2)
 
     def warptile_gemm(a, b, d, m, n, k, lda, ldb, ldd, flags, epi_args):
@@ -281,10 +293,16 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
         vec_a = (U(flags) & one) != U(0)
         vec_b = (U(flags) & two) != U(0)
         n_tiles = (uk + uBK - one) // uBK
+        kb, ke = U(0), uk
+        if SPLIT:  # K slice blockIdx.z of gridDim.z, whole K tiles each but the last; A's and B's loads end at ke
+            per = (n_tiles + U(cuda.gridDim.z) - one) // U(cuda.gridDim.z) * uBK
+            kb = min(U(cuda.blockIdx.z) * per, uk)
+            ke = min(kb + per, uk)
+            n_tiles = (ke - kb + uBK - one) // uBK
         regs_a = cuda.local.array(A_REGS, nb)
         regs_b = cuda.local.array(B_REGS, nb)
-        stage_a.fetch(a, U(lda), row0, U(0), um, uk, tid, vec_a, regs_a)
-        stage_b.fetch(b, U(ldb), U(0), col0, uk, un, tid, vec_b, regs_b)
+        stage_a.fetch(a, U(lda), row0, kb, um, ke, tid, vec_a, regs_a)
+        stage_b.fetch(b, U(ldb), kb, col0, ke, un, tid, vec_b, regs_b)
         stage_a.put(a_tile, tid, regs_a)
         stage_b.put(b_tile, tid, regs_b)
         cuda.syncthreads()
@@ -294,9 +312,9 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
             b_off = (t & one) * uB_STAGE
             more = t + one < n_tiles
             if more:
-                k_next = (t + one) * uBK
-                stage_a.fetch(a, U(lda), row0, k_next, um, uk, tid, vec_a, regs_a)
-                stage_b.fetch(b, U(ldb), k_next, col0, uk, un, tid, vec_b, regs_b)
+                k_next = kb + (t + one) * uBK
+                stage_a.fetch(a, U(lda), row0, k_next, um, ke, tid, vec_a, regs_a)
+                stage_b.fetch(b, U(ldb), k_next, col0, ke, un, tid, vec_b, regs_b)
             for f in range(BK // FOLD):
                 for p_outer in range(FOLD // UNROLL):
                     for p_inner in range(UNROLL):
@@ -325,7 +343,16 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
             cuda.syncthreads()
         # A thread's TN neighbours in a row of D go out in one 16-byte store where the
         # layout and the address allow (at short K the stores are most of the time).
-        store_tile(d, U(ldd), um, un, row0 + w_row + l_row, col0 + w_col + l_col, acc, epi_args)
+        r0, c0 = row0 + w_row + l_row, col0 + w_col + l_col
+        if SERIAL:  # epi_args: (the caller's arguments, workspace, arrival counts)
+            w = epi_args[1]
+            store_slice(w[U(cuda.blockIdx.z) * um * un:], un if D_ROWS else um, um, un, r0, c0, acc, epi_args[0])
+            finish(w, epi_args[2], d, ldd, um, un, row0, col0, tid, epi_args[0])
+        elif SPLIT:  # slice z of a workspace laid out like D, one m x n matrix after another
+            store_tile(d[U(cuda.blockIdx.z) * (um if D_ROWS else un) * U(ldd):], U(ldd), um, un, r0, c0, acc,
+                       epi_args)
+        else:
+            store_tile(d, U(ldd), um, un, r0, c0, acc, epi_args)
 
     return BuiltKernel(warptile_gemm, (threads,), BM, BN)
 

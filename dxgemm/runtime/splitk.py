@@ -284,7 +284,7 @@ def reduce_kernel(dtype: Any, d_arrangement: str, bound: Any, device: int, cache
 
 def rung_split(backend: str, spec: Any, bound: Any, device: int, slices: int, split_tile: str) -> SplitKernelCall:
     """``D = epilogue(A @ B)`` as ``slices`` K slices of ``backend``'s ``split_tile``
-    (:func:`dxgemm.policy.split_part_tile`: float64 ``warptile``'s split tiles, ``tf32mma``'s
+    (:func:`dxgemm.policy.split_part_tile`: ``warptile``'s split tiles, ``tf32mma``'s
     split modes) into the workspace, then one reduce that sums them and applies ``bound``'s chain."""
     plain = plain_epilogue(spec.dtype)
     part_spec = dataclasses.replace(spec, epilogue_key=plain.key, tile=split_tile)

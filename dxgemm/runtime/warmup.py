@@ -167,14 +167,16 @@ def plain_kernels(dtypes: Iterable[Any], arrangements: Iterable[tuple[str, str]]
     out = []
     for dtype in dtypes:
         name = np.dtype(dtype).name
-        tiles = [t for t in ["large"] + [t for t in warptile.TILE_CONFIGS.get(name, {}) if t != "large"]
-                 if policy.tile_fits(device, name, t) and t not in warptile.BATCH_TILES]
         tf32 = [t for t in tf32mma.CONFIGS if t.startswith("tf32x3")  # float32's default mode, each tile and split
                 if name == "float32" and policy.tf32_auto(device) and policy.tf32_tile_fits(device, t)]
+        # float32's split tile serves deep K, which runs on tf32mma where that runs
+        tiles = [t for t in ["large"] + [t for t in warptile.TILE_CONFIGS.get(name, {}) if t != "large"]
+                 if policy.tile_fits(device, name, t) and t not in warptile.BATCH_TILES
+                 and not (tf32 and warptile.TILE_CONFIGS[name].get(t, {}).get("split_k"))]
         wgmma = ["tf32x3"] if tf32 and policy.tf32_wgmma_fits(device) else []  # auto's 128x128 tile on Hopper
         split_parts = [t for t in tiles if warptile.TILE_CONFIGS.get(name, {}).get(t, {}).get("split_k")]
-        serial = ([("warptile", t) for t in _serial_parts("warptile", device) if t in split_parts]
-                  + [("tf32mma", t) for t in _serial_parts("tf32mma", device) if t in tf32])
+        serial = ([("warptile", t) for t in _serial_parts("warptile", name, device) if t in split_parts]
+                  + [("tf32mma", t) for t in _serial_parts("tf32mma", name, device) if t in tf32])
         for arrangement in arrangements:
             layouts = tuple(a.split("_")[0] for a in arrangement) + ("row",)
             out += [("warptile", name, layouts, tile) for tile in tiles]
@@ -187,8 +189,8 @@ def plain_kernels(dtypes: Iterable[Any], arrangements: Iterable[tuple[str, str]]
     return out
 
 
-def _serial_parts(backend: str, device: DeviceInfo) -> list[str]:
-    """The split part tiles of ``backend`` whose calls :func:`dxgemm.policy.split_sum_serial`
+def _serial_parts(backend: str, dtype: str, device: DeviceInfo) -> list[str]:
+    """The split part tiles of ``backend`` in ``dtype`` whose calls :func:`dxgemm.policy.split_sum_serial`
     may sum in the slices' kernel: those of outputs with a side of at most
     :data:`~dxgemm.policy.SERIAL_SUM_MAX_SIDE` and at most
     :data:`~dxgemm.policy.SERIAL_SUM_MAX_OUTPUT` values (a long K, so that they split)."""
@@ -200,7 +202,7 @@ def _serial_parts(backend: str, device: DeviceInfo) -> list[str]:
             for m, n in ((side, other), (other, side)):
                 tile = (policy.choose_tf32_tile("tf32x3", m, n, 1 << 16, device) if backend == "tf32mma"
                         else None)
-                parts.add(policy.split_part_tile(backend, tile, m, n))
+                parts.add(policy.split_part_tile(backend, tile, m, n, dtype))
     return sorted(parts)
 
 
