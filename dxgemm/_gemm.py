@@ -151,7 +151,7 @@ def gemm(
         elif backend == "tf32mma":
             tile = policy.choose_tf32_tile(precision, m, n, k, info)
         else:
-            tile = policy.choose_tile(backend, dtype, m, n, k, info, traits.medium_tile_min_k)
+            tile = policy.choose_tile(backend, dtype, m, n, k, info, traits.medium_tile_min_k, precision)
         slices = policy.choose_split_k(backend, dtype, m, n, k, tile, info)
         spec = KernelSpec(dtype, op_a.layout, op_b.layout, op_d.layout, bound.key, None, tile=tile)
         forced = env.split_reduce()

@@ -396,18 +396,26 @@ pipe about as well as the large one, the small 15 % worse (64x16 warp tiles) and
 
 
 def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, device: DeviceInfo = H100,
-                medium_min_k: float = 0.0) -> str:
+                medium_min_k: float = 0.0, precision: str | None = None) -> str:
     """The tile configuration of a handwritten rung (``KernelSpec.tile``).
 
     ``medium_min_k``: the epilogue's :attr:`EpilogueTraits.medium_tile_min_k` (0 without an
-    epilogue); ``device``: the GPU (its SMs, L2 and shared memory).  ``gemv`` takes its
+    epilogue); ``device``: the GPU (its SMs, L2 and shared memory); ``precision``: float32's
+    resolved ``precision=`` (:func:`resolve_precision`).  ``gemv`` takes its
     ``"rows"`` tile for one output column (:func:`gemv_column`), ``"rows_deep"`` from
     :data:`GEMV_DEEP_MIN_K`.  Otherwise only ``warptile`` has
     several tiles (``warptile.TILE_CONFIGS``); only those that :func:`tile_fits` the device
     are candidates (with 99 KiB a block, float64 keeps its tiny tile alone).
 
     float32: the 64x64 tile below ``2**19`` outputs, 64x128 below ``2**22``, 128x128 above
-    (finer tiles fill the SMs where there are few outputs).
+    (finer tiles fill the SMs where there are few outputs).  At ``precision="tf32x3"`` (the
+    contract; ``warptile`` runs it where the TF32 tensor cores do not pay, :func:`tf32_auto`) from
+    K = :data:`F32_BLOCKED_MIN_K` the 64x128 tile takes its ``"small_blocked"`` form, each output
+    summed in blocks of 16 K: with one FMA chain over K it reached 4x SGEMM's error on same-sign
+    data at 1024 x 1024 x 4096 and 1536^2 x 8192 (cuBLAS is no chain there), blocked 0.9x, for
+    3-6 % of its speed.  The 64x64 tile sums in blocks at any K; the 128x128 tile keeps one chain,
+    whose error was SGEMM's to three digits on its outputs (2048^2 to 8192^2, K = 256 to 4096),
+    blocked 21-23 % slower (an H200 deciding as an L40S).
 
     float64: an output side of at most :data:`THIN_SIDE` takes the thin tile (``"n16"``,
     128x16, or ``"m16"``, 16x128) where it fits.  Otherwise wave quantization: the busiest SM
@@ -429,7 +437,8 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, device: D
     if backend != "warptile":
         return "large"
     if np.dtype(dtype) == np.float32:
-        return "tiny" if m * n < 2**19 else "small" if m * n < 2**22 else "large"
+        tile = "tiny" if m * n < 2**19 else "small" if m * n < 2**22 else "large"
+        return "small_blocked" if tile == "small" and precision == "tf32x3" and k >= F32_BLOCKED_MIN_K else tile
     dt = np.dtype(dtype)
     if dt != np.float64:
         return "large"
@@ -636,6 +645,11 @@ TF32MMA_SPLIT_MIN_K = 512
 
 TF32MMA_MIN_SLICE_K = 256
 """The least K a ``tf32mma`` slice keeps (eight 32-deep K tiles; :func:`choose_split_k`)."""
+
+F32_BLOCKED_MIN_K = TF32X3_MIN_K
+"""From this K float32's contract on ``warptile`` runs the blocked 64x128 tile
+(:func:`choose_tile`); below it, where the default runs ``warptile`` on every GPU, one chain
+over K errs as cuBLAS's does on those outputs (``TF32X3_MIN_K``)."""
 
 F32_SPLIT_MIN_K = 512
 """The shortest K a float32 ``warptile`` call is split over (:func:`choose_split_k`)."""

@@ -120,7 +120,9 @@ def test_warmup_lists_what_a_plain_call_runs_on_each_target():
     assert not any(b == "tf32mma" for b, _, _ in ada)
     # float32's deep K on IEEE warptile there: its split tile and the reduce (float64's split tiles do not fit)
     assert {("warptile", "float32", "split"), ("splitk_reduce", "float32", "large")} <= ada
+    assert ("warptile", "float32", "small_blocked") in ada  # the contract's 64x128 tile at deep K
     assert ("warptile", "float32", "split") not in h100  # the H100 runs deep float32 K on tf32mma
+    assert ("warptile", "float32", "small_blocked") not in h100
     for name, device in DEVICES.items():  # every tile the policy picks there is built
         for dtype in (np.dtype(np.float32), np.dtype(np.float64)):
             for m, n, k in SHAPES[::7]:

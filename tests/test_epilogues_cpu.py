@@ -651,6 +651,22 @@ def test_float32_warptile_split_k(monkeypatch, rng, m, n, layout_a, reduce):
                    alpha=0.75, beta=-1.5, c=c, layout_c="col", layout_a=layout_a)
 
 
+@pytest.mark.parametrize("tile", ["small_blocked"])
+def test_float32_blocked_tiles(monkeypatch, rng, tile):
+    """float32's 64x128 tile in its blocked form (each output's products into a fresh partial
+    every 16 K, added into the running sum), on the simulator at a small shape with a K tail
+    inside a block of 16 (the tile forced: the policy takes it for outputs of 2^19 to 2^22
+    values); alpha, beta with C and a row/col-dependent epilogue into column-major D."""
+    import dxgemm._gemm as gemm_module
+
+    monkeypatch.setattr(gemm_module.policy, "choose_tile", lambda *args, **kwargs: tile)
+    m, n, k = 70, 150, 16 * 4 + 9
+    a, b = _operands(rng, np.float32, m, n, k)
+    c = rng.standard_normal((m, n)).astype(np.float32)
+    _run_and_check(_make("custom", rng, np.float32, m, n), a, b, np.float32, backend="warptile", alpha=0.75,
+                   beta=-1.5, c=c, layout_c="col", layout_a="col")
+
+
 @pytest.mark.parametrize("m, n, k, tile", [(131, 13, 70, "n16"), (11, 150, 70, "m16"), (70, 16, "deep", "n16"),
                                            (9, 100, "deep", "m16")])
 def test_float64_thin_tiles(monkeypatch, rng, m, n, k, tile):

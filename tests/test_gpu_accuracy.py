@@ -80,6 +80,19 @@ def test_contract(cp, kind, k, kwargs):
     testing.check_float32_contract(d, a, b, sgemm=_sgemm(cp, a_d, b_d))
 
 
+@pytest.mark.parametrize("kind", ["same_sign", "positive_outer", "wide_exponent"])
+def test_contract_on_a_large_output(cp, kind):
+    """The default on a 1024 x 1024 output at K = 4096: many tiles (no split over K), where each
+    output's sum is one tile's K loop; on IEEE ``warptile`` (DXGEMM_DEVICE_AS=L40S) its blocked tiles."""
+    m, n, k = 1024, 1024, 4096
+    a32, b32 = testing.make_data(kind, (m, k, n), np.float32, np.random.default_rng(k + 3))
+    a_d, b_d = cp.asarray(a32), cp.asarray(b32)
+    d = cp.full((m, n), cp.nan, dtype=cp.float32)
+    dxgemm.gemm(a_d, b_d, d)
+    testing.check_float32_contract(cp.asnumpy(d), a32.astype(np.float64), b32.astype(np.float64),
+                                   sgemm=_sgemm(cp, a_d, b_d))
+
+
 @pytest.mark.parametrize("k", KS)
 @pytest.mark.parametrize("kind", KINDS)
 def test_ieee(cp, kind, k):

@@ -1281,6 +1281,25 @@ def test_float32_short_k_runs_the_blocked_sum_on_small_outputs():
             assert cfg.get("fold") and cfg["BK"] % cfg["fold"] == 0 and cfg["fold"] <= 8, (m, n, k, tile)
 
 
+def test_float32_contract_on_warptile_blocks_the_larger_tiles_at_deep_k():
+    """Where float32's default runs IEEE warptile (a GPU whose TF32 tensor cores do not pay), the
+    64x128 tile takes its blocked form from F32_BLOCKED_MIN_K; precision "ieee" and short K keep
+    one chain, and the 128x128 tile at any K; the 64x64 tile sums in blocks at any K."""
+    from dxgemm.gpus import DEVICES
+    from dxgemm.kernels.warptile import TILE_CONFIGS
+    from dxgemm.policy import F32_BLOCKED_MIN_K, choose_backend, choose_tile, tf32_auto
+
+    f32, ada = np.dtype(np.float32), DEVICES["L40S"]
+    assert not tf32_auto(ada)
+    for (m, n), plain in (((1024, 1024), "small"), ((4096, 4096), "large"), ((100, 100), "tiny")):
+        for k in (F32_BLOCKED_MIN_K - 1, F32_BLOCKED_MIN_K, 16384):
+            assert choose_backend(f32, m, n, k, device=ada, precision="tf32x3") == "warptile"
+            tile = choose_tile("warptile", f32, m, n, k, ada, precision="tf32x3")
+            assert tile == (plain + "_blocked" if plain == "small" and k >= F32_BLOCKED_MIN_K else plain), (m, n, k)
+            assert TILE_CONFIGS["float32"].get(tile, {}).get("fold") or tile == plain
+            assert choose_tile("warptile", f32, m, n, k, ada, precision="ieee") == plain
+
+
 def test_resolve_precision():
     from dxgemm.policy import resolve_precision
 

@@ -127,6 +127,10 @@ TILE_CONFIGS = {
         # a batch of entries with a side of at most 32: 32x32 blocks, 2 warps of 32x16
         "micro_batched": dict(threads=64, BM=32, BN=32, BK=16, WM=32, WN=16, WNITER=1, TM=4, TN=4, stages=2, unroll=2,
                               fold=8),
+        # float32's contract at deep K where it runs here (dxgemm.policy.choose_tile): the 64x128 tile
+        # summing each output in blocks of 16 K
+        "small_blocked": dict(threads=256, BM=64, BN=128, BK=16, WM=32, WN=32, WNITER=2, TM=4, TN=4, stages=2, unroll=2,
+                              fold=16),
         # the tiny tile over K slices (blockIdx.z) into a workspace, for outputs of few tiles and
         # deep K (dxgemm.policy.choose_split_k): the grid fills the SMs, and each output's sum is
         # short blocked chains a slice, the slices added by the reduce

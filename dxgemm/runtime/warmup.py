@@ -169,10 +169,10 @@ def plain_kernels(dtypes: Iterable[Any], arrangements: Iterable[tuple[str, str]]
         name = np.dtype(dtype).name
         tf32 = [t for t in tf32mma.CONFIGS if t.startswith("tf32x3")  # float32's default mode, each tile and split
                 if name == "float32" and policy.tf32_auto(device) and policy.tf32_tile_fits(device, t)]
-        # float32's split tile serves deep K, which runs on tf32mma where that runs
+        # float32's split and blocked tiles serve deep K, which runs on tf32mma where that runs
         tiles = [t for t in ["large"] + [t for t in warptile.TILE_CONFIGS.get(name, {}) if t != "large"]
                  if policy.tile_fits(device, name, t) and t not in warptile.BATCH_TILES
-                 and not (tf32 and warptile.TILE_CONFIGS[name].get(t, {}).get("split_k"))]
+                 and not (tf32 and (t.endswith("_blocked") or warptile.TILE_CONFIGS[name].get(t, {}).get("split_k")))]
         wgmma = ["tf32x3"] if tf32 and policy.tf32_wgmma_fits(device) else []  # auto's 128x128 tile on Hopper
         split_parts = [t for t in tiles if warptile.TILE_CONFIGS.get(name, {}).get(t, {}).get("split_k")]
         serial = ([("warptile", t) for t in _serial_parts("warptile", name, device) if t in split_parts]
