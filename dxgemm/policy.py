@@ -505,13 +505,16 @@ trade for: measured on an H200 from 3.9 (64x64) and 62 (32x32) blocks an SM up, 
 
 
 def choose_batched_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, count: int,
-                        device: DeviceInfo = H100, medium_min_k: float = 0.0) -> str:
+                        device: DeviceInfo = H100, medium_min_k: float = 0.0, precision: str | None = None) -> str:
     """The tile of a batched call: ``count`` entries of ``m x n`` fill the GPU together, so the
     tile is chosen as for their outputs stacked (``count * m`` rows, :func:`choose_tile`), then
     made a small one (``"tiny"``, or a batched small tile by :data:`TINY_BATCHED_MIN_BLOCKS_PER_SM`)
     where an entry is narrower than the tile on either side (a larger tile would be mostly padding)
-    or the stacked outputs chose ``"tiny"``.  ``gemv`` over single rows takes the tile
-    :data:`GEMV_BATCHED_THREADS_PER_SM` picks."""
+    or the stacked outputs chose ``"tiny"``.  float32's contract (``precision="tf32x3"`` on
+    ``warptile``) from K = :data:`F32_TOTAL_MIN_K` keeps ``"tiny"`` instead of ``"tiny_batched"``:
+    a batch is not split over K, and the tiny tile sums in three levels (``total_every``), the
+    batched one in two (a third would cost it a block an SM).  ``gemv`` over single rows takes
+    the tile :data:`GEMV_BATCHED_THREADS_PER_SM` picks."""
     if backend == "gemv":
         if m != 1:
             return "large"
@@ -523,7 +526,7 @@ def choose_batched_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, c
         return "large"
     if backend != "warptile":
         return "large"
-    tile = choose_tile(backend, dtype, m * count, n, k, device, medium_min_k)
+    tile = choose_tile(backend, dtype, m * count, n, k, device, medium_min_k, precision)
     cfg = WARPTILE_TILES.get(np.dtype(dtype).name, {}).get(tile, WARPTILE_CONFIGS[np.dtype(dtype).name])
     if tile == "tiny" or m < cfg["BM"] or n < cfg["BN"]:
         tiles = WARPTILE_TILES[np.dtype(dtype).name]
@@ -531,6 +534,8 @@ def choose_batched_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, c
         # 32x32 blocks where a 64x64 one would be at least half idle; 64x64 where an entry fills one
         small = ("micro_batched" if side <= tiles["micro_batched"]["BM"]
                  else "tiny_batched" if side >= tiles["tiny_batched"]["BM"] else None)
+        if small == "tiny_batched" and precision == "tf32x3" and k >= F32_TOTAL_MIN_K:
+            small = None
         if small is not None:
             blocks = count * -(-m // tiles[small]["BM"]) * -(-n // tiles[small]["BN"])
             if blocks >= TINY_BATCHED_MIN_BLOCKS_PER_SM * device.sm_count and tile_fits(device, dtype, small):
@@ -556,7 +561,7 @@ def batched_choice(backend: str, dtype: np.dtype, m: int, n: int, k: int, count:
         return backend, precision  # one tile a precision
     if backend in TF32_BACKENDS:
         return choose_batched_tf32(precision, m, n, k, count, device, wgmma=wgmma and chosen)
-    return backend, choose_batched_tile(backend, dtype, m, n, k, count, device, traits.medium_tile_min_k)
+    return backend, choose_batched_tile(backend, dtype, m, n, k, count, device, traits.medium_tile_min_k, precision)
 
 
 def choose_batched_tf32(precision: str, m: int, n: int, k: int, count: int, device: DeviceInfo = H100, *,
@@ -650,6 +655,10 @@ F32_BLOCKED_MIN_K = TF32X3_MIN_K
 """From this K float32's contract on ``warptile`` runs the blocked 64x128 tile
 (:func:`choose_tile`); below it, where the default runs ``warptile`` on every GPU, one chain
 over K errs as cuBLAS's does on those outputs (``TF32X3_MIN_K``)."""
+
+F32_TOTAL_MIN_K = 1024
+"""From this K a float32 batch at the contract's precision on ``warptile`` keeps the tiny tile,
+whose three-level sum bounds every chain to ``K / 256`` adds (:func:`choose_batched_tile`)."""
 
 F32_SPLIT_MIN_K = 512
 """The shortest K a float32 ``warptile`` call is split over (:func:`choose_split_k`)."""

@@ -651,6 +651,23 @@ def test_float32_warptile_split_k(monkeypatch, rng, m, n, layout_a, reduce):
                    alpha=0.75, beta=-1.5, c=c, layout_c="col", layout_a=layout_a)
 
 
+@pytest.mark.parametrize("tile", ["tiny", "micro_batched"])
+def test_float32_three_level_sum(monkeypatch, rng, tile):
+    """float32 tiles that add the running sum into a total every ``total_every`` K tiles (the tiny
+    tile and the 32x32 batched one): K = 16 * 21 + 5, so the total takes one running sum, the
+    running sum a tail of 5 tiles and a K tail; alpha, beta with C and a row/col-dependent epilogue."""
+    import dxgemm._gemm as gemm_module
+    from dxgemm.kernels.warptile import TILE_CONFIGS
+
+    assert TILE_CONFIGS["float32"][tile]["total_every"] == 16
+    monkeypatch.setattr(gemm_module.policy, "choose_tile", lambda *args, **kwargs: tile)
+    m, n, k = 24, 40, 16 * 21 + 5
+    a, b = _operands(rng, np.float32, m, n, k)
+    c = rng.standard_normal((m, n)).astype(np.float32)
+    _run_and_check(_make("custom", rng, np.float32, m, n), a, b, np.float32, backend="warptile", alpha=0.75,
+                   beta=-1.5, c=c, layout_c="col")
+
+
 @pytest.mark.parametrize("tile", ["small_blocked"])
 def test_float32_blocked_tiles(monkeypatch, rng, tile):
     """float32's 64x128 tile in its blocked form (each output's products into a fresh partial

@@ -237,3 +237,22 @@ def test_repeat_calls_take_new_addresses_and_scalars(rng):
     d2 = dxgemm.gemm(a, b)  # a new output each call
     assert d1.data.ptr != d2.data.ptr
     np.testing.assert_array_equal(cp.asnumpy(d1), cp.asnumpy(d2))
+
+
+@pytest.mark.parametrize("kind", ["same_sign", "positive_outer"])
+@pytest.mark.parametrize("m, n, k, count", [(24, 40, 4096, 256), (64, 64, 4096, 8), (100, 70, 16384, 3)])
+def test_float32_default_keeps_the_contract_at_deep_k(kind, m, n, k, count):
+    """The float32 default over a batch of small entries at deep K, which a batch does not split:
+    each entry within the contract of its own SGEMM.  On Hopper the TF32 rungs; where IEEE
+    warptile runs it (DXGEMM_DEVICE_AS=L40S) the three-level sums of the 32x32 batched tile (256
+    entries of 24x40 fill the SMs' blocks) and of the tiny tile (the policy's choice over the
+    64x64 batched one at that K)."""
+    from dxgemm.testing import make_data
+
+    rng = np.random.default_rng(m + k + count)
+    pairs = [make_data(kind, (m, k, n), np.float32, rng) for _ in range(count)]
+    a = cp.asarray(np.stack([p[0] for p in pairs]))
+    b = cp.asarray(np.stack([p[1] for p in pairs]))
+    d = cp.full((count, m, n), cp.nan, cp.float32)
+    dxgemm.gemm(a, b, d)
+    _entries(d, a, b, np.float32, picks=[(i,) for i in range(0, count, max(1, count // 8))])

@@ -1300,6 +1300,27 @@ def test_float32_contract_on_warptile_blocks_the_larger_tiles_at_deep_k():
             assert choose_tile("warptile", f32, m, n, k, ada, precision="ieee") == plain
 
 
+def test_float32_contract_batches_keep_the_three_level_sum_at_deep_k():
+    """A float32 batch where the contract runs on IEEE warptile (no split: the batch fills the GPU)
+    keeps the tiny tile's three-level sum from F32_TOTAL_MIN_K instead of the two-level batched
+    64x64 tile; "ieee", short K and the H100 (TF32 rungs) are unchanged."""
+    from dxgemm.gpus import DEVICES
+    from dxgemm.policy import F32_TOTAL_MIN_K, EpilogueTraits, batched_choice
+
+    f32, ada = np.dtype(np.float32), DEVICES["L40S"]
+    traits = EpilogueTraits.of(None)
+
+    def choice(k, precision, device=ada, m=64):
+        return batched_choice("auto", f32, m, m, k, 4096, single_rows=False, traits=traits, device=device,
+                              precision=precision)
+
+    assert choice(F32_TOTAL_MIN_K, "tf32x3") == ("warptile", "tiny")
+    assert choice(F32_TOTAL_MIN_K - 1, "tf32x3") == ("warptile", "tiny_batched")
+    assert choice(F32_TOTAL_MIN_K, "ieee") == ("warptile", "tiny_batched")
+    assert choice(16384, "tf32x3", m=24) == ("warptile", "micro_batched")  # sums in three levels itself
+    assert choice(F32_TOTAL_MIN_K, "tf32x3", H100)[0] in ("tf32mma", "tf32wgmma")
+
+
 def test_resolve_precision():
     from dxgemm.policy import resolve_precision
 

@@ -82,8 +82,9 @@ def kernels(extended: bool = False):
             if tile == "tf32x3" or extended]
     # the split parts whose registers differ from their tile's (the thin and 64-wide ones match theirs)
     out += [("warptile", "float64", "split"), ("tf32mma", "float32", "tf32x3_small_split")]
-    # float32's split part (the tiny tile's SIMT kernel, sliced) and the contract's blocked 64x128 tile
-    out += [("warptile", "float32", "split"), ("warptile", "float32", "small_blocked")]
+    # float32's split part (the tiny tile's SIMT kernel, sliced), the contract's blocked 64x128 tile and the
+    # tiny tile (a three-level sum)
+    out += [("warptile", "float32", "split"), ("warptile", "float32", "small_blocked"), ("warptile", "float32", "tiny")]
     if extended:  # the 128x128 part (its tile's registers and spills) and a serial split kernel of each rung
         out += [("tf32mma", "float32", "tf32x3_split"), ("warptile", "float64", "split_n16_serial"),
                 ("tf32mma", "float32", "tf32x3_small_split_serial"), ("warptile", "float32", "split_serial")]

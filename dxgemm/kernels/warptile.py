@@ -56,7 +56,9 @@ What else makes this rung fast (the figures: ``docs/performance.md``):
   each slice sums a short stretch of K, the slices are added once.
 * **A blocked sum for small float32 outputs** (the ``"tiny"`` tile, ``fold``).  Each output's
   products go into a fresh partial every 8 K, added into the running sum: far fewer
-  roundings at the sum's magnitude than one FMA chain over K.  cuBLAS sums small outputs
+  roundings at the sum's magnitude than one FMA chain over K.  ``total_every`` adds a third
+  level (the running sum into a total every 16 K tiles), so that no chain is longer than
+  ``K / 256`` adds where K is not split (a batch's entries).  cuBLAS sums small outputs
   more accurately than a chain, and float32's contract allows twice its error; on large
   outputs cuBLAS's error is a chain's, and the second accumulator set would cost the
   larger tiles their occupancy (H200: 17 % of the 128x128 tile's speed), so they keep one chain.
@@ -120,13 +122,14 @@ _F64_THIN_M = dict(_F64_THIN_N, BM=16, BN=128, WM=16, WN=32)
 TILE_CONFIGS = {
     "float32": {
         "small": dict(threads=256, BM=64, BN=128, BK=16, WM=32, WN=32, WNITER=2, TM=4, TN=4, stages=2, unroll=2),
-        "tiny": dict(threads=256, BM=64, BN=64, BK=16, WM=32, WN=16, WNITER=1, TM=4, TN=4, stages=2, unroll=2, fold=8),
+        "tiny": dict(threads=256, BM=64, BN=64, BK=16, WM=32, WN=16, WNITER=1, TM=4, TN=4, stages=2, unroll=2, fold=8,
+                     total_every=16),
         # a batch of small entries: 4 warps of 32x32, twice a thread's outputs (more independent FMAs)
         "tiny_batched": dict(threads=128, BM=64, BN=64, BK=16, WM=32, WN=32, WNITER=2, TM=4, TN=4, stages=2, unroll=2,
                              fold=8),
         # a batch of entries with a side of at most 32: 32x32 blocks, 2 warps of 32x16
         "micro_batched": dict(threads=64, BM=32, BN=32, BK=16, WM=32, WN=16, WNITER=1, TM=4, TN=4, stages=2, unroll=2,
-                              fold=8),
+                              fold=8, total_every=16),
         # float32's contract at deep K where it runs here (dxgemm.policy.choose_tile): the 64x128 tile
         # summing each output in blocks of 16 K
         "small_blocked": dict(threads=256, BM=64, BN=128, BK=16, WM=32, WN=32, WNITER=2, TM=4, TN=4, stages=2, unroll=2,
@@ -251,6 +254,9 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
     FOLD = cfg.get("fold", BK)
     if BK % FOLD or FOLD % UNROLL:
         raise ValueError(f"warptile: fold ({FOLD}) must divide BK ({BK}) and be a multiple of unroll ({UNROLL})")
+    TOTAL_TILES = int(cfg.get("total_every", 0))  # K tiles between adds of the running sum into a total
+    if TOTAL_TILES and not BLOCKED:
+        raise ValueError("warptile: total_every needs fold (the sum's second level over the first)")
     a_elems, b_elems = STAGES * BM * BK, STAGES * BK * BN
     uA_STAGE, uB_STAGE = U(BM * BK), U(BK * BN)
     stage_a = make_tile_stager(dt, spec.layout_a, BM, BK, Layout.COL, threads)
@@ -279,11 +285,14 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
         b_tile = cuda.shared.array(b_elems, nb, alignment=SMEM_ALIGN)  # STAGES x [BK][BN]
         acc = cuda.local.array(acc_elems, nb)
         part = cuda.local.array(acc_elems, nb)  # the last FOLD products of each output
+        total = cuda.local.array(acc_elems if TOTAL_TILES else 1, nb)  # the running sums of TOTAL_TILES K tiles
         reg_m = cuda.local.array(M_REG, nb)
         reg_n = cuda.local.array(N_REG, nb)
         for i in range(acc_elems):
             acc[i] = zero
             part[i] = neg_zero
+            if TOTAL_TILES:
+                total[i] = zero
         tid = U(cuda.threadIdx.x)
         warp = tid // uWARP
         lane = tid % uWARP
@@ -341,10 +350,18 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
                     for i in range(acc_elems):
                         acc[i] += part[i]
                         part[i] = neg_zero
+            if TOTAL_TILES:  # every TOTAL_TILES K tiles: the running sum into the total, a fresh running sum
+                if (t + one) % U(TOTAL_TILES) == U(0):
+                    for i in range(acc_elems):
+                        total[i] += acc[i]
+                        acc[i] = neg_zero
             if more:
                 stage_a.put(a_tile[uA_STAGE - a_off:], tid, regs_a)
                 stage_b.put(b_tile[uB_STAGE - b_off:], tid, regs_b)
             cuda.syncthreads()
+        if TOTAL_TILES:
+            for i in range(acc_elems):
+                acc[i] += total[i]
         # A thread's TN neighbours in a row of D go out in one 16-byte store where the
         # layout and the address allow (at short K the stores are most of the time).
         r0, c0 = row0 + w_row + l_row, col0 + w_col + l_col

@@ -102,6 +102,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("gemv's vector tile drops the last column of a part vector", "dxgemm/kernels/gemv.py",
            "                        if col + U(v) < un:\n", "                        if col + U(v) < un - U(1):\n",
            ("tests/test_batched_cpu.py", "-k", "gemvs_batched_tile and padded-41-batched-float64")),
+    Mutant("float32 warptile's K slices read a K tile past their own", "dxgemm/kernels/warptile.py",
+           "            ke = min(kb + per, uk)\n            n_tiles = (ke - kb + uBK - one) // uBK\n        regs_a",
+           "            ke = min(kb + per + uBK, uk)\n            n_tiles = (ke - kb + uBK - one) // uBK\n        regs_a",
+           ("tests/test_epilogues_cpu.py", "-k", "float32_warptile_split_k")),
+    Mutant("float32 warptile's three-level sum leaves the total out", "dxgemm/kernels/warptile.py",
+           "                acc[i] += total[i]", "                acc[i] += zero",
+           ("tests/test_epilogues_cpu.py", "-k", "three_level_sum")),
 )
 """Every mutant: name, file (relative to the project root), exact old text, new text, the tests that must catch it."""
 
