@@ -411,11 +411,10 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, device: D
     (finer tiles fill the SMs where there are few outputs).  At ``precision="tf32x3"`` (the
     contract; ``warptile`` runs it where the TF32 tensor cores do not pay, :func:`tf32_auto`) from
     K = :data:`F32_BLOCKED_MIN_K` the 64x128 tile takes its ``"small_blocked"`` form, each output
-    summed in blocks of 16 K: with one FMA chain over K it reached 4x SGEMM's error on same-sign
-    data at 1024 x 1024 x 4096 and 1536^2 x 8192 (cuBLAS is no chain there), blocked 0.9x, for
-    3-6 % of its speed.  The 64x64 tile sums in blocks at any K; the 128x128 tile keeps one chain,
-    whose error was SGEMM's to three digits on its outputs (2048^2 to 8192^2, K = 256 to 4096),
-    blocked 21-23 % slower (an H200 deciding as an L40S).
+    summed in blocks of 16 K: on its outputs cuBLAS sums more accurately than one FMA chain (a
+    quarter of the chain's error on same-sign data), and blocking costs the tile a few per cent.
+    The 128x128 tile keeps its chain, whose error is cuBLAS's on those outputs (blocking it costs
+    about a fifth); the 64x64 tile sums in blocks at any K (``docs/performance.md``).
 
     float64: an output side of at most :data:`THIN_SIDE` takes the thin tile (``"n16"``,
     128x16, or ``"m16"``, 16x128) where it fits.  Otherwise wave quantization: the busiest SM
@@ -699,9 +698,9 @@ def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: 
     float32 ``warptile`` (IEEE float32: ``precision="ieee"``, and the default where the TF32
     tensor cores do not pay, :func:`tf32_auto`): as ``tf32mma``, on the tiny tile's split form,
     from K = :data:`F32_SPLIT_MIN_K`, slices of at least :data:`F32_MIN_SLICE_K`, at most
-    :data:`F32_MAX_SLICES`.  Besides the SMs it fills, the split keeps the float32 contract
-    at deep K: unsplit, each output sums K in one chain of ``K / 8`` blocked partials (the tiny
-    tile's ``fold``), which misses the contract on small outputs from K = 4096, where cuBLAS splits.
+    :data:`F32_MAX_SLICES`.  Besides the SMs it fills, the split shortens each output's sum (the
+    slices are added once), as cuBLAS's own split does on these outputs: the float32 contract
+    compares with it.
 
     float64: a call whose split tiles (:func:`choose_split_tile`) would fill at most half the
     blocks the GPU holds at once runs on the small, tiny or thin tile, at about half the large

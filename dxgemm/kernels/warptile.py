@@ -61,7 +61,9 @@ What else makes this rung fast (the figures: ``docs/performance.md``):
   ``K / 256`` adds where K is not split (a batch's entries).  cuBLAS sums small outputs
   more accurately than a chain, and float32's contract allows twice its error; on large
   outputs cuBLAS's error is a chain's, and the second accumulator set would cost the
-  larger tiles their occupancy (H200: 17 % of the 128x128 tile's speed), so they keep one chain.
+  128x128 tile about a fifth of its speed, so it keeps one chain.  The 64x128 tile has a
+  blocked form (``"small_blocked"``) for the contract at deep K, where its outputs' cuBLAS
+  sums are no chain.
 * **16-byte stores.**  A thread's neighbours in a row of D (a lane's pair of the DMMA
   accumulator, a thread's four float32 columns) leave in one ``STG.E.128`` when D is
   row-major and aligned: at short K the GEMM is bound by writing D, and one store per
