@@ -621,13 +621,14 @@ def test_float64_warptile_split_k(monkeypatch, rng, m, n, tile):
 
 
 @pytest.mark.parametrize("m, n, layout_a, reduce", [(70, 46, "row", "separate"), (13, 70, "col", "serial"),
-                                                     (9, 20, "row", None)])
+                                                     (9, 20, "row", None), (70, 46, "view", "serial"),
+                                                     (13, 70, "T", "separate")])
 def test_float32_warptile_split_k(monkeypatch, rng, m, n, layout_a, reduce):
     """float32 warptile (precision "ieee") calls of few tiles split over K into the tiny tile's
     split form: the slices' loads end at their own K (a K tail in the last slice: K is not a
     multiple of 16), then the reduce (or, "serial", the tiles' last slices; None: the policy's
     choice, serial for a thin output) applies alpha, beta with C and a row/col-dependent epilogue
-    into column-major D.  The simulator is told of 8 SMs (2 tiles for 70 rows: 4 slots each), the
+    into column-major D; A row-major, column-major, an unaligned view or a transposed view.  The simulator is told of 8 SMs (2 tiles for 70 rows: 4 slots each), the
     split limits cut to 64 (a quarter of the simulated work): 4 slices."""
     import dataclasses
 
