@@ -205,8 +205,9 @@ def test_warptile_split_k_repeat_calls(cp, order):
     largest = 0
     with stream:
         for m, n, k in [(2048, 256, 8192), (4096, 64, 4096), (200, 300, 4000)]:
-            slices = choose_split_k("warptile", np.float64, m, n, k, choose_tile("warptile", np.float64, m, n, k),
-                                    device_info())
+            info = device_info()
+            slices = choose_split_k("warptile", np.float64, m, n, k, choose_tile("warptile", np.float64, m, n, k, info),
+                                    info)
             assert slices > 1, (m, n, k)
             largest = max(largest, slices * m * n * 8)
             a, b = _operands(cp, m, n, k, np.float64, seed=m)
