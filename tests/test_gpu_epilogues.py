@@ -296,7 +296,6 @@ def test_straight_line_custom_on_the_medium_tile(cp, order):
     tile, its epilogue staged in shared memory, eight outputs a lane: row, col and the arrays
     must reach the right elements, in row- and column-major D, with a ``store`` after it."""
     from dxgemm.policy import choose_tile
-    from dxgemm.runtime import env
     from dxgemm.runtime.device import device_info
 
     m, n, k = 1281, 1283, 257
@@ -306,11 +305,8 @@ def test_straight_line_custom_on_the_medium_tile(cp, order):
     w = rng.uniform(-W_MAX, W_MAX, (m, n))
     target = cp.full((m, n), cp.nan, order=order)
     epilogue = E.custom(_shifted, w, rng.standard_normal(m)) | E.store(target) | E.gelu()
-    chosen = choose_tile("warptile", np.dtype(np.float64), m, n, k, device_info(),
-                         medium_min_k=epilogue.medium_tile_min_k)
-    if chosen != "medium" and env.device_as() is not None:  # another GPU's figures choose another tile
-        pytest.skip(f"the {env.device_as().name}'s figures (DXGEMM_DEVICE_AS) choose {chosen!r}, not 'medium'")
-    assert chosen == "medium"
+    _medium_or_skip(choose_tile("warptile", np.dtype(np.float64), m, n, k, device_info(),
+                                medium_min_k=epilogue.medium_tile_min_k))
     c = cp.full((m, n), cp.nan, order=order)
     dxgemm.gemm(a, b, c, epilogue=epilogue, backend="warptile")
     worst = check(c, epilogue, a, b, np.dtype(np.float64), custom_lipschitz=W_MAX)
