@@ -512,8 +512,10 @@ def choose_batched_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, c
     or the stacked outputs chose ``"tiny"``.  float32's contract (``precision="tf32x3"`` on
     ``warptile``) from K = :data:`F32_TOTAL_MIN_K` keeps ``"tiny"`` instead of ``"tiny_batched"``:
     a batch is not split over K, and the tiny tile sums in three levels (``total_every``), the
-    batched one in two (a third would cost it a block an SM).  ``gemv`` over single rows takes
-    the tile :data:`GEMV_BATCHED_THREADS_PER_SM` picks."""
+    batched one in two (a third would cost it a block an SM); and from K = :data:`F32_BLOCKED_MIN_K`
+    entries stacked to the 128x128 tile's size take the blocked 64x128 tile instead (that tile's
+    chain is as accurate as cuBLAS on one large output, not on the entries' own).  ``gemv`` over
+    single rows takes the tile :data:`GEMV_BATCHED_THREADS_PER_SM` picks."""
     if backend == "gemv":
         if m != 1:
             return "large"
@@ -526,6 +528,8 @@ def choose_batched_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, c
     if backend != "warptile":
         return "large"
     tile = choose_tile(backend, dtype, m * count, n, k, device, medium_min_k, precision)
+    if tile == "large" and np.dtype(dtype) == np.float32 and precision == "tf32x3" and k >= F32_BLOCKED_MIN_K:
+        tile = "small_blocked"
     cfg = WARPTILE_TILES.get(np.dtype(dtype).name, {}).get(tile, WARPTILE_CONFIGS[np.dtype(dtype).name])
     if tile == "tiny" or m < cfg["BM"] or n < cfg["BN"]:
         tiles = WARPTILE_TILES[np.dtype(dtype).name]

@@ -1303,7 +1303,8 @@ def test_float32_contract_on_warptile_blocks_the_larger_tiles_at_deep_k():
 def test_float32_contract_batches_keep_the_three_level_sum_at_deep_k():
     """A float32 batch where the contract runs on IEEE warptile (no split: the batch fills the GPU)
     keeps the tiny tile's three-level sum from F32_TOTAL_MIN_K instead of the two-level batched
-    64x64 tile; "ieee", short K and the H100 (TF32 rungs) are unchanged."""
+    64x64 tile, and large entries the blocked 64x128 tile; "ieee", short K and the H100 (TF32
+    rungs) are unchanged."""
     from dxgemm.gpus import DEVICES
     from dxgemm.policy import F32_TOTAL_MIN_K, EpilogueTraits, batched_choice
 
@@ -1318,6 +1319,9 @@ def test_float32_contract_batches_keep_the_three_level_sum_at_deep_k():
     assert choice(F32_TOTAL_MIN_K - 1, "tf32x3") == ("warptile", "tiny_batched")
     assert choice(F32_TOTAL_MIN_K, "ieee") == ("warptile", "tiny_batched")
     assert choice(16384, "tf32x3", m=24) == ("warptile", "micro_batched")  # sums in three levels itself
+    # entries stacked past 2^22 values: the blocked 64x128 tile, not the 128x128 tile's chain
+    assert choice(4096, "tf32x3", m=256) == ("warptile", "small_blocked")
+    assert choice(4096, "ieee", m=256) == ("warptile", "large")
     assert choice(F32_TOTAL_MIN_K, "tf32x3", H100)[0] in ("tf32mma", "tf32wgmma")
 
 
