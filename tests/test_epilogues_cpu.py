@@ -650,6 +650,8 @@ def test_float32_warptile_split_k(monkeypatch, rng, m, n, layout_a, reduce):
     c = rng.standard_normal((m, n)).astype(np.float32)
     _run_and_check(_make("custom", rng, np.float32, m, n), a, b, np.float32, backend="warptile", precision="ieee",
                    alpha=0.75, beta=-1.5, c=c, layout_c="col", layout_a=layout_a)
+    if layout_a == "row":  # a bias, a store of the biased value and an activation after it, into row-major D
+        _run_and_check(_make("store", rng, np.float32, m, n), a, b, np.float32, backend="warptile", precision="ieee")
 
 
 @pytest.mark.parametrize("tile", ["tiny", "micro_batched"])
