@@ -437,7 +437,7 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, device: D
         return "large"
     if np.dtype(dtype) == np.float32:
         tile = "tiny" if m * n < 2**19 else "small" if m * n < 2**22 else "large"
-        return "small_blocked" if tile == "small" and precision == "tf32x3" and k >= F32_BLOCKED_MIN_K else tile
+        return "small_blocked" if tile == "small" and _contract_blocks(precision, k) else tile
     dt = np.dtype(dtype)
     if dt != np.float64:
         return "large"
@@ -451,7 +451,7 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, device: D
     for tile, block_cost in F64_BLOCK_COST.items():  # larger tiles first: min() keeps the first of a tie
         if not tile_fits(device, dt, tile):
             continue
-        blocks = _f64_tiles(tile, m, n)
+        blocks = _warptile_blocks(dt, tile, m, n)
         if tile == "large" and k < 1024:
             continue
         if tile == "medium" and (k < max(64, medium_min_k) or blocks <= sms):
@@ -528,7 +528,7 @@ def choose_batched_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, c
     if backend != "warptile":
         return "large"
     tile = choose_tile(backend, dtype, m * count, n, k, device, medium_min_k, precision)
-    if tile == "large" and np.dtype(dtype) == np.float32 and precision == "tf32x3" and k >= F32_BLOCKED_MIN_K:
+    if tile == "large" and np.dtype(dtype) == np.float32 and _contract_blocks(precision, k):
         tile = "small_blocked"
     cfg = WARPTILE_TILES.get(np.dtype(dtype).name, {}).get(tile, WARPTILE_CONFIGS[np.dtype(dtype).name])
     if tile == "tiny" or m < cfg["BM"] or n < cfg["BN"]:
@@ -540,7 +540,7 @@ def choose_batched_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, c
         if small == "tiny_batched" and precision == "tf32x3" and k >= F32_TOTAL_MIN_K:
             small = None
         if small is not None:
-            blocks = count * -(-m // tiles[small]["BM"]) * -(-n // tiles[small]["BN"])
+            blocks = count * _warptile_blocks(dtype, small, m, n)
             if blocks >= TINY_BATCHED_MIN_BLOCKS_PER_SM * device.sm_count and tile_fits(device, dtype, small):
                 return small
         return "tiny"
@@ -630,9 +630,10 @@ def tile_fits(device: DeviceInfo, dtype: Any, tile: str) -> bool:
             and resident * threads <= device.threads_per_sm)
 
 
-def _f64_tiles(tile: str, m: int, n: int) -> int:
-    """How many blocks float64 ``warptile``'s ``tile`` covers an ``m x n`` output with."""
-    cfg = WARPTILE_TILES["float64"].get(tile, WARPTILE_CONFIGS["float64"])
+def _warptile_blocks(dtype: Any, tile: str, m: int, n: int) -> int:
+    """How many blocks ``warptile``'s ``tile`` in ``dtype`` covers an ``m x n`` output with."""
+    name = np.dtype(dtype).name
+    cfg = WARPTILE_TILES[name].get(tile, WARPTILE_CONFIGS[name])
     return -(-m // cfg["BM"]) * -(-n // cfg["BN"])
 
 
@@ -658,6 +659,12 @@ F32_BLOCKED_MIN_K = TF32X3_MIN_K
 """From this K float32's contract on ``warptile`` runs the blocked 64x128 tile
 (:func:`choose_tile`); below it, where the default runs ``warptile`` on every GPU, one chain
 over K errs as cuBLAS's does on those outputs (``TF32X3_MIN_K``)."""
+
+def _contract_blocks(precision: str | None, k: int) -> bool:
+    """Whether a float32 ``warptile`` call at ``precision`` sums the larger tiles' outputs in blocks
+    (:func:`choose_tile`, :func:`choose_batched_tile`): the contract, from :data:`F32_BLOCKED_MIN_K`."""
+    return precision == "tf32x3" and k >= F32_BLOCKED_MIN_K
+
 
 F32_TOTAL_MIN_K = 1024
 """From this K a float32 batch at the contract's precision on ``warptile`` keeps the tiny tile,
@@ -722,25 +729,19 @@ def choose_split_k(backend: str, dtype: np.dtype, m: int, n: int, k: int, tile: 
         if k < TF32MMA_SPLIT_MIN_K or 2 * tiles > resident * device.sm_count:
             return 1
         return max(1, min(resident * device.sm_count // tiles, k // TF32MMA_MIN_SLICE_K, TF32MMA_MAX_SLICES))
-    if backend == "warptile" and np.dtype(dtype) == np.float32:
-        if k < F32_SPLIT_MIN_K:
-            return 1
-        cfg = WARPTILE_TILES["float32"]["split"]
-        tiles = -(-m // cfg["BM"]) * -(-n // cfg["BN"])
-        slots = device.sm_count * warptile_resident(dtype, "split")
-        if 2 * tiles > slots:
-            return 1
-        return max(1, min(slots // tiles, k // F32_MIN_SLICE_K, F32_MAX_SLICES))
-    if backend != "warptile" or np.dtype(dtype) != np.float64 or tile == "large" or k < F64_SPLIT_MIN_K:
+    dt = np.dtype(dtype)
+    if backend != "warptile" or dt not in (np.float32, np.float64) or (dt == np.float64 and tile == "large"):
         return 1
-    split_tile = choose_split_tile(m, n)
-    if not tile_fits(device, dtype, split_tile):
+    min_k, min_slice, most = ((F32_SPLIT_MIN_K, F32_MIN_SLICE_K, F32_MAX_SLICES) if dt == np.float32
+                              else (F64_SPLIT_MIN_K, F64_MIN_SLICE_K, F64_MAX_SLICES))
+    split_tile = split_part_tile(backend, tile, m, n, dt)
+    if k < min_k or not tile_fits(device, dt, split_tile):
         return 1
-    slots = device.sm_count * warptile_resident(dtype, split_tile)  # blocks resident at once
-    tiles = _f64_tiles(split_tile, m, n)
+    slots = device.sm_count * warptile_resident(dt, split_tile)  # blocks resident at once
+    tiles = _warptile_blocks(dt, split_tile, m, n)
     if 2 * tiles > slots:
         return 1
-    return max(1, min(slots // tiles, k // F64_MIN_SLICE_K, F64_MAX_SLICES))
+    return max(1, min(slots // tiles, k // min_slice, most))
 
 
 def pipeline_config(m: int, n: int, k: int, dtype: Any, info: Any, method: str | None = None) -> PipelineConfig:

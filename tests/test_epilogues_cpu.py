@@ -654,37 +654,27 @@ def test_float32_warptile_split_k(monkeypatch, rng, m, n, layout_a, reduce):
         _run_and_check(_make("store", rng, np.float32, m, n), a, b, np.float32, backend="warptile", precision="ieee")
 
 
-@pytest.mark.parametrize("tile", ["tiny", "micro_batched"])
-def test_float32_three_level_sum(monkeypatch, rng, tile):
-    """float32 tiles that add the running sum into a total every ``total_every`` K tiles (the tiny
-    tile and the 32x32 batched one): K = 16 * 21 + 5, so the total takes one running sum, the
-    running sum a tail of 5 tiles and a K tail; alpha, beta with C and a row/col-dependent epilogue."""
+@pytest.mark.parametrize("tile, m, n, k, layout_a", [
+    ("tiny", 24, 40, 16 * 21 + 5, "row"),  # three levels: the total takes one running sum, then a tail of 5 tiles
+    ("micro_batched", 24, 40, 16 * 21 + 5, "row"),
+    ("small_blocked", 70, 150, 16 * 4 + 9, "col"),  # two levels, a K tail inside a block of 16
+], ids=["three_level_sum-tiny", "three_level_sum-micro_batched", "blocked-small_blocked"])
+def test_float32_blocked_sums(monkeypatch, rng, tile, m, n, k, layout_a):
+    """float32 tiles that sum each output in blocks (``fold``: a fresh partial every few K, added into
+    the running sum) and, with ``total_every`` (the tiny tile and the 32x32 batched one), add the
+    running sum into a total every 16 K tiles: the tile forced (the policy takes ``small_blocked``
+    for outputs of 2^19 to 2^22 values) at a small shape with a K tail; alpha, beta with C and a
+    row/col-dependent epilogue into column-major D."""
     import dxgemm._gemm as gemm_module
     from dxgemm.kernels.warptile import TILE_CONFIGS
 
-    assert TILE_CONFIGS["float32"][tile]["total_every"] == 16
+    cfg = TILE_CONFIGS["float32"][tile]
+    assert cfg["fold"] and cfg.get("total_every", 16) == 16 and (tile == "small_blocked") != ("total_every" in cfg)
     monkeypatch.setattr(gemm_module.policy, "choose_tile", lambda *args, **kwargs: tile)
-    m, n, k = 24, 40, 16 * 21 + 5
     a, b = _operands(rng, np.float32, m, n, k)
     c = rng.standard_normal((m, n)).astype(np.float32)
     _run_and_check(_make("custom", rng, np.float32, m, n), a, b, np.float32, backend="warptile", alpha=0.75,
-                   beta=-1.5, c=c, layout_c="col")
-
-
-@pytest.mark.parametrize("tile", ["small_blocked"])
-def test_float32_blocked_tiles(monkeypatch, rng, tile):
-    """float32's 64x128 tile in its blocked form (each output's products into a fresh partial
-    every 16 K, added into the running sum), on the simulator at a small shape with a K tail
-    inside a block of 16 (the tile forced: the policy takes it for outputs of 2^19 to 2^22
-    values); alpha, beta with C and a row/col-dependent epilogue into column-major D."""
-    import dxgemm._gemm as gemm_module
-
-    monkeypatch.setattr(gemm_module.policy, "choose_tile", lambda *args, **kwargs: tile)
-    m, n, k = 70, 150, 16 * 4 + 9
-    a, b = _operands(rng, np.float32, m, n, k)
-    c = rng.standard_normal((m, n)).astype(np.float32)
-    _run_and_check(_make("custom", rng, np.float32, m, n), a, b, np.float32, backend="warptile", alpha=0.75,
-                   beta=-1.5, c=c, layout_c="col", layout_a="col")
+                   beta=-1.5, c=c, layout_c="col", layout_a=layout_a)
 
 
 @pytest.mark.parametrize("m, n, k, tile", [(131, 13, 70, "n16"), (11, 150, 70, "m16"), (70, 16, "deep", "n16"),

@@ -309,11 +309,8 @@ def build(spec: KernelSpec, **overrides) -> BuiltKernel:
         vec_b = (U(flags) & two) != U(0)
         n_tiles = (uk + uBK - one) // uBK
         kb, ke = U(0), uk
-        if SPLIT:  # K slice blockIdx.z of gridDim.z, whole K tiles each but the last; A's and B's loads end at ke
-            per = (n_tiles + U(cuda.gridDim.z) - one) // U(cuda.gridDim.z) * uBK
-            kb = min(U(cuda.blockIdx.z) * per, uk)
-            ke = min(kb + per, uk)
-            n_tiles = (ke - kb + uBK - one) // uBK
+        if SPLIT:  # A's and B's loads end at ke
+            kb, ke, n_tiles = k_slice(n_tiles, uk, uBK)
         regs_a = cuda.local.array(A_REGS, nb)
         regs_b = cuda.local.array(B_REGS, nb)
         stage_a.fetch(a, U(lda), row0, kb, um, ke, tid, vec_a, regs_a)
@@ -690,11 +687,8 @@ def _build_dmma(spec: KernelSpec, cfg: dict) -> BuiltKernel:
             for i in range(acc_elems):
                 acc[i] = zero
             tid, lane, w_row, w_col, row0, col0, um, un, uk, vec_a, vec_b, n_tiles = place(m, n, k, flags)
-            if SPLIT:  # K slice blockIdx.z of gridDim.z, whole K tiles each but the last
-                per = (n_tiles + U(cuda.gridDim.z) - one) // U(cuda.gridDim.z) * uBK
-                kb = min(U(cuda.blockIdx.z) * per, uk)
-                ke = min(kb + per, uk)
-                n_tiles = (ke - kb + uBK - one) // uBK
+            if SPLIT:
+                kb, ke, n_tiles = k_slice(n_tiles, uk, uBK)
             else:
                 kb, ke = U(0), uk
             if not UNCHECKED_PROLOGUE:
@@ -827,6 +821,18 @@ def _make_straight_store(runs: list, row_len: int, store_run):
     ns = {"U": U, "store_run": store_run}
     exec(src, ns)
     return cuda.jit(device=True, inline="always")(ns["store_tile"])
+
+
+@cuda.jit(device=True, inline="always")
+def k_slice(n_tiles, uk, uBK):
+    """``(kb, ke, tiles)``: the K range ``[kb, ke)`` of split-K slice ``blockIdx.z`` of ``gridDim.z``
+    and its K tiles, for a K of ``uk`` in ``n_tiles`` tiles of ``uBK``: whole tiles each slice but
+    the last (a slice past the end is empty)."""
+    one = U(1)
+    per = (n_tiles + U(cuda.gridDim.z) - one) // U(cuda.gridDim.z) * uBK
+    kb = min(U(cuda.blockIdx.z) * per, uk)
+    ke = min(kb + per, uk)
+    return kb, ke, (ke - kb + uBK - one) // uBK
 
 
 @cuda.jit(device=True, inline="always")
