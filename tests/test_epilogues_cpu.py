@@ -628,8 +628,9 @@ def test_float32_warptile_split_k(monkeypatch, rng, m, n, layout_a, reduce):
     split form: the slices' loads end at their own K (a K tail in the last slice: K is not a
     multiple of 16), then the reduce (or, "serial", the tiles' last slices; None: the policy's
     choice, serial for a thin output) applies alpha, beta with C and a row/col-dependent epilogue
-    into column-major D; A row-major, column-major, an unaligned view or a transposed view.  The simulator is told of 8 SMs (2 tiles for 70 rows: 4 slots each), the
-    split limits cut to 64 (a quarter of the simulated work): 4 slices."""
+    into column-major D; A row-major, column-major, an unaligned view or a transposed view; then
+    (row-major A) bias | store | gelu.  The simulator is told of 8 SMs (2 tiles for 70 rows: 4
+    slots each), the split limits cut to 64 (a quarter of the simulated work): 4 slices."""
     import dataclasses
 
     import dxgemm._gemm as gemm_module
