@@ -99,19 +99,20 @@ def grouped_gemm(problems: Sequence[Sequence[Any]], *, alpha: float = 1.0, beta:
         except (TypeError, ValueError) as e:
             raise type(e)(f"problem {g}: {e}") from None
     dtype = ops[0][0].dtype
-    layouts = tuple(op.layout for op in ops[0][:3])
+    deciders = tuple(_layout_decider(ops, i) for i in range(3))
+    layouts = tuple(ops[g][i].layout for i, g in enumerate(deciders))
     device = _arrays.device_of(ops[0][0])
     for g, (a, b, d, *rest) in enumerate(ops):
         if a.dtype != dtype:
             raise TypeError(f"problem {g}: dtype {a.dtype}, problem 0 has {dtype}; every problem takes one dtype")
         relaid = []
-        for name, op, want in (("a", a, layouts[0]), ("b", b, layouts[1]), ("c", d, layouts[2])):
+        for name, op, want, decider in zip("abc", (a, b, d), layouts, deciders):
             if _arrays.device_of(op) != device:
                 raise ValueError(f"problem {g}: {name} is on GPU {_arrays.device_of(op)}, problem 0's on GPU {device}")
             op = _in_layout(op, want)
             if op is None:
-                raise ValueError(f"problem {g}: {name} cannot be read {want.value}-major as problem 0's is; every "
-                                 "problem's matrix takes one layout")
+                raise ValueError(f"problem {g}: {name} cannot be read {want.value}-major as problem {decider}'s is; "
+                                 "every problem's matrix takes one layout")
             relaid.append(op)
         ops[g] = (*relaid, *rest)
     alpha, beta = check_scalar(alpha, "alpha"), check_scalar(beta, "beta")
@@ -305,6 +306,17 @@ def _operands(problem: Sequence[Any], beta: Any) -> tuple:
         raise ValueError(f"beta={beta!r} scales c, but this problem has none: give (a, b, c)")
     op_d, _ = output_operand(c, op_a, op_b, _arrays.device_of(op_a))
     return op_a, op_b, op_d, m, n, k, c
+
+
+def _layout_decider(ops: list, index: int) -> int:
+    """The problem whose matrix ``index`` (0 A, 1 B, 2 D) decides the group's layout of it: the
+    first with more than one row and column (a single row or column, or an empty matrix, reads
+    in either layout, so it must not impose its own on the rest); problem 0 when none has."""
+    for g, op in enumerate(ops):
+        rows, cols = op[index].shape
+        if rows > 1 and cols > 1:
+            return g
+    return 0
 
 
 def _in_layout(op: Any, want: Any) -> Any:

@@ -102,6 +102,26 @@ def test_more_problems_than_the_grid_loop(monkeypatch):
                      unbiased=False)
 
 
+@pytest.mark.parametrize("first", [(17, 16, 1), (3, 1, 9), (0, 2, 7), (1, 6, 5)])
+def test_a_single_row_column_or_empty_first_problem_does_not_set_the_layout(first):
+    """A matrix with one row or column (or none) reads in either layout: the group's layout is
+    the first full matrix's, so column-major problems after such a first one run."""
+    shapes = [first, (7, 5, 7), (6, 9, 4)]
+    host, dev = _problems(np.float64, "col", shapes)
+    outs = dxgemm.grouped_gemm(dev, backend="warptile")
+    for g, ((a, b), out) in enumerate(zip(host, outs)):
+        got = out.copy_to_host()
+        assert not np.isnan(got).any(), g
+        assert_close(got, a.astype(np.float64), b.astype(np.float64), np.dtype(np.float64), unbiased=False)
+
+
+def test_mixed_layouts_name_the_problem_that_set_the_layout():
+    _, row = _problems(np.float64, "row", [(1, 1, 9), (7, 5, 7)])
+    _, col = _problems(np.float64, "col", [(6, 9, 4)])
+    with pytest.raises(ValueError, match=r"problem 2: a cannot be read row-major as problem 1's is"):
+        dxgemm.grouped_gemm(row + col)
+
+
 def test_errors_name_the_problem():
     _, dev = _problems(np.float64)
     with pytest.raises(ValueError, match="at least one problem"):

@@ -395,7 +395,8 @@ def make_tile_loader(
 # float64's bit pattern as an int64 and back (no instruction): comparisons, clamps and
 # selects on those run on the integer pipe, which a float64 GEMM's DMMA main loop leaves free.
 #
-# The simulator indexes, calls ``math.exp2`` and divides (and ``fma`` rounds twice).
+# The simulator indexes, calls ``math.exp2`` (inf past float64's range, as the instruction) and divides (and
+# ``fma`` rounds twice).
 # ---------------------------------------------------------------------------------------
 if SIMULATOR:
 
@@ -403,7 +404,7 @@ if SIMULATOR:
         return array[index]
 
     def exp2_approx(z):
-        return math.exp2(z)
+        return math.exp2(z) if z < 1024.0 else math.inf  # ex2.approx overflows to inf, math.exp2 raises
 
     def divide_approx(x, y):
         return x / y
