@@ -99,3 +99,22 @@ def test_scalars_must_be_real(name, value):
 def test_bad_stream():
     with pytest.raises(TypeError, match="stream of type str"):
         dxgemm.gemm(dev((3, 4)), dev((4, 2)), stream="fast")
+
+
+@pytest.mark.parametrize("backend", ["naive", "warptile"])
+def test_rows_past_the_grid_limit_are_refused_before_anything_runs(backend):
+    """CUDA caps ``gridDim.y``, which walks the row blocks: more rows than one launch can cover
+    raise ValueError naming the limit, and the output is left as it was."""
+    from dxgemm.kernels._spec import MAX_GRID_Y
+
+    tile_m = 16 if backend == "naive" else 128  # float64's 128x16 tile for a 3-column output
+    m = MAX_GRID_Y * tile_m + 1
+    a = cuda.to_device(np.full((m, 1), 1.5))
+    b = cuda.to_device(np.full((1, 3), 2.0))
+    c = cuda.to_device(np.full((m, 3), np.nan))
+    with pytest.raises(ValueError, match=rf"m = {m} rows need .* at most {MAX_GRID_Y} \(CUDA's grid limit\)"):
+        dxgemm.gemm(a, b, c, backend=backend)
+    assert np.isnan(c.copy_to_host()).all()
+    from dxgemm.kernels._spec import launch_grid
+
+    assert launch_grid(MAX_GRID_Y * tile_m, 3, tile_m, 16) == (1, MAX_GRID_Y)  # the last row that fits

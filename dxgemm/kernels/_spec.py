@@ -78,4 +78,20 @@ class BuiltKernel:
     min_blocks: int = 0
 
     def grid(self, m: int, n: int) -> tuple[int, int]:
-        return (-(-n // self.tile_n), -(-m // self.tile_m))
+        return launch_grid(m, n, self.tile_m, self.tile_n)
+
+
+MAX_GRID_Y = 65535
+"""CUDA's limit on ``gridDim.y`` (and ``z``); ``x`` takes up to 2**31 - 1."""
+
+
+def launch_grid(m: int, n: int, tile_m: int, tile_n: int) -> tuple[int, int]:
+    """``(ceil(n / tile_n), ceil(m / tile_m))``, the handwritten kernels' grid; a ValueError where
+    the row blocks exceed CUDA's ``gridDim.y`` limit (before anything is launched), since no
+    launch can cover those rows.  Far from any real limit on columns: ``x`` takes 2**31 - 1."""
+    rows = -(-m // tile_m)
+    if rows > MAX_GRID_Y:
+        raise ValueError(f"m = {m} rows need {rows} row blocks of this kernel's {tile_m}-row tile; one launch takes "
+                         f"at most {MAX_GRID_Y} (CUDA's grid limit): call it on row slices of a (and of c and any "
+                         f"per-row epilogue array) of at most {MAX_GRID_Y * tile_m} rows")
+    return (-(-n // tile_n), rows)

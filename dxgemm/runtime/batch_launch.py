@@ -19,6 +19,7 @@ import numpy as np
 from ..epilogues._base import BatchIndex, Moved
 from ..kernels import FLAG_VEC_A, FLAG_VEC_B, KernelSpec, vector_flags
 from ..kernels._device import SIMULATOR
+from ..kernels._spec import launch_grid
 from ..kernels.batch_entries import MAX_GRID_Z
 from .launch import cu_stream, flat_values, stream_is_capturing
 from .rungs import numba_kernel, rung_call
@@ -137,7 +138,7 @@ def launch_batched(backend: str, spec: KernelSpec, bound: Any, device: int, oper
         span = max(op.span, 1)
         slots += [0, 0, span, op.dtype.itemsize, op.lo, span, op.dtype.itemsize]
     params = [*slots, m, n, k, *lds, flags, *flat_values(plain), *batch_values]
-    grid = (-(-n // call.tile_n), -(-m // call.tile_m), gz)
+    grid = launch_grid(m, n, call.tile_m, call.tile_n) + (gz,)
     launch = BatchedLaunch(call, params, grid, *aligned)
     launch(a.lo, b.lo, d.lo, a.entry.ptr, b.entry.ptr, params[BatchedLaunch._EPI:BatchedLaunch._EPI + 1], handle)
     return launch
@@ -334,7 +335,7 @@ class GroupedLaunch:
             span = max(span, 1)
             slots += [0, 0, span, itemsize, base, span, itemsize]
         params = [*slots, 0, 0, 0, 0, 0, 0, 0, *flat_values(args), *flat_values(table)]
-        grid = (-(-self.max_n // call.tile_n), -(-self.max_m // call.tile_m), self.gz)
+        grid = launch_grid(self.max_m, self.max_n, call.tile_m, call.tile_n) + (self.gz,)
         with call._lock:
             call.launch(cu_stream(handle), grid, call.block, call.smem, params)
 

@@ -27,6 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..kernels import vector_flags
+from ..kernels._spec import launch_grid
 from ..kernels._device import SIMULATOR
 
 __all__ = ["Matrix", "PackedLaunch", "KernelCall", "KeptBuffers", "KIND_SIZES", "param_layout", "flat_values",
@@ -522,7 +523,7 @@ class KernelCall:
         flags = vector_flags(a.ptr, a.ld, b.ptr, b.ld, a.itemsize)
         values = [*a.vector_slots(), *b.vector_slots(), *d.vector_slots(), m, n, k, a.ld, b.ld, d.ld, flags,
                   *epi_args]
-        grid = (-(-n // self.tile_n), -(-m // self.tile_m)) + ((self.slices,) if self.slices > 1 else ())
+        grid = launch_grid(m, n, self.tile_m, self.tile_n) + ((self.slices,) if self.slices > 1 else ())
         with self._lock:
             self.launch(self._cu_stream(stream), grid, self.block, self.smem, values)
 
@@ -561,7 +562,7 @@ class RepeatLaunch:
         if len(values) != len(kinds):
             raise TypeError(f"kernel takes {len(kinds)} flattened parameters, got {len(values)}")
         assert (values[self._A], values[self._B], values[self._D]) == (a.ptr, b.ptr, d.ptr)
-        grid = (-(-n // call.tile_n), -(-m // call.tile_m), call.slices)
+        grid = launch_grid(m, n, call.tile_m, call.tile_n) + (call.slices,)
         self.call = call
         self.dims = grid + (tuple(call.block) + (1, 1))[:3]
         self._buffer, self._pointers, self._params = parameter_buffer(len(kinds))
