@@ -74,6 +74,10 @@ def grouped_gemm(problems: Sequence[Sequence[Any]], *, alpha: float = 1.0, beta:
             problem's index; problems of different dtypes or layouts; epilogues of different
             structures; an empty ``problems``.
     """
+    if not isinstance(problems, (list, tuple)) and (hasattr(problems, "__cuda_array_interface__")
+                                                    or hasattr(problems, "__dlpack__") or hasattr(problems, "shape")):
+        raise TypeError(f"problems must be a sequence of (a, b) or (a, b, c) tuples, got an array of type "
+                        f"{type(problems).__name__}; for one GEMM or a batch of equal shapes call dxgemm.gemm")
     problems = list(problems)
     if not problems:
         raise ValueError("grouped_gemm needs at least one problem, got none")

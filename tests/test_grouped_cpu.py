@@ -126,6 +126,8 @@ def test_errors_name_the_problem():
     _, dev = _problems(np.float64)
     with pytest.raises(ValueError, match="at least one problem"):
         dxgemm.grouped_gemm([])
+    with pytest.raises(TypeError, match="problems must be a sequence of .* got an array"):
+        dxgemm.grouped_gemm(dev[0][0])
     bad = list(dev)
     bad[3] = (dev[3][0], cuda.to_device(np.ones((5, 2))))
     with pytest.raises(ValueError, match=r"problem 3: inner dimensions differ"):
