@@ -95,7 +95,9 @@ def grouped_gemm(problems: Sequence[Sequence[Any]], *, alpha: float = 1.0, beta:
     ops = []
     for g, (problem, epi) in enumerate(zip(problems, epilogues)):
         if not isinstance(problem, (tuple, list)) or len(problem) not in (2, 3):
-            raise TypeError(f"problem {g}: expected (a, b) or (a, b, c), got {type(problem).__name__}")
+            got = (f"a {type(problem).__name__} of {len(problem)}" if isinstance(problem, (tuple, list))
+                   else type(problem).__name__)
+            raise TypeError(f"problem {g}: expected (a, b) or (a, b, c), got {got}")
         if epi is not None and not isinstance(epi, Epilogue):
             raise TypeError(f"problem {g}: epilogue must be a dxgemm.epilogues.Epilogue, got {type(epi).__name__}")
         try:
