@@ -404,7 +404,7 @@ if SIMULATOR:
         return array[index]
 
     def exp2_approx(z):
-        return math.exp2(z) if z < 1024.0 else math.inf  # ex2.approx overflows to inf, math.exp2 raises
+        return math.inf if z >= 1024.0 else math.exp2(z)  # ex2.approx overflows to inf (NaN stays NaN)
 
     def divide_approx(x, y):
         return x / y

@@ -93,7 +93,7 @@ CODEGEN_SOURCES = ("pipelines/_build.py", "pipelines/codegen.py", "pipelines/wor
 """The modules (relative to the package) whose code ends up in cached kernels, besides
 :class:`~.config.PipelineConfig` (its launch bounds)."""
 
-CODEGEN_DIGEST = "201f32ad3cea0635"
+CODEGEN_DIGEST = "68ebd4ebfd8a916c"
 """:func:`codegen_digest` as of the last review of :data:`FORMAT_VERSION`.
 
 The key does not hash dxgemm's own source: a cold kernel costs 30-60 s, and every edit
