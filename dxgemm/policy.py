@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .kernels._spec import MAX_GRID_Y
 from .kernels.gemv import TILE_CONFIGS as GEMV_TILES
 from .kernels.warptile import CONFIGS as WARPTILE_CONFIGS
 from .kernels.warptile import TILE_CONFIGS as WARPTILE_TILES
@@ -463,8 +464,8 @@ def choose_tile(backend: str, dtype: np.dtype, m: int, n: int, k: int, device: D
     return "short" if best == "small" and k < 64 else best
 
 
-GEMV_MAX_ROW_BLOCKS = 65535
-"""The most blocks of rows ``gemv``'s ``"rows"`` tile launches (the grid's second dimension)."""
+GEMV_MAX_ROW_BLOCKS = MAX_GRID_Y
+"""The most blocks of rows ``gemv``'s ``"rows"`` tile launches (the grid's second dimension: CUDA's limit)."""
 
 
 GEMV_DEEP_MIN_K = 4096

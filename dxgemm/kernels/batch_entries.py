@@ -33,8 +33,10 @@ from typing import Callable
 import numpy as np
 from numba import cuda
 
-MAX_GRID_Z = 65535
-"""The largest ``gridDim.z`` CUDA allows: larger batches loop over the grid."""
+from ._spec import MAX_GRID_Y
+
+MAX_GRID_Z = MAX_GRID_Y
+"""The largest ``gridDim.z`` CUDA allows (the same as ``y``'s): larger batches loop over the grid."""
 
 
 def batch_tuple_length(rank: int, moved: int) -> int:

@@ -69,6 +69,7 @@ from typing import Any
 
 import numpy as np
 
+from ..kernels._spec import MAX_GRID_Y
 from ..runtime.launch import KeptBuffers, Matrix, PackedLaunch, aligned_ld, check_params, core_stream, cu_stream, flat_values
 from .cache import CacheEntry
 from .config import slice_ranges
@@ -144,10 +145,10 @@ def plan(m: int, n: int, k: int, tile: tuple[int, int, int], depth: int, a_align
             raise ShapeError(f"{name} must be >= 1, got {v}")
     k_floor = (k // tk) * tk
     grid = (-(-m // tm), -(-n // tn))
-    if grid[1] > 65535:  # gridDim.y walks column blocks here, and CUDA caps it
+    if grid[1] > MAX_GRID_Y:  # gridDim.y walks column blocks here, and CUDA caps it
         raise ShapeError(f"n = {n} columns need {grid[1]} column blocks of the {tn}-column tile; one launch takes at "
-                         f"most 65535 (CUDA's grid limit): call it on column slices of b (and of c) of at most "
-                         f"{65535 * tn} columns")
+                         f"most {MAX_GRID_Y} (CUDA's grid limit): call it on column slices of b (and of c) of at most "
+                         f"{MAX_GRID_Y * tn} columns")
     mb_main, nb_main = grid if bounded_loads else (m // tm, n // tn)
     if k_floor < depth * tk:  # short K: pad with zeros to the pipeline's minimum depth
         k_pipe = depth * tk
