@@ -141,6 +141,20 @@ def test_pipeline_only_where_the_named_gpu_has_it(monkeypatch, sm90, name, has_p
     assert ("pipeline" in chosen) == has_pipeline, chosen
 
 
+def test_pipeline_refuses_more_column_blocks_than_the_grid_takes(monkeypatch, sm90):
+    """The pipeline walks column blocks in ``gridDim.y``: past CUDA's limit it is unavailable
+    (so ``auto`` runs a handwritten rung), decided before any kernel is loaded."""
+    from dxgemm.kernels._spec import MAX_GRID_Y
+    from dxgemm.pipelines import loader
+
+    monkeypatch.setattr(loader, "get_kernel", lambda *a, **k: pytest.fail("a kernel was loaded"))
+    bound = rungs.plain_epilogue("float64")
+    cfg = _pipeline.suggest(64, 64, 64, np.float64)
+    n = MAX_GRID_Y * cfg.tile_n + 1
+    with pytest.raises(_pipeline.PipelineUnavailable, match=rf"n = {n} columns need more than {MAX_GRID_Y}"):
+        _pipeline.prepare(np.float64, ("row_major", "row_major"), 64, n, 64, bound, 0, config=cfg)
+
+
 def test_kernels_built_for_the_real_compute_capability(monkeypatch):
     """A handwritten rung is keyed and built for the real GPU's compute capability, not the record's."""
     monkeypatch.setenv("DXGEMM_DEVICE_AS", "L40S")

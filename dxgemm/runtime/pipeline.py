@@ -17,7 +17,9 @@ that are not tile multiples, short K and misaligned operands are handled by the 
   that no other GPU loads), or ``DXGEMM_DEVICE_AS`` makes it decide as a GPU that is not,
 * Numba's CUDA simulator is active, or cuda.core is missing,
 * the kernel is not in the cache and nvmath-python (with libmathdx) is not installed to
-  compile it.
+  compile it,
+* ``n`` needs more column blocks of the chosen tile than CUDA's grid takes in ``y``
+  (:data:`~dxgemm.kernels._spec.MAX_GRID_Y`), where the pipeline's launch walks them.
 
 Then :class:`PipelineUnavailable` is raised; ``backend="auto"`` catches it and runs the
 best handwritten backend instead, ``backend="pipeline"`` lets it reach the caller.
@@ -32,6 +34,7 @@ import numpy as np
 
 from .. import policy
 from ..kernels._device import SIMULATOR
+from ..kernels._spec import MAX_GRID_Y
 from ..pipelines.config import TARGETS, PipelineConfig, forced_config, parse_config
 from ..pipelines.loader import PipelineUnavailable
 from ..pipelines.tf32x3 import ARRANGEMENT, kernel_variant
@@ -164,6 +167,9 @@ def prepare(dtype: Any, arrangements: tuple[str, str], m: int, n: int, k: int, b
     if precision not in (None, "tf32") or (one_pass and dtype != np.float32):
         raise ValueError(f"the pipeline takes precision None or 'tf32' (float32 only), got {precision!r} for {dtype}")
     cfg = config or suggest(m, n, k, dtype, device=device, method="tf32" if one_pass else None)
+    if -(-n // cfg.tile_n) > MAX_GRID_Y:  # before loading anything: auto runs a handwritten rung instead
+        raise PipelineUnavailable(f"n = {n} columns need more than {MAX_GRID_Y} column blocks of the "
+                                  f"{cfg.tile_n}-column tile (CUDA's grid limit in y)")
     if one_pass:
         arrangement, operands = ARRANGEMENT, "tf32"
         segments = 1
